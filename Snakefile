@@ -1,0 +1,149 @@
+"""Data-parallel Faster R-CNN benchmark: data -> train (one job per sweep entry) -> evaluate -> report.
+
+    snakemake --cores all                              # the demo preset (embedded data, CPU)
+    snakemake --cores all --config preset=coco2017     # the published recipe
+
+Every value a rule depends on is passed as its `params`, and the pipeline/ modules it imports
+are declared as its inputs, so Snakemake reruns exactly the stages a change affects.
+"""
+import re
+from pathlib import Path
+import sys
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import min_version
+
+from pipeline import params as P
+from pipeline import strategies
+
+min_version("9.0")
+
+
+configfile: "params.yaml"
+
+
+try:
+    CFG = P.resolve(config)
+except P.ParamsError as error:
+    raise WorkflowError(str(error))
+
+PYTHON = sys.executable  # the interpreter running Snakemake has the locked environment
+PRESET = CFG["preset"]
+DATA = CFG["data"]
+RUNS = P.runs(CFG)
+RUN_DIR = f"results/runs/{PRESET}/{{run}}"
+MANIFEST = f"data/{DATA['name']}.manifest.json"
+REPORT = "results/report"
+
+# Snakemake tracks a rule's own code, not what it imports: each stage lists its modules.
+COMMON = ["pipeline/files.py", "pipeline/provenance.py"]
+CODE = {
+    "data": COMMON + ["pipeline/prepare.py", "pipeline/synthetic.py", "pipeline/dataset.py"],
+    "train": COMMON
+    + ["pipeline/train.py", "pipeline/model.py", "pipeline/dataset.py", "pipeline/sampler.py"]
+    + sorted(str(p) for p in Path("pipeline/strategies").glob("*.py")),
+    "evaluate": COMMON + ["pipeline/evaluate.py", "pipeline/model.py", "pipeline/dataset.py"],
+    "report": COMMON + ["pipeline/report.py"],
+}
+
+
+wildcard_constraints:
+    run="|".join(re.escape(run) for run in RUNS),
+
+
+rule all:
+    input:
+        "results/summary.csv",
+        f"{REPORT}/report.html",
+
+
+rule data:
+    input:
+        code=CODE["data"],
+    output:
+        manifest=MANIFEST,
+    params:
+        data=P.canonical(DATA),
+        python=PYTHON,
+    log:
+        f"logs/data/{DATA['name']}.log",
+    benchmark:
+        f"logs/benchmarks/data_{DATA['name']}.tsv"
+    shell:
+        "{params.python} -m pipeline.prepare --config {params.data:q} --manifest {output.manifest}"
+        " > {log} 2>&1"
+
+
+rule train:
+    input:
+        manifest=MANIFEST,
+        code=CODE["train"],
+    output:
+        summary=f"{RUN_DIR}/train_summary.json",
+        model=f"{RUN_DIR}/model_final.pt",
+        iterations=f"{RUN_DIR}/iterations.jsonl",
+    params:
+        config=P.canonical({k: CFG[k] for k in ("data", "model", "train")}),
+        run=lambda wildcards: P.canonical(RUNS[wildcards.run]),
+        launcher=lambda wildcards: " ".join(
+            strategies.get(RUNS[wildcards.run]["strategy"]).launcher(
+                RUNS[wildcards.run]["world_size"], PYTHON
+            )
+        ),
+        out=lambda wildcards: RUN_DIR.format(run=wildcards.run),
+    threads: workflow.cores
+    log:
+        f"logs/train/{PRESET}/{{run}}.log",
+    benchmark:
+        f"logs/benchmarks/train_{PRESET}_{{run}}.tsv"
+    shell:
+        "{params.launcher} -m pipeline.train --config {params.config:q} --run {params.run:q}"
+        " --out {params.out} > {log} 2>&1"
+
+
+rule evaluate:
+    input:
+        manifest=MANIFEST,
+        summary=rules.train.output.summary,
+        model=rules.train.output.model,
+        code=CODE["evaluate"],
+    output:
+        metrics=f"{RUN_DIR}/metrics.json",
+        predictions=f"{RUN_DIR}/predictions.json",
+    params:
+        config=P.canonical({k: CFG[k] for k in ("data", "model", "eval")}),
+        out=lambda wildcards: RUN_DIR.format(run=wildcards.run),
+        python=PYTHON,
+    threads: workflow.cores
+    log:
+        f"logs/evaluate/{PRESET}/{{run}}.log",
+    benchmark:
+        f"logs/benchmarks/evaluate_{PRESET}_{{run}}.tsv"
+    shell:
+        "{params.python} -m pipeline.evaluate --config {params.config:q} --run-dir {params.out}"
+        " > {log} 2>&1"
+
+
+rule report:
+    input:
+        summaries=expand(rules.train.output.summary, run=RUNS),
+        metrics=expand(rules.evaluate.output.metrics, run=RUNS),
+        code=CODE["report"],
+    output:
+        summary="results/summary.csv",
+        html=f"{REPORT}/report.html",
+        markdown=f"{REPORT}/report.md",
+        tables=expand(f"{REPORT}/table{{n}}.{{ext}}", n=[1, 2], ext=["md", "csv", "tex"]),
+    params:
+        report=P.canonical(CFG["report"]),
+        preset=PRESET,
+        runs=expand(RUN_DIR, run=RUNS),
+        out=REPORT,
+        python=PYTHON,
+    log:
+        "logs/report.log",
+    benchmark:
+        "logs/benchmarks/report.tsv"
+    shell:
+        "{params.python} -m pipeline.report --report-config {params.report:q} --preset {params.preset}"
+        " --summary {output.summary} --out-dir {params.out} {params.runs} > {log} 2>&1"

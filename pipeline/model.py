@@ -1,0 +1,98 @@
+"""torchvision Faster R-CNN, in two sizes.
+
+* `tiny`: a small stride-8 backbone with one feature map and anchors matched to the object
+  sizes. It trains from scratch on two CPU cores in minutes; torchvision's own mobile models do
+  not (their stride-16/32 maps are too coarse for 128-px images).
+* `fasterrcnn_resnet50_fpn`: the published recipe's model. Its ImageNet backbone weights come
+  from torchvision's URL (`imagenet`), or from a local path or URL for offline clusters.
+
+min_size/max_size are always passed: torchvision otherwise resizes every image to 800 px.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+from torchvision.models import ResNet50_Weights, resnet50
+from torchvision.models.detection import FasterRCNN
+from torchvision.models.detection.anchor_utils import AnchorGenerator
+from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
+from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
+from torchvision.ops import FrozenBatchNorm2d, MultiScaleRoIAlign
+
+
+def _conv(c_in: int, c_out: int, stride: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False),
+                         nn.BatchNorm2d(c_out), nn.ReLU(inplace=True))
+
+
+class TinyBackbone(nn.Sequential):
+    """Three stride-2 stages to stride 8, then two more 3x3 layers for context."""
+
+    def __init__(self, channels: int):
+        c = channels
+        super().__init__(_conv(3, c // 4, 2), _conv(c // 4, c // 2, 2), _conv(c // 2, c // 2, 1),
+                         _conv(c // 2, c, 2), _conv(c, c, 1), _conv(c, c, 1))
+        self.out_channels = c
+
+
+def build_tiny(cfg: dict, num_classes: int) -> FasterRCNN:
+    backbone = TinyBackbone(cfg["channels"])
+    sizes = tuple(cfg["anchor_sizes"])
+    anchors = AnchorGenerator(sizes=(sizes,), aspect_ratios=((0.5, 1.0, 2.0),))
+    roi_pool = MultiScaleRoIAlign(featmap_names=["0"], output_size=7, sampling_ratio=2)
+    rep = cfg["representation_size"]
+    return FasterRCNN(
+        backbone, num_classes=None, rpn_anchor_generator=anchors, box_roi_pool=roi_pool,
+        box_head=TwoMLPHead(backbone.out_channels * 7 * 7, rep),
+        box_predictor=FastRCNNPredictor(rep, num_classes),
+        min_size=cfg["min_size"], max_size=cfg["max_size"],
+        rpn_pre_nms_top_n_train=600, rpn_post_nms_top_n_train=300,
+        rpn_pre_nms_top_n_test=300, rpn_post_nms_top_n_test=150,
+        box_batch_size_per_image=128,
+    )
+
+
+def load_backbone_state(source: str) -> dict:
+    """ResNet-50 ImageNet weights from torchvision's URL, another URL, or a local file."""
+    if source == "imagenet":
+        return ResNet50_Weights.IMAGENET1K_V1.get_state_dict(progress=True)
+    if source.startswith(("http://", "https://")):
+        return torch.hub.load_state_dict_from_url(source, progress=True, map_location="cpu")
+    path = Path(source)
+    if not path.is_file():
+        raise FileNotFoundError(f"model.backbone_weights: {source} is not a file; give a local "
+                                "ResNet-50 .pth, a URL, 'imagenet', or null")
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def build_resnet50_fpn(cfg: dict, num_classes: int) -> FasterRCNN:
+    pretrained = cfg["backbone_weights"] is not None
+    trainable = cfg["trainable_backbone_layers"] if pretrained else 5
+    # Frozen BatchNorm with pretrained weights, as torchvision does; plain BatchNorm from scratch.
+    norm = FrozenBatchNorm2d if pretrained else nn.BatchNorm2d
+    body = resnet50(weights=None, norm_layer=norm)
+    if pretrained:
+        source = cfg["backbone_weights"]
+        try:
+            missing, unexpected = body.load_state_dict(load_backbone_state(source), strict=False)
+        except RuntimeError as err:  # shape mismatches
+            raise ValueError(f"model.backbone_weights: {source} is not a ResNet-50 state dict "
+                             f"({str(err).splitlines()[-1].strip()})") from err
+        wrong = [k for k in missing + unexpected if not k.startswith("fc.")]
+        if wrong:
+            raise ValueError(f"model.backbone_weights: {source} is not a ResNet-50 state dict "
+                             f"(mismatched keys such as {wrong[:3]})")
+    backbone = _resnet_fpn_extractor(body, trainable)
+    return FasterRCNN(backbone, num_classes=num_classes,
+                      min_size=cfg["min_size"], max_size=cfg["max_size"])
+
+
+def build_model(cfg: dict, num_classes: int) -> FasterRCNN:
+    if cfg["arch"] == "tiny":
+        return build_tiny(cfg, num_classes)
+    if cfg["arch"] == "fasterrcnn_resnet50_fpn":
+        return build_resnet50_fpn(cfg, num_classes)
+    raise ValueError(f"model.arch: unknown architecture {cfg['arch']!r}")
+

@@ -1,0 +1,25 @@
+"""Data-parallel strategies. Each module says, for one way of training, three things:
+
+* how processes start   (`launcher`: a plain process, or torchrun for one process per worker)
+* how the model is wrapped (`wrap`)
+* how gradients are synchronised and the weights updated (`step`)
+
+The training loop in pipeline/train.py is the same for all of them.
+"""
+from __future__ import annotations
+
+from .base import Context, Strategy
+from .single import Single
+
+STRATEGIES: dict[str, type[Strategy]] = {"single": Single}
+
+
+def get(name: str) -> Strategy:
+    try:
+        return STRATEGIES[name]()
+    except KeyError:
+        raise ValueError(f"sweep.strategy: unknown strategy {name!r}; "
+                         f"choose one of {', '.join(STRATEGIES)}") from None
+
+
+__all__ = ["Context", "Strategy", "STRATEGIES", "get"]

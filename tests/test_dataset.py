@@ -1,0 +1,151 @@
+"""The loader: boxes stay consistent through transforms; the COCO recipe's skips; bad input."""
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+from PIL import Image
+
+from pipeline.dataset import CocoDetection, DatasetError, annotation_path, build_manifest, clean_box
+from pipeline.sampler import ShardedBatchSampler, aspect_ratio_groups
+
+from .conftest import write_coco
+
+
+def test_targets_match_annotations(small_dataset):
+    dataset = CocoDetection(small_dataset, "val", train=False)
+    document = json.loads(annotation_path(small_dataset, "val").read_text())
+    for index in range(len(dataset)):
+        image, target = dataset[index]
+        assert image.dtype == torch.float32 and 0 <= image.min() and image.max() <= 1
+        expected = [a for a in document["annotations"] if a["image_id"] == target["image_id"]]
+        boxes = torch.tensor([[x, y, x + w, y + h] for x, y, w, h in (a["bbox"] for a in expected)])
+        assert torch.equal(target["boxes"], boxes.reshape(-1, 4).float())
+        assert target["labels"].tolist() == [a["category_id"] for a in expected]
+    assert dataset.num_classes == 6
+
+
+def test_horizontal_flip_moves_boxes_with_pixels(small_dataset):
+    plain = CocoDetection(small_dataset, "train", train=True, horizontal_flip=0.0)
+    flipped = CocoDetection(small_dataset, "train", train=True, horizontal_flip=1.0)
+    image, target = plain[0]
+    image_f, target_f = flipped[0]
+    width = image.shape[-1]
+    assert torch.equal(image_f, image.flip(-1))
+    mirrored = target["boxes"][:, [2, 1, 0, 3]] * torch.tensor([-1, 1, -1, 1]) + torch.tensor([width, 0, width, 0])
+    assert torch.allclose(target_f["boxes"], mirrored)
+    assert torch.equal(target_f["labels"], target["labels"])
+
+
+def test_clean_box():
+    assert clean_box([10, 10, 5, 5], 100, 100) == [10, 10, 15, 15]
+    assert clean_box([-5, 90, 20, 20], 100, 100) == [0, 90, 15, 100]  # clamped into the image
+    assert clean_box([10, 10, 0, 5], 100, 100) is None                # zero width
+    assert clean_box([10, 10, -4, 5], 100, 100) is None               # negative width
+    assert clean_box([150, 10, 5, 5], 100, 100) is None               # entirely outside
+    assert clean_box([10, float("nan"), 5, 5], 100, 100) is None
+
+
+def _images(root, split, n):
+    images = []
+    for i in range(1, n + 1):
+        Image.new("RGB", (64, 48), (i * 20, 0, 0)).save(root / f"{split}2017" / f"{i}.jpg")
+        images.append({"id": i, "file_name": f"{i}.jpg", "width": 64, "height": 48})
+    return images
+
+
+def _ann(i, image_id, bbox, **extra):
+    return {"id": i, "image_id": image_id, "category_id": 1, "bbox": bbox, "area": 1.0, **extra}
+
+
+def test_recipe_skips_are_logged(tmp_path, caplog):
+    write_coco(tmp_path, "train", [], [])
+    images = _images(tmp_path, "train", 4)
+    annotations = [_ann(1, 1, [1, 1, 10, 10]),
+                   _ann(2, 2, [1, 1, 10, 10], iscrowd=1),    # crowd only: not a training target
+                   _ann(3, 3, [5, 5, 0, 8]),                  # zero width
+                   _ann(4, 1, [70, 60, 5, 5]),                # outside the image
+                   _ann(5, 1, [60, 40, 10, 10])]              # partly outside: clamped
+    write_coco(tmp_path, "train", images, annotations)        # image 4: no annotations at all
+    with caplog.at_level(logging.WARNING):
+        train = CocoDetection(tmp_path, "train", train=True)
+    assert train.image_ids() == [1]
+    assert train.skipped == {"crowd annotations (training)": 1, "images without usable boxes (training)": 3,
+                             "boxes with no area inside the image": 2}
+    assert "skipped 3 images without usable boxes" in caplog.text
+    _, target = train[0]
+    assert target["boxes"].tolist() == [[1, 1, 11, 11], [60, 40, 64, 48]]
+    evaluation = CocoDetection(tmp_path, "train", train=False)  # evaluation keeps every image
+    assert evaluation.image_ids() == [1, 2, 3, 4]
+    assert evaluation[1][1]["iscrowd"].tolist() == [1]
+
+
+def test_missing_image_is_named(tmp_path):
+    (tmp_path / "val2017").mkdir(parents=True)
+    images = _images(tmp_path, "val", 2)
+    (tmp_path / "val2017" / "2.jpg").unlink()
+    write_coco(tmp_path, "val", images, [_ann(1, 1, [1, 1, 5, 5])])
+    with pytest.raises(DatasetError, match=r"val2017: 1 image\(s\) .* missing, e.g. \['2.jpg'\]"):
+        CocoDetection(tmp_path, "val", train=False)
+
+
+def test_corrupt_image_is_named(tmp_path):
+    (tmp_path / "val2017").mkdir(parents=True)
+    images = _images(tmp_path, "val", 1)
+    (tmp_path / "val2017" / "1.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    write_coco(tmp_path, "val", images, [])
+    dataset = CocoDetection(tmp_path, "val", train=False)
+    with pytest.raises(DatasetError, match=r"1\.jpg: cannot decode image 1"):
+        dataset[0]
+    (tmp_path / "train2017").mkdir()
+    write_coco(tmp_path, "train", _images(tmp_path, "train", 1), [_ann(1, 1, [1, 1, 5, 5])])
+    assert build_manifest(tmp_path, decode_images=False)["splits"]["val"]["images"] == 1
+    with pytest.raises(DatasetError, match=r"val2017/1\.jpg: cannot decode"):
+        build_manifest(tmp_path, decode_images=True)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    (json.dumps({"images": [], "categories": []}), "missing the 'annotations' list"),
+    (json.dumps({"images": [{"id": 1}], "annotations": [], "categories": []}),
+     "images entry 1 lacks file_name, width, height"),
+])
+def test_malformed_annotation_file(tmp_path, content, message):
+    path = write_coco(tmp_path, "val", [], [])
+    path.write_text(content)
+    with pytest.raises(DatasetError, match=message) as err:
+        CocoDetection(tmp_path, "val", train=False)
+    assert str(path) in str(err.value)
+
+
+def test_empty_dataset_and_dangling_references(tmp_path):
+    write_coco(tmp_path, "train", [], [])
+    with pytest.raises(DatasetError, match="no usable images in the train split"):
+        CocoDetection(tmp_path, "train", train=True)
+    write_coco(tmp_path, "train", [], [_ann(1, 99, [0, 0, 5, 5])])
+    with pytest.raises(DatasetError, match="annotation 1 refers to image 99"):
+        CocoDetection(tmp_path, "train", train=True)
+    with pytest.raises(DatasetError, match="annotation file not found"):
+        CocoDetection(tmp_path / "nowhere", "val", train=False)
+
+
+def test_sampler_is_deterministic_sharded_and_even():
+    groups = aspect_ratio_groups([0.5, 1.0, 2.0, 1.0, 0.5] * 5, 2)
+    assert len(set(groups)) == 3
+    batches = {rank: list(ShardedBatchSampler(25, 4, seed=3, rank=rank, world_size=2, group_ids=groups))
+               for rank in (0, 1)}
+    assert len(batches[0]) == len(batches[1]) == 4  # every rank the same number of batches
+    seen = [i for rank in batches for batch in batches[rank] for i in batch]
+    assert set(seen) == set(range(25)) and len(seen) == 26  # one index repeated to even out
+    again = list(ShardedBatchSampler(25, 4, seed=3, rank=0, world_size=2, group_ids=groups))
+    assert again == batches[0]
+    sampler = ShardedBatchSampler(25, 4, seed=3, rank=0, world_size=2, group_ids=groups)
+    sampler.set_epoch(1)
+    assert list(sampler) != batches[0]
+    # Grouping: only the leftovers (fewer than a batch per group) may mix aspect-ratio groups.
+    many = aspect_ratio_groups([0.5, 1.0, 2.0, 1.0, 0.5] * 40, 2)
+    batches = list(ShardedBatchSampler(200, 4, seed=3, group_ids=many))
+    mixed = [b for b in batches if len({many[i] for i in b}) > 1]
+    assert len(batches) == 50 and len(mixed) <= 3

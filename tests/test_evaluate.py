@@ -1,0 +1,64 @@
+"""COCO evaluation on hand-built cases whose AP is known."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pipeline.evaluate import coco_metrics, to_coco_results
+
+from .conftest import write_coco
+
+# Two images, one 100x100 object each (area 10000 > 96²: a "large" object in COCO's sense).
+GROUND_TRUTH = [((1, [10, 10, 100, 100]), 1), ((2, [50, 20, 100, 100]), 2)]
+
+
+@pytest.fixture
+def gt_file(tmp_path):
+    images = [{"id": i, "file_name": f"{i}.jpg", "width": 200, "height": 200} for i in (1, 2)]
+    annotations = [{"id": k, "image_id": image_id, "category_id": category, "bbox": box,
+                    "area": box[2] * box[3], "iscrowd": 0}
+                   for k, ((image_id, box), category) in enumerate(GROUND_TRUTH, 1)]
+    return write_coco(tmp_path, "val", images, annotations,
+                      categories=[{"id": 1, "name": "a"}, {"id": 2, "name": "b"}])
+
+
+def detections(shift: float = 0.0, category_offset: int = 0) -> list[dict]:
+    return [{"image_id": image_id, "category_id": category + category_offset,
+             "bbox": [box[0] + shift, box[1], box[2], box[3]], "score": 0.9}
+            for (image_id, box), category in GROUND_TRUTH]
+
+
+def test_perfect_predictions_score_one(gt_file):
+    metrics = coco_metrics(gt_file, detections())
+    for name in ("AP", "AP50", "AP75", "APl", "AR1", "AR10", "AR100"):
+        assert metrics[name] == pytest.approx(1.0), name
+    assert metrics["APs"] == metrics["APm"] == -1.0  # no small or medium objects at all
+
+
+def test_shifted_boxes_score_by_their_iou(gt_file):
+    # Shifted 20 px sideways: IoU = 80*100 / (2*10000 - 80*100) = 2/3. It is a match at the
+    # IoU thresholds .50, .55, .60, .65 and a miss at .70 ... .95: AP@[.5:.95] = 4/10.
+    metrics = coco_metrics(gt_file, detections(shift=20))
+    assert metrics["AP"] == pytest.approx(0.4)
+    assert metrics["AP50"] == pytest.approx(1.0)
+    assert metrics["AP75"] == pytest.approx(0.0)
+
+
+def test_wrong_class_scores_zero_and_no_detections_too(gt_file):
+    swapped = [dict(d, category_id=3 - d["category_id"]) for d in detections()]
+    assert coco_metrics(gt_file, swapped)["AP"] == pytest.approx(0.0)
+    empty = coco_metrics(gt_file, [])
+    assert empty["AP"] == 0.0 and empty["APl"] == 0.0 and empty["APs"] == -1.0
+
+
+def test_half_the_objects_found(gt_file):
+    # One of two objects per class found: per-class AP of 1.0 and 0.0 -> mean 0.5.
+    metrics = coco_metrics(gt_file, detections()[:1])
+    assert metrics["AP50"] == pytest.approx(0.5)
+
+
+def test_torchvision_output_to_coco_results():
+    output = {"boxes": torch.tensor([[10.0, 20.0, 30.0, 60.0], [0.0, 0.0, 5.0, 5.0]]),
+              "scores": torch.tensor([0.8, 0.01]), "labels": torch.tensor([3, 1])}
+    results = to_coco_results(7, output, score_threshold=0.05)
+    assert results == [{"image_id": 7, "category_id": 3, "bbox": [10.0, 20.0, 20.0, 40.0], "score": 0.8}]

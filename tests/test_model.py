@@ -1,0 +1,96 @@
+"""Model builders: the tiny CPU model and the recipe's ResNet-50 FPN, with every weight source
+that does not need the internet (none, a local file, a URL on a local HTTP server)."""
+from __future__ import annotations
+
+import functools
+import http.server
+import threading
+
+import pytest
+import torch
+from torchvision.models import resnet50
+
+from pipeline.model import build_model
+from pipeline.params import load_resolved
+
+from .conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def configs():
+    return {name: load_resolved(REPO / "params.yaml", preset=name) for name in ("demo", "coco2017")}
+
+
+def test_tiny_model_trains_and_predicts_at_image_size(configs):
+    torch.manual_seed(0)
+    model = build_model(configs["demo"]["model"], num_classes=6)
+    size = configs["demo"]["model"]["min_size"]
+    images = [torch.rand(3, size, size) for _ in range(2)]
+    targets = [{"boxes": torch.tensor([[10.0, 10.0, 40.0, 50.0]]), "labels": torch.tensor([2])}] * 2
+    losses = model(images, targets)
+    assert set(losses) == {"loss_classifier", "loss_box_reg", "loss_objectness", "loss_rpn_box_reg"}
+    assert all(torch.isfinite(v) for v in losses.values())
+    batched, _ = model.transform(images)
+    assert batched.tensors.shape[-2:] == (size, size)  # no silent upsampling to 800 px
+    model.eval()
+    with torch.no_grad():
+        outputs = model(images)
+    assert len(outputs) == 2 and set(outputs[0]) == {"boxes", "scores", "labels"}
+    assert sum(p.numel() for p in model.parameters()) < 2_000_000  # CPU-sized
+
+
+def test_recipe_model_builds_without_downloading(configs):
+    cfg = dict(configs["coco2017"]["model"], backbone_weights=None)
+    model = build_model(cfg, num_classes=91)
+    assert model.roi_heads.box_predictor.cls_score.out_features == 91
+    assert model.transform.min_size == (800,) and model.transform.max_size == 1333
+    assert all(p.requires_grad for p in model.backbone.body.parameters())  # from scratch: all train
+
+
+@pytest.fixture(scope="module")
+def backbone_file(tmp_path_factory):
+    torch.manual_seed(1)
+    state = resnet50().state_dict()
+    path = tmp_path_factory.mktemp("weights") / "resnet50-local.pth"
+    torch.save(state, path)
+    return path, state
+
+
+def _assert_loaded(model, state):
+    body = model.backbone.body.state_dict()
+    assert torch.equal(body["conv1.weight"], state["conv1.weight"])
+    assert torch.equal(body["layer4.2.conv3.weight"], state["layer4.2.conv3.weight"])
+
+
+def test_backbone_from_local_file(configs, backbone_file):
+    path, state = backbone_file
+    cfg = dict(configs["coco2017"]["model"], backbone_weights=str(path))
+    model = build_model(cfg, num_classes=91)
+    _assert_loaded(model, state)
+    trainable = {name.split(".")[0] for name, p in model.backbone.body.named_parameters() if p.requires_grad}
+    assert trainable == {"layer2", "layer3", "layer4"}  # trainable_backbone_layers: 3
+
+
+def test_backbone_from_url_on_local_server(configs, backbone_file, tmp_path, monkeypatch):
+    path, state = backbone_file
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(path.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{path.name}"
+        model = build_model(dict(configs["coco2017"]["model"], backbone_weights=url), num_classes=91)
+    finally:
+        server.shutdown()
+    _assert_loaded(model, state)
+    assert list((tmp_path / "torch-home").rglob(path.name))  # cached for the next run
+
+
+def test_wrong_weights_are_refused(configs, tmp_path):
+    missing = dict(configs["coco2017"]["model"], backbone_weights=str(tmp_path / "nope.pth"))
+    with pytest.raises(FileNotFoundError, match="model.backbone_weights: .*nope.pth is not a file"):
+        build_model(missing, num_classes=91)
+    wrong = tmp_path / "wrong.pth"
+    torch.save({"conv1.weight": torch.zeros(1)}, wrong)
+    with pytest.raises(ValueError, match="wrong.pth is not a ResNet-50 state dict"):
+        build_model(dict(configs["coco2017"]["model"], backbone_weights=str(wrong)), num_classes=91)

@@ -1,0 +1,120 @@
+"""params.yaml: both presets validate; a wrong key or value is reported by name."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from pipeline import params
+
+from .conftest import REPO
+
+
+@pytest.fixture
+def raw() -> dict:
+    return params.load(REPO / "params.yaml")
+
+
+def test_both_presets_validate(raw):
+    for preset in raw["presets"]:
+        cfg = params.resolve(dict(raw, preset=preset))
+        assert set(cfg) == {"preset", "data", "model", "train", "eval", "sweep", "report"}
+
+
+def test_demo_is_the_default(raw):
+    assert raw["preset"] == "demo"
+    cfg = params.resolve(raw)
+    assert cfg["data"]["synthetic"] is not None and cfg["model"]["arch"] == "tiny"
+    # The model must not silently upsample the small images to 800 px.
+    assert cfg["model"]["min_size"] == cfg["model"]["max_size"] == cfg["data"]["synthetic"]["image_size"]
+
+
+def test_coco2017_is_the_published_recipe(raw):
+    cfg = params.resolve(dict(raw, preset="coco2017"))
+    model, train = cfg["model"], cfg["train"]
+    assert model["arch"] == "fasterrcnn_resnet50_fpn" and model["backbone_weights"] == "imagenet"
+    assert train["epochs"] == 26 and train["lr_steps"] == [16, 22]
+    assert train["images_per_worker"] == 2 and train["warmup_iters"] > 0
+    assert params.scaled_lr(train, 16) == pytest.approx(0.02)
+    assert params.scaled_lr(train, 4) == pytest.approx(0.005)  # 2 GPUs x 2 images
+    assert cfg["data"]["aspect_ratio_groups"] > 0
+
+
+def test_unknown_key_is_named_with_a_suggestion(raw):
+    raw["presets"]["demo"]["train"]["lr_step"] = [3]
+    with pytest.raises(params.ParamsError) as err:
+        params.resolve(raw)
+    message = str(err.value)
+    assert "presets.demo.train" in message and "'lr_step'" in message
+    assert "did you mean 'lr_steps'" in message
+
+
+@pytest.mark.parametrize("path, value, expected", [
+    (("train", "base_lr"), -0.1, "presets.demo.train.base_lr"),
+    (("train", "epochs"), "ten", "presets.demo.train.epochs"),
+    (("model", "arch"), "resnet9000", "presets.demo.model.arch"),
+    (("eval", "score_threshold"), 2, "presets.demo.eval.score_threshold"),
+])
+def test_wrong_value_is_named(raw, path, value, expected):
+    raw["presets"]["demo"][path[0]][path[1]] = value
+    with pytest.raises(params.ParamsError, match=expected.replace(".", r"\.")):
+        params.resolve(raw)
+
+
+def test_missing_key_is_named(raw):
+    del raw["presets"]["demo"]["train"]["momentum"]
+    with pytest.raises(params.ParamsError, match="'momentum' is a required property"):
+        params.resolve(raw)
+
+
+def test_unknown_preset(raw):
+    with pytest.raises(params.ParamsError, match="preset: 'coco2014' is not one of"):
+        params.resolve(dict(raw, preset="coco2014"))
+
+
+def test_cross_field_rules(raw):
+    bad = copy.deepcopy(raw)
+    bad["presets"]["demo"]["train"]["lr_steps"] = [11, 9]
+    with pytest.raises(params.ParamsError, match="lr_steps"):
+        params.resolve(bad)
+    bad = copy.deepcopy(raw)
+    bad["presets"]["demo"]["sweep"] = [{"strategy": "single", "world_size": 1}] * 2
+    with pytest.raises(params.ParamsError, match="duplicate entries"):
+        params.resolve(bad)
+
+
+def test_malformed_yaml_names_the_file(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("preset: demo\npresets: [unclosed\n")
+    with pytest.raises(params.ParamsError, match=str(path)):
+        params.load(path)
+
+
+def test_runs_fill_images_per_worker(raw):
+    cfg = params.resolve(raw)
+    cfg["sweep"] = [{"strategy": "single", "world_size": 1},
+                    {"strategy": "single", "world_size": 1, "images_per_worker": 2}]
+    runs = params.runs(cfg)
+    per_worker = cfg["train"]["images_per_worker"]
+    assert list(runs) == [f"single-w1-b{per_worker}", "single-w1-b2"]
+    assert runs["single-w1-b2"]["images_per_worker"] == 2
+
+
+def test_schema_is_closed_everywhere():
+    """Every object in the schema rejects unknown keys (else a typo is silently ignored)."""
+    schema = yaml.safe_load(params.SCHEMA_PATH.read_text())
+
+    def objects(node):
+        if isinstance(node, dict):
+            if node.get("type") == "object" and "properties" in node:
+                yield node
+            for value in node.values():
+                yield from objects(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from objects(value)
+
+    found = list(objects(schema))
+    assert len(found) > 8
+    assert all(node.get("additionalProperties") is False for node in found)

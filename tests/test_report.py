@@ -1,0 +1,215 @@
+"""The report stage on fake but realistic run directories (no training, a few seconds)."""
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline.report import SUMMARY_COLUMNS, build_report, progress_per_epoch
+
+REPORT_CFG = {
+    "published": {
+        "source": "DataParallel vs DistributedDataParallel, Faster R-CNN on COCO 2017, 2 GPUs",
+        "dp": {"AP": 0.624, "AP50": 0.758, "AP75": 0.630, "sec_per_iter": 0.6646,
+               "progress_per_epoch": 0.035},
+        "ddp": {"AP": 0.632, "AP50": 0.744, "AP75": 0.634, "sec_per_iter": 0.6622,
+                "progress_per_epoch": 0.032},
+    },
+    "figure_formats": ["png", "pdf"],
+    "dpi": 40,  # small figures keep the test fast; the layout code is the same
+}
+FIGURES = ["loss_vs_time", "loss_vs_epoch", "ap", "time_split"]
+METRIC_KEYS = ["AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm",
+               "ARl"]
+
+
+def provenance(world_size: int) -> dict:
+    return {"git_revision": "0123abc", "seed": 0, "threads": 2, "world_size": world_size,
+            "device": "cpu", "backend": "gloo", "packages": {"python": "3.11.9", "torch": "2.14.1"},
+            "hardware": {"machine": "x86_64", "cpu_count": 2, "hostname": "secret-node"},
+            "params": {}, "argv": []}
+
+
+def make_ok_run(root: Path, strategy: str, world_size: int, per_worker: int,
+                epoch_loss: list[float], ap: float, iters_per_epoch: int = 12) -> Path:
+    """A finished run whose epoch-mean losses are exactly `epoch_loss` (the noise cancels)."""
+    run_id = f"{strategy}-w{world_size}-b{per_worker}"
+    run_dir = root / run_id
+    run_dir.mkdir(parents=True)
+    records, elapsed, step = [], 0.0, 0
+    for epoch, mean_loss in enumerate(epoch_loss):
+        for i in range(iters_per_epoch):
+            elapsed += 0.5
+            loss = mean_loss + (0.05 if i % 2 else -0.05)
+            records.append({
+                "step": step, "epoch": epoch, "lr": 0.01, "images": per_worker * world_size,
+                "loss": loss, "loss_classifier": loss / 4, "loss_box_reg": loss / 4,
+                "loss_objectness": loss / 4, "loss_rpn_box_reg": loss / 4, "time_data": 0.05,
+                "time_compute": 0.35, "time_communication": 0.05 * (world_size - 1),
+                "time_optimizer": 0.05, "time_iter": 0.5, "elapsed": elapsed})
+            step += 1
+    (run_dir / "iterations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = {
+        "run_id": run_id, "strategy": strategy, "world_size": world_size,
+        "images_per_worker": per_worker, "global_batch": per_worker * world_size, "lr": 0.04,
+        "device": "cpu", "backend": "gloo", "threads": 2, "status": "ok", "reason": "",
+        "epochs": len(epoch_loss), "iterations": len(records), "train_seconds": elapsed,
+        "images_per_second": per_worker * world_size / 0.5,
+        "sec_per_iter": {"mean": 0.5, "p50": 0.5, "p95": 0.52},
+        "time_split": {"data": 0.05, "compute": 0.35, "communication": 0.05 * (world_size - 1),
+                       "optimizer": 0.05},
+        "epoch_loss": epoch_loss, "final_loss": epoch_loss[-1],
+        "provenance": provenance(world_size)}
+    (run_dir / "train_summary.json").write_text(json.dumps(summary))
+    metrics = {"run_id": run_id, "AP": ap, "AP50": ap + 0.2, "AP75": ap - 0.05, "APs": -1,
+               "APm": ap, "APl": ap + 0.1, **{k: 0.3 for k in METRIC_KEYS[6:]}, "images": 160,
+               "detections": 1600, "inference_seconds": 3.0, "provenance": {}}
+    (run_dir / "metrics.json").write_text(json.dumps(metrics))
+    return run_dir
+
+
+def make_skipped_run(root: Path, run_id: str, reason: str) -> Path:
+    run_dir = root / run_id
+    run_dir.mkdir(parents=True)
+    strategy, world, batch = run_id.split("-")
+    (run_dir / "train_summary.json").write_text(json.dumps({
+        "run_id": run_id, "strategy": strategy, "world_size": int(world[1:]),
+        "images_per_worker": int(batch[1:]), "status": "skipped", "reason": reason}))
+    (run_dir / "metrics.json").write_text(json.dumps({
+        "run_id": run_id, "status": "skipped", "reason": reason,
+        **{k: None for k in METRIC_KEYS}}))
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("runs") / "demo"
+    return [make_ok_run(root, "single", 1, 8, [2.0, 1.5, 1.2], ap=0.1234),
+            make_ok_run(root, "ddp", 2, 4, [2.1, 1.7, 1.3], ap=0.2346),
+            make_skipped_run(root, "dp-w2-b2", "needs 2 GPUs, found 0")]
+
+
+@pytest.fixture(scope="module")
+def report(runs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("results")
+    summary = build_report(runs, REPORT_CFG, "demo", out / "summary.csv", out / "report")
+    return out, summary
+
+
+def test_progress_per_epoch_definition():
+    assert progress_per_epoch([2.0, 1.5, 1.2]) == pytest.approx(0.4)
+    assert math.isnan(progress_per_epoch([1.0]))
+    assert math.isnan(progress_per_epoch([]))
+
+
+def test_summary_csv_keeps_every_run(report):
+    out, _ = report
+    csv = pd.read_csv(out / "summary.csv", keep_default_na=True)
+    assert list(csv.columns) == SUMMARY_COLUMNS
+    assert len(csv) == 3
+    skipped = csv.set_index("run_id").loc["dp-w2-b2"]
+    assert skipped["status"] == "skipped"
+    assert skipped["reason"] == "needs 2 GPUs, found 0"
+    assert pd.isna(skipped["AP"]) and pd.isna(skipped["sec_per_iter_mean"])
+    single = csv.set_index("run_id").loc["single-w1-b8"]
+    assert single["progress_per_epoch"] == pytest.approx((2.0 - 1.2) / 2)
+    assert single["AP"] == pytest.approx(0.1234)
+    assert pd.isna(single["APs"])  # COCO's -1: no small objects
+    assert csv.set_index("run_id").loc["ddp-w2-b4", "world_size"] == 2
+    # the raw file writes empty fields, not "nan", for the skipped run
+    raw = (out / "summary.csv").read_text().splitlines()
+    assert "nan" not in raw[3].lower()
+
+
+def test_tables_show_published_and_reproduced(report):
+    out, _ = report
+    table1 = (out / "report" / "table1.md").read_text()
+    for value in ("0.624", "0.632", "0.758", "0.744", "0.630", "0.634", "0.123", "0.235"):
+        assert value in table1
+    assert "published (2 GPUs, COCO 2017)" in table1
+    assert "single-w1-b8" in table1 and "ddp-w2-b4" in table1
+    assert "dp-w2-b2" not in table1  # skipped runs have no numbers to show
+    table2 = (out / "report" / "table2.md").read_text()
+    assert "0.6646" in table2 and "0.6622" in table2 and "0.5000" in table2
+    assert "0.4000" in table2  # progress of single-w1-b8
+    for name in ("table1", "table2"):
+        tex = (out / "report" / f"{name}.tex").read_text()
+        assert r"\toprule" in tex and r"\midrule" in tex and r"\bottomrule" in tex
+        assert tex.count(r"\\") == 1 + 2 + 2  # header, 2 published rows, 2 runs
+        csv = pd.read_csv(out / "report" / f"{name}.csv")
+        assert len(csv) == 4
+    assert pd.read_csv(out / "report" / "table1.csv")["AP"].tolist()[2] == pytest.approx(0.123)
+
+
+def test_figures_in_every_format(report):
+    out, _ = report
+    for name in FIGURES:
+        for fmt in ("png", "pdf"):
+            path = out / "report" / "figures" / f"{name}.{fmt}"
+            assert path.stat().st_size > 1000, path
+    assert not list((out / "report").rglob("*.tmp"))  # atomic writes leave no temp files
+
+
+def test_reports(report):
+    out, _ = report
+    md = (out / "report" / "report.md").read_text()
+    assert "needs 2 GPUs, found 0" in md
+    assert "(epoch_loss" in md or "mean decrease of the epoch-mean total training loss" in md
+    assert "figures/loss_vs_time.png" in md
+    assert "0123abc" in md and "secret-node" not in md
+    page = (out / "report" / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == len(FIGURES)
+    assert not re.search(r"(src|href)=['\"]?https?:", page)
+    assert "<table" in page and "0.624" in page
+
+
+def test_all_runs_skipped_still_builds(tmp_path):
+    run = make_skipped_run(tmp_path / "runs", "ddp-w2-b4", "needs 2 GPUs, found 0")
+    summary = build_report([run], REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "r")
+    assert summary["status"].tolist() == ["skipped"]
+    for name in FIGURES:
+        assert (tmp_path / "r" / "figures" / f"{name}.png").stat().st_size > 0
+    assert "0.624" in (tmp_path / "r" / "table1.md").read_text()
+    assert "data:image/png;base64," in (tmp_path / "r" / "report.html").read_text()
+
+
+def test_single_run_with_one_epoch(tmp_path):
+    run = make_ok_run(tmp_path / "runs", "single", 1, 8, [1.7], ap=0.05)
+    summary = build_report([run], REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "r")
+    assert math.isnan(summary.loc[0, "progress_per_epoch"])
+    assert "n/a" in (tmp_path / "r" / "table2.md").read_text()
+
+
+def test_malformed_metrics_names_the_file(tmp_path):
+    run = make_ok_run(tmp_path / "runs", "single", 1, 8, [2.0, 1.0], ap=0.1)
+    (run / "metrics.json").write_text('{"AP": 0.1,')
+    with pytest.raises(ValueError, match=re.escape(str(run / "metrics.json"))):
+        build_report([run], REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "r")
+    assert not (tmp_path / "summary.csv").exists()
+
+
+def test_missing_iterations_names_the_file(tmp_path):
+    run = make_ok_run(tmp_path / "runs", "single", 1, 8, [2.0, 1.0], ap=0.1)
+    (run / "iterations.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="iterations.jsonl: file not found"):
+        build_report([run], REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "r")
+
+
+def test_cli(runs, tmp_path):
+    cmd = [sys.executable, "-m", "pipeline.report", "--report-config", json.dumps(REPORT_CFG),
+           "--preset", "demo", "--summary", str(tmp_path / "summary.csv"),
+           "--out-dir", str(tmp_path / "report"), *map(str, runs)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(pd.read_csv(tmp_path / "summary.csv")) == 3
+    assert (tmp_path / "report" / "report.html").exists()
+    broken = subprocess.run(cmd[:-3] + [str(tmp_path / "nowhere")], capture_output=True,
+                            text=True, timeout=120)
+    assert broken.returncode != 0
+    assert "nowhere/train_summary.json: file not found" in broken.stderr

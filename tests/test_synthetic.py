@@ -1,0 +1,69 @@
+"""The embedded dataset: deterministic bytes, valid COCO, informative mix of objects."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+
+from pycocotools.coco import COCO
+
+from pipeline import synthetic
+from pipeline.dataset import SPLIT_DIRS, annotation_path
+
+from .conftest import SMALL_DATA
+
+
+def digest(root) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_same_settings_same_bytes(tmp_path, small_dataset):
+    again = tmp_path / "again"
+    synthetic.generate(again, SMALL_DATA)
+    assert digest(again) == digest(small_dataset)
+    other = tmp_path / "other"
+    synthetic.generate(other, dict(SMALL_DATA, seed=SMALL_DATA["seed"] + 1))
+    assert digest(other) != digest(small_dataset)
+
+
+def test_coco_layout_loads_in_pycocotools(small_dataset):
+    for split, folder in SPLIT_DIRS.items():
+        with contextlib.redirect_stdout(io.StringIO()):
+            coco = COCO(str(annotation_path(small_dataset, split)))
+        images = coco.loadImgs(coco.getImgIds())
+        assert len(images) == SMALL_DATA[f"{split}_images"]
+        assert all((small_dataset / folder / img["file_name"]).is_file() for img in images)
+        assert len(coco.getCatIds()) == len(synthetic.CATEGORIES)
+        size = SMALL_DATA["image_size"]
+        for ann in coco.loadAnns(coco.getAnnIds()):
+            x, y, w, h = ann["bbox"]
+            assert 0 <= x and 0 <= y and x + w <= size and y + h <= size and w > 0 and h > 0
+            assert 0 < ann["area"] <= w * h and ann["iscrowd"] == 0
+
+
+def test_objects_span_coco_size_classes_and_categories(tmp_path):
+    settings = dict(SMALL_DATA, image_size=128, train_images=200, val_images=1)
+    synthetic.generate(tmp_path / "d", settings)
+    document = json.loads(annotation_path(tmp_path / "d", "train").read_text())
+    areas = [a["area"] for a in document["annotations"]]
+    assert sum(a < 32**2 for a in areas) > 20                # small
+    assert sum(32**2 <= a < 96**2 for a in areas) > 20       # medium
+    assert sum(a >= 96**2 for a in areas) >= 2               # large
+    assert {a["category_id"] for a in document["annotations"]} == set(range(1, 6))
+    with_objects = {a["image_id"] for a in document["annotations"]}
+    assert 0 < len(document["images"]) - len(with_objects) < 20  # a few empty images, as COCO
+    per_image = [sum(a["image_id"] == i["id"] for a in document["annotations"]) for i in document["images"]]
+    assert max(per_image) > 1                                # several objects, some overlapping
+
+
+def test_regenerating_replaces_the_whole_directory(tmp_path):
+    root = tmp_path / "d"
+    synthetic.generate(root, SMALL_DATA)
+    stray = root / "train2017" / "stray.jpg"
+    stray.write_bytes(b"left over")
+    synthetic.generate(root, dict(SMALL_DATA, train_images=3))
+    assert not stray.exists()
+    assert len(list((root / "train2017").iterdir())) == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["d"]  # no staging directories left behind

@@ -6,6 +6,7 @@
 Every value a rule depends on is passed as its `params`, and the pipeline/ modules it imports
 are declared as its inputs, so Snakemake reruns exactly the stages a change affects.
 """
+import os
 import re
 from pathlib import Path
 import sys
@@ -45,6 +46,12 @@ CODE = {
     "evaluate": COMMON + ["pipeline/evaluate.py", "pipeline/model.py", "pipeline/dataset.py"],
     "report": COMMON + ["pipeline/report.py"],
 }
+
+
+# Every rule runs in the locked environment: the image built from the Dockerfile. Snakemake uses
+# it with --software-deployment-method apptainer (push the image and set BENCH_IMAGE to it);
+# plain runs use the environment Snakemake itself runs in.
+container: os.environ.get("BENCH_IMAGE", "docker://frcnn-dp-bench:latest")
 
 
 wildcard_constraints:
@@ -90,7 +97,7 @@ rule train:
                 RUNS[wildcards.run]["world_size"], PYTHON
             )
         ),
-        out=lambda wildcards: RUN_DIR.format(run=wildcards.run),
+        out=lambda wildcards, output: os.path.dirname(output.summary),
     threads: workflow.cores
     log:
         f"logs/train/{PRESET}/{{run}}.log",
@@ -112,7 +119,7 @@ rule evaluate:
         predictions=f"{RUN_DIR}/predictions.json",
     params:
         config=P.canonical({k: CFG[k] for k in ("data", "model", "eval")}),
-        out=lambda wildcards: RUN_DIR.format(run=wildcards.run),
+        out=lambda wildcards, output: os.path.dirname(output.metrics),
         python=PYTHON,
     threads: workflow.cores
     log:
@@ -138,7 +145,7 @@ rule report:
         report=P.canonical(CFG["report"]),
         preset=PRESET,
         runs=expand(RUN_DIR, run=RUNS),
-        out=REPORT,
+        out=lambda wildcards, output: os.path.dirname(output.html),
         python=PYTHON,
     log:
         "logs/report.log",

@@ -1,6 +1,7 @@
 """The data stage: make the configured dataset available, validate it, write its manifest.
 
     python -m pipeline.prepare --config '<data section JSON>' --manifest data/NAME.manifest.json
+    python -m pipeline.prepare --params params.yaml --preset demo --manifest ...   (dvc.yaml)
 
 The synthetic dataset is generated (deterministically) in place; any other dataset must already
 be in the COCO 2017 layout under data.root. The manifest (annotation checksums, counts, skips)
@@ -12,7 +13,7 @@ import argparse
 import json
 import logging
 
-from . import synthetic
+from . import params, synthetic
 from .dataset import DatasetError, build_manifest
 from .files import write_json
 
@@ -29,13 +30,20 @@ def prepare(data_cfg: dict, manifest_path: str) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Prepare and validate the configured dataset.")
-    parser.add_argument("--config", required=True, help="the data section of the preset, as JSON")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", help="the data section of the preset, as JSON (Snakefile)")
+    source.add_argument("--params", help="a params.yaml to read the data section from (dvc.yaml)")
+    parser.add_argument("--preset", help="with --params: the preset (default: the file's own)")
     parser.add_argument("--manifest", required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        manifest = prepare(json.loads(args.config), args.manifest)
-    except DatasetError as err:
+        if args.params:
+            data_cfg = params.load_resolved(args.params, args.preset)["data"]
+        else:
+            data_cfg = json.loads(args.config)
+        manifest = prepare(data_cfg, args.manifest)
+    except (DatasetError, params.ParamsError) as err:
         raise SystemExit(f"error: {err}") from None
     print(json.dumps(manifest["splits"], indent=1))
 

@@ -44,7 +44,6 @@ TIME_SPLIT = ["data", "compute", "communication", "optimizer"]
 STRATEGY_NAMES = {"single": "single process", "dp": "DataParallel", "ddp": "DDP",
                   "ps": "parameter server"}
 PUBLISHED_NAMES = {"dp": "DataParallel (DP)", "ddp": "DistributedDataParallel (DDP)"}
-WARMUP_ITERATIONS = 5  # pipeline/train.py WARMUP_ITERATIONS_EXCLUDED, quoted in the definitions
 TEX_HEADERS = {"AP50": "AP$_{50}$", "AP75": "AP$_{75}$"}
 FIGURES = {"loss_vs_time": "Training loss (rolling mean) versus elapsed training seconds",
            "loss_vs_epoch": "Epoch-mean training loss per epoch",
@@ -304,6 +303,9 @@ def report_sections(runs, summary, shown1, shown2, published, preset, figure_ext
     run_cols = ["run_id", "strategy", "world_size", "images_per_worker", "global_batch", "device",
                 "backend", "status", "reason"]
     ok = int((summary["status"] == "ok").sum())
+    # Each run records how many warm-up iterations its timing statistics leave out.
+    warmup = sorted({str(run["summary"]["timing_excludes_first_iterations"]) for run in runs
+                     if "timing_excludes_first_iterations" in run["summary"]}) or ["an unrecorded number of"]
     return [
         {"title": "What was run", "text": [
             f"Preset {preset}: {len(runs)} training runs, {ok} completed. Skipped and failed "
@@ -316,7 +318,7 @@ def report_sections(runs, summary, shown1, shown2, published, preset, figure_ext
          "text": ["Same layout as Table 1."], "table": shown2},
         {"title": "Definitions", "bullets": [
             f"time per iteration = mean wall-clock seconds per training iteration, excluding the "
-            f"first {WARMUP_ITERATIONS} (warm-up) iterations of the run", PROGRESS_DEFINITION,
+            f"first {' or '.join(warmup)} (warm-up) iterations of the run", PROGRESS_DEFINITION,
             "AP, AP50, AP75 = COCO box average precision (pycocotools); a size-range AP of -1 "
             "(no objects of that size) is left empty in summary.csv"]},
         {"title": "Figures", "figures": [(name, f"figures/{name}.{figure_ext}", caption)

@@ -247,7 +247,8 @@ def summarise(log_path: Path, run: dict, ctx, base_lr: float, global_batch: int,
         "images_per_second": float(sum(r["images"] for r in steady) / times.sum()),
         "sec_per_iter": {"mean": float(times.mean()), "p50": float(np.percentile(times, 50)),
                          "p95": float(np.percentile(times, 95))},
-        "time_split": split, "epoch_loss": epoch_loss,
+        "time_split": split, "timing_excludes_first_iterations": WARMUP_ITERATIONS_EXCLUDED,
+        "epoch_loss": epoch_loss,
         "final_loss": epoch_loss[-1] if epoch_loss else math.nan,
     }
 

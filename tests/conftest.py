@@ -21,8 +21,8 @@ def small_config(root: Path, **train_overrides) -> dict:
     cfg = copy.deepcopy(cfg)
     cfg["data"].update(root=str(root), synthetic=dict(SMALL_DATA))
     cfg["model"].update(min_size=96, max_size=96, channels=32, representation_size=128)
-    cfg["train"].update(epochs=2, images_per_worker=4, base_batch=4, warmup_iters=4,
-                        lr_steps=[], print_every=5, **train_overrides)
+    cfg["train"].update({"epochs": 2, "images_per_worker": 4, "base_batch": 4, "warmup_iters": 4,
+                         "lr_steps": [], "print_every": 5, **train_overrides})
     cfg["eval"].update(batch_size=4)
     return cfg
 

@@ -1,0 +1,110 @@
+"""The training loop on a tiny synthetic set: it learns, it is deterministic, a killed run
+resumes to exactly the result of an uninterrupted one, and a diverging run stops clearly."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pipeline.params import canonical, runs
+from pipeline.train import learning_rate, train
+
+from .conftest import REPO, small_config
+
+TIMING = ("time_data", "time_compute", "time_communication", "time_optimizer", "time_iter", "elapsed")
+
+
+def records(path) -> list[dict]:
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING}
+            for line in path.read_text().splitlines()]
+
+
+def single_run(cfg) -> dict:
+    return next(iter(runs(cfg).values()))
+
+
+def test_training_lowers_the_loss_and_writes_its_outputs(small_dataset, tmp_path):
+    cfg = small_config(small_dataset, epochs=4)
+    summary = train(cfg, single_run(cfg), tmp_path / "run")
+    first, last = summary["epoch_loss"][0], summary["epoch_loss"][-1]
+    assert last < 0.8 * first, summary["epoch_loss"]
+    assert summary["status"] == "ok" and summary["iterations"] == 4 * 6  # 24 images / 4 per batch
+    assert summary["images_per_second"] > 0 and summary["sec_per_iter"]["p95"] >= summary["sec_per_iter"]["p50"]
+    lines = records(tmp_path / "run" / "iterations.jsonl")
+    assert [r["step"] for r in lines] == list(range(1, 25))
+    assert set(lines[0]) >= {"epoch", "lr", "images", "loss", "loss_classifier", "loss_box_reg",
+                             "loss_objectness", "loss_rpn_box_reg"}
+    saved = json.loads((tmp_path / "run" / "train_summary.json").read_text())
+    provenance = saved["provenance"]
+    assert provenance["seed"] == cfg["train"]["seed"] and provenance["world_size"] == 1
+    assert provenance["threads"] >= 1 and provenance["packages"]["torch"].startswith("2.14.1")
+    assert provenance["params"]["train"]["epochs"] == 4 and provenance["git_revision"]
+    assert (tmp_path / "run" / "model_final.pt").stat().st_size > 0
+
+
+def test_same_seed_same_losses_on_cpu(small_dataset, tmp_path):
+    cfg = small_config(small_dataset, epochs=1)
+    train(cfg, single_run(cfg), tmp_path / "a")
+    train(cfg, single_run(cfg), tmp_path / "b")
+    assert records(tmp_path / "a" / "iterations.jsonl") == records(tmp_path / "b" / "iterations.jsonl")
+    other = small_config(small_dataset, epochs=1, seed=1)
+    train(other, single_run(other), tmp_path / "c")
+    assert records(tmp_path / "c" / "iterations.jsonl") != records(tmp_path / "a" / "iterations.jsonl")
+
+
+def test_killed_run_resumes_to_the_uninterrupted_result(small_dataset, tmp_path):
+    cfg = small_config(small_dataset, epochs=4)
+    run = single_run(cfg)
+    train(cfg, run, tmp_path / "whole")
+
+    out = tmp_path / "killed"
+    command = [sys.executable, "-m", "pipeline.train", "--config", canonical(cfg),
+               "--run", canonical(run), "--out", str(out)]
+    process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.DEVNULL)
+    checkpoint = out / "state" / "checkpoint.pt"
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert checkpoint.exists() and not (out / "train_summary.json").exists()
+
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "resuming" in result.stderr
+    assert records(out / "iterations.jsonl") == records(tmp_path / "whole" / "iterations.jsonl")
+
+
+def test_checkpoint_of_other_settings_is_not_resumed(small_dataset, tmp_path, caplog):
+    cfg = small_config(small_dataset, epochs=1)
+    train(cfg, single_run(cfg), tmp_path / "run")
+    changed = small_config(small_dataset, epochs=1, base_lr=0.01)
+    with caplog.at_level("INFO"):
+        train(changed, single_run(changed), tmp_path / "run")
+    assert "written with other settings; starting over" in caplog.text
+    assert {r["lr"] for r in records(tmp_path / "run" / "iterations.jsonl")} <= {
+        learning_rate(changed["train"], 0.01, s, 0) for s in range(6)}
+
+
+def test_diverging_loss_stops_with_a_clear_error(small_dataset, tmp_path):
+    cfg = small_config(small_dataset, epochs=2, base_lr=1e6, warmup_iters=0)
+    out = tmp_path / "run"
+    result = subprocess.run([sys.executable, "-m", "pipeline.train", "--config", canonical(cfg),
+                             "--run", canonical(single_run(cfg)), "--out", str(out)],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "error: non-finite loss" in result.stderr and "Lower train.base_lr" in result.stderr
+    assert not (out / "train_summary.json").exists() and not (out / "model_final.pt").exists()
+
+
+def test_learning_rate_schedule():
+    train_cfg = {"warmup_iters": 10, "warmup_factor": 0.001, "lr_steps": [2, 3], "lr_gamma": 0.1}
+    assert learning_rate(train_cfg, 1.0, 0, 0) == pytest.approx(0.001)
+    assert learning_rate(train_cfg, 1.0, 5, 0) == pytest.approx(0.001 * 0.5 + 0.5)
+    assert learning_rate(train_cfg, 1.0, 10, 1) == pytest.approx(1.0)
+    assert learning_rate(train_cfg, 1.0, 99, 2) == pytest.approx(0.1)
+    assert learning_rate(train_cfg, 1.0, 99, 3) == pytest.approx(0.01)

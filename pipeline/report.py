@@ -157,9 +157,11 @@ def comparison_table(summary: pd.DataFrame, published: dict,
     `columns` maps a table column to its key in the published values and its summary.csv column.
     """
     label = published.get("label", "published (2 GPUs, COCO 2017)")
-    rows = [{"Method": PUBLISHED_NAMES.get(key, key.upper()), "Source": label,
-             **{col: _number(values.get(key_pub)) for col, (key_pub, _) in columns.items()}}
-            for key, values in published.items() if isinstance(values, dict)]
+    # The study's order (DP, then DDP): the config reaches us as key-sorted JSON.
+    methods = [key for key in PUBLISHED_NAMES if isinstance(published.get(key), dict)]
+    rows = [{"Method": PUBLISHED_NAMES[key], "Source": label,
+             **{col: _number(published[key].get(key_pub)) for col, (key_pub, _) in columns.items()}}
+            for key in methods]
     for _, row in summary[summary["status"] == "ok"].iterrows():
         rows.append({"Method": _method(row), "Source": f"reproduced ({preset})",
                      **{col: row[key_csv] for col, (_, key_csv) in columns.items()}})

@@ -133,6 +133,7 @@ def test_tables_show_published_and_reproduced(report):
     for value in ("0.624", "0.632", "0.758", "0.744", "0.630", "0.634", "0.123", "0.235"):
         assert value in table1
     assert "published (2 GPUs, COCO 2017)" in table1
+    assert table1.index("DataParallel (DP)") < table1.index("DistributedDataParallel (DDP)")  # study's order
     assert "single-w1-b8" in table1 and "ddp-w2-b4" in table1
     assert "dp-w2-b2" not in table1  # skipped runs have no numbers to show
     table2 = (out / "report" / "table2.md").read_text()

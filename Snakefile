@@ -15,7 +15,6 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version
 
 from pipeline import params as P
-from pipeline import strategies
 
 min_version("9.0")
 
@@ -41,9 +40,12 @@ COMMON = ["pipeline/files.py", "pipeline/provenance.py"]
 CODE = {
     "data": COMMON + ["pipeline/prepare.py", "pipeline/synthetic.py", "pipeline/dataset.py"],
     "train": COMMON
-    + ["pipeline/train.py", "pipeline/model.py", "pipeline/dataset.py", "pipeline/sampler.py"]
+    + ["pipeline/launch.py", "pipeline/train.py", "pipeline/model.py", "pipeline/dataset.py"]
+    + ["pipeline/sampler.py"]
     + sorted(str(p) for p in Path("pipeline/strategies").glob("*.py")),
-    "evaluate": COMMON + ["pipeline/evaluate.py", "pipeline/model.py", "pipeline/dataset.py"],
+    "evaluate": COMMON
+    + ["pipeline/launch.py", "pipeline/evaluate.py", "pipeline/model.py", "pipeline/dataset.py"]
+    + ["pipeline/strategies/base.py", "pipeline/strategies/ddp.py"],
     "report": COMMON + ["pipeline/report.py"],
 }
 
@@ -86,17 +88,13 @@ rule train:
         manifest=MANIFEST,
         code=CODE["train"],
     output:
+        # Written last; model_final.pt beside it exists only for runs that were not skipped.
         summary=f"{RUN_DIR}/train_summary.json",
-        model=f"{RUN_DIR}/model_final.pt",
         iterations=f"{RUN_DIR}/iterations.jsonl",
     params:
-        config=P.canonical({k: CFG[k] for k in ("data", "model", "train")}),
+        config=P.canonical({k: CFG[k] for k in ("data", "model", "train", "parallel")}),
         run=lambda wildcards: P.canonical(RUNS[wildcards.run]),
-        launcher=lambda wildcards: " ".join(
-            strategies.get(RUNS[wildcards.run]["strategy"]).launcher(
-                RUNS[wildcards.run]["world_size"], PYTHON
-            )
-        ),
+        python=PYTHON,
         out=lambda wildcards, output: os.path.dirname(output.summary),
     threads: workflow.cores
     log:
@@ -104,7 +102,7 @@ rule train:
     benchmark:
         f"logs/benchmarks/train_{PRESET}_{{run}}.tsv"
     shell:
-        "{params.launcher} -m pipeline.train --config {params.config:q} --run {params.run:q}"
+        "{params.python} -m pipeline.launch --config {params.config:q} --entry {params.run:q}"
         " --out {params.out} > {log} 2>&1"
 
 
@@ -112,13 +110,13 @@ rule evaluate:
     input:
         manifest=MANIFEST,
         summary=rules.train.output.summary,
-        model=rules.train.output.model,
         code=CODE["evaluate"],
     output:
         metrics=f"{RUN_DIR}/metrics.json",
         predictions=f"{RUN_DIR}/predictions.json",
     params:
-        config=P.canonical({k: CFG[k] for k in ("data", "model", "eval")}),
+        config=P.canonical({k: CFG[k] for k in ("data", "model", "parallel", "eval")}),
+        run=lambda wildcards: P.canonical(RUNS[wildcards.run]),
         out=lambda wildcards, output: os.path.dirname(output.metrics),
         python=PYTHON,
     threads: workflow.cores
@@ -127,8 +125,8 @@ rule evaluate:
     benchmark:
         f"logs/benchmarks/evaluate_{PRESET}_{{run}}.tsv"
     shell:
-        "{params.python} -m pipeline.evaluate --config {params.config:q} --run-dir {params.out}"
-        " > {log} 2>&1"
+        "{params.python} -m pipeline.launch --stage evaluate --config {params.config:q}"
+        " --entry {params.run:q} --out {params.out} > {log} 2>&1"
 
 
 rule report:

@@ -13,10 +13,12 @@ import contextlib
 import io
 import json
 import logging
+import os
 import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
@@ -24,6 +26,7 @@ from . import provenance
 from .dataset import CocoDetection, annotation_path, collate
 from .files import read_json, write_json
 from .model import build_model
+from .strategies.base import destroy_process_group, init_process_group
 
 log = logging.getLogger("evaluate")
 # The order of COCOeval.stats for bounding boxes.
@@ -74,7 +77,7 @@ def to_coco_results(image_id: int, output: dict, score_threshold: float) -> list
 
 
 @torch.no_grad()
-def predict(model, dataset: CocoDetection, batch_size: int, device: torch.device,
+def predict(model, dataset, batch_size: int, device: torch.device,
             score_threshold: float) -> list[dict]:
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate)
     model.eval()
@@ -87,9 +90,14 @@ def predict(model, dataset: CocoDetection, batch_size: int, device: torch.device
     return detections
 
 
-def evaluate(cfg: dict, run_dir: str | Path) -> dict:
+def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
+    """Predict and score. Under torchrun (a ddp run) every rank predicts its share of the
+    validation images and rank 0 scores the gathered predictions in one COCO evaluation."""
     run_dir = Path(run_dir)
+    rank, world = 0, 1
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+        rank, world, device, _, _ = init_process_group(cfg["parallel"], 0)
     checkpoint = torch.load(run_dir / "model_final.pt", map_location="cpu", weights_only=False)
     model_cfg = dict(cfg["model"], backbone_weights=None)  # the trained weights replace them
     model = build_model(model_cfg, checkpoint["num_classes"])
@@ -98,14 +106,22 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict:
     model.to(device)
     dataset = CocoDetection(cfg["data"]["root"], "val", train=False)
     start = time.perf_counter()
-    detections = predict(model, dataset, cfg["eval"]["batch_size"], device,
+    share = torch.utils.data.Subset(dataset, range(rank, len(dataset), world))
+    detections = predict(model, share, cfg["eval"]["batch_size"], device,
                          cfg["eval"]["score_threshold"])
+    if world > 1:
+        gathered = [None] * world
+        dist.all_gather_object(gathered, detections)
+        destroy_process_group()
+        if rank != 0:
+            return None
+        detections = [d for part in gathered for d in part]
     seconds = time.perf_counter() - start
     write_json(run_dir / "predictions.json", detections)
     metrics = coco_metrics(annotation_path(cfg["data"]["root"], "val"), detections,
                            dataset.image_ids())
     record = {"run_id": run_dir.name, **metrics, "images": len(dataset),
-              "detections": len(detections), "inference_seconds": seconds,
+              "detections": len(detections), "inference_seconds": seconds, "processes": world,
               "provenance": provenance.collect({k: cfg[k] for k in ("data", "model", "eval")},
                                                device=str(device), threads=torch.get_num_threads())}
     write_json(run_dir / "metrics.json", record)
@@ -126,7 +142,8 @@ def main(argv: list[str] | None = None) -> None:
                     "reason": summary["reason"], **{name: None for name in METRICS}})
         return
     record = evaluate(json.loads(args.config), args.run_dir)
-    print(json.dumps({k: round(record[k], 4) for k in METRICS}))
+    if record is not None:
+        print(json.dumps({k: round(record[k], 4) for k in METRICS}))
 
 
 if __name__ == "__main__":

@@ -89,6 +89,14 @@ def _check_consistency(preset: dict, where: str) -> None:
     steps = train["lr_steps"]
     if steps != sorted(steps) or len(set(steps)) != len(steps):
         raise ParamsError(f"{where}.train.lr_steps: {steps} must be strictly increasing epochs")
+    for entry in preset["sweep"]:
+        if "comm_hook" in entry and entry["strategy"] != "ddp":
+            raise ParamsError(f"{where}.sweep: comm_hook is a ddp option, not {entry['strategy']}'s")
+        if "placement" in entry and entry["strategy"] != "ps":
+            raise ParamsError(f"{where}.sweep: placement is a ps option, not {entry['strategy']}'s")
+        if entry["strategy"] == "single" and entry["world_size"] != 1:
+            raise ParamsError(f"{where}.sweep: single runs one worker; world_size must be 1, "
+                              f"not {entry['world_size']} (use ddp, ps or dp for more)")
     ids = [run_id(run) for run in _filled(preset["sweep"], train)]
     duplicates = sorted({r for r in ids if ids.count(r) > 1})
     if duplicates:
@@ -111,12 +119,19 @@ def load_resolved(path: str | Path = "params.yaml", preset: str | None = None) -
 
 
 def run_id(run: dict) -> str:
-    """Stable name of one filled sweep entry, used in paths: e.g. single-w1-b8."""
-    return f"{run['strategy']}-w{run['world_size']}-b{run['images_per_worker']}"
+    """Stable name of one filled sweep entry, used in paths: single-w1-b8, ddp-fp16-w2-b4,
+    ps-dedicated-w2-b4 (a ps run always names its placement; ddp names a hook if it has one)."""
+    variant = {"ddp": run.get("comm_hook", "none"), "ps": run.get("placement")}.get(run["strategy"])
+    name = run["strategy"] + (f"-{variant}" if variant not in (None, "none") else "")
+    return f"{name}-w{run['world_size']}-b{run['images_per_worker']}"
+
+
+STRATEGY_DEFAULTS = {"ddp": {"comm_hook": "none"}, "ps": {"placement": "colocated"}}
 
 
 def _filled(sweep: list[dict], train: dict) -> list[dict]:
-    return [{"images_per_worker": train["images_per_worker"], **entry} for entry in sweep]
+    return [{"images_per_worker": train["images_per_worker"],
+             **STRATEGY_DEFAULTS.get(entry["strategy"], {}), **entry} for entry in sweep]
 
 
 def runs(cfg: dict) -> dict[str, dict]:

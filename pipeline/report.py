@@ -34,11 +34,15 @@ import seaborn as sns  # noqa: E402
 from .files import atomic_path, read_json, write_text  # noqa: E402
 
 SUMMARY_COLUMNS = [
-    "run_id", "preset", "strategy", "world_size", "images_per_worker", "global_batch", "lr",
-    "device", "backend", "threads", "status", "reason", "images_per_second", "sec_per_iter_mean",
-    "sec_per_iter_p50", "sec_per_iter_p95", "progress_per_epoch", "AP", "AP50", "AP75", "APs",
-    "APm", "APl", "train_seconds"]
-INTEGER_COLUMNS = ["world_size", "images_per_worker", "global_batch", "threads"]
+    "run_id", "preset", "strategy", "variant", "world_size", "processes", "images_per_worker",
+    "global_batch", "lr", "device", "backend", "threads", "status", "reason", "images_per_second",
+    "speedup_vs_single", "sec_per_iter_mean", "sec_per_iter_p50", "sec_per_iter_p95",
+    "time_data", "time_compute", "time_communication", "time_optimizer", "communication_share",
+    "busiest_rank_bytes_per_iter", "busiest_rank_theory_bytes_per_iter", "replicas_identical",
+    "progress_per_epoch", "AP", "AP50", "AP75", "APs", "APm", "APl", "train_seconds"]
+INTEGER_COLUMNS = ["world_size", "processes", "images_per_worker", "global_batch", "threads"]
+TRAFFIC_COLUMNS = ["run_id", "rank", "role", "sent_per_iter", "received_per_iter",
+                   "theory_sent_per_iter", "theory_received_per_iter", "gradient_bytes"]
 AP_COLUMNS = ["AP", "AP50", "AP75"]
 TIME_SPLIT = ["data", "compute", "communication", "optimizer"]
 STRATEGY_NAMES = {"single": "single process", "dp": "DataParallel", "ddp": "DDP",
@@ -122,18 +126,47 @@ def _number(value) -> float:
     return math.nan if value is None or value == -1 else float(value)
 
 
+def _busiest_rank(summary: dict, key: str) -> float:
+    """Bytes sent plus received per iteration by the rank that moves the most (the server, for
+    a parameter server; any rank, for all-reduce)."""
+    totals = [r[key]["sent"] + r[key]["received"] for r in summary.get("ranks") or []]
+    return max(totals) if totals else math.nan
+
+
+def traffic_frame(runs: list[dict]) -> pd.DataFrame:
+    rows = [{"run_id": run["run_id"], "rank": r["rank"], "role": r["role"],
+             "sent_per_iter": r["bytes_per_iteration"]["sent"],
+             "received_per_iter": r["bytes_per_iteration"]["received"],
+             "theory_sent_per_iter": r["theory_bytes_per_iteration"]["sent"],
+             "theory_received_per_iter": r["theory_bytes_per_iteration"]["received"],
+             "gradient_bytes": r["gradient_bytes"]}
+            for run in runs if run["status"] == "ok" for r in run["summary"].get("ranks") or []]
+    return pd.DataFrame(rows, columns=TRAFFIC_COLUMNS)
+
+
 def summary_frame(runs: list[dict], preset: str) -> pd.DataFrame:
     rows = []
+    # Speed-up is against `single` at the same global batch: the same work per iteration.
+    single = {r["summary"].get("global_batch"): _number(r["summary"].get("images_per_second"))
+              for r in runs if r["status"] == "ok" and r["summary"].get("strategy") == "single"}
     for run in runs:
         s, m = run["summary"], run["metrics"]
         times = s.get("sec_per_iter") or {}
+        split = s.get("time_split") or {}
         rows.append({
             "run_id": run["run_id"], "preset": preset,
-            **{k: s.get(k) for k in ("strategy", "world_size", "images_per_worker", "global_batch",
-                                     "lr", "device", "backend", "threads")},
+            **{k: s.get(k) for k in ("strategy", "variant", "world_size", "processes",
+                                     "images_per_worker", "global_batch", "lr", "device",
+                                     "backend", "threads")},
             "status": run["status"], "reason": run["reason"],
             "images_per_second": _number(s.get("images_per_second")),
+            "speedup_vs_single": _number(s.get("images_per_second")) / single.get(s.get("global_batch"), math.nan),
             **{f"sec_per_iter_{k}": _number(times.get(k)) for k in ("mean", "p50", "p95")},
+            **{f"time_{k}": _number(split.get(k)) for k in TIME_SPLIT},
+            "communication_share": _number(s.get("communication_share")),
+            "busiest_rank_bytes_per_iter": _busiest_rank(s, "bytes_per_iteration"),
+            "busiest_rank_theory_bytes_per_iter": _busiest_rank(s, "theory_bytes_per_iteration"),
+            "replicas_identical": s.get("replicas_identical"),
             "progress_per_epoch": progress_per_epoch(s.get("epoch_loss") or []),
             **{k: _number(m.get(k)) for k in AP_COLUMNS + ["APs", "APm", "APl"]},
             "train_seconds": _number(s.get("train_seconds"))})
@@ -302,8 +335,12 @@ def provenance_bullets(runs: list[dict]) -> list[str]:
 
 def report_sections(runs, summary, shown1, shown2, published, preset, figure_ext) -> list[dict]:
     """The report's content once; render_markdown and render_html only lay it out."""
-    run_cols = ["run_id", "strategy", "world_size", "images_per_worker", "global_batch", "device",
-                "backend", "status", "reason"]
+    run_cols = ["run_id", "strategy", "variant", "world_size", "processes", "images_per_worker",
+                "global_batch", "device", "backend", "threads", "status", "reason"]
+    speed_cols = ["run_id", "images_per_second", "speedup_vs_single", "sec_per_iter_p50",
+                  "sec_per_iter_p95", "communication_share", "busiest_rank_bytes_per_iter",
+                  "busiest_rank_theory_bytes_per_iter", "replicas_identical"]
+    completed = summary[summary["status"] == "ok"]
     ok = int((summary["status"] == "ok").sum())
     # Each run records how many warm-up iterations its timing statistics leave out.
     warmup = sorted({str(run["summary"]["timing_excludes_first_iterations"]) for run in runs
@@ -318,9 +355,23 @@ def report_sections(runs, summary, shown1, shown2, published, preset, figure_ext
             f"{published.get('source', 'the DP-vs-DDP study')}."], "table": shown1},
         {"title": "Table 2: time per iteration and training progress per epoch",
          "text": ["Same layout as Table 1."], "table": shown2},
+        {"title": "Throughput and communication", "text": [
+            "Speed-up is images/s over `single` at the same global batch. Bytes are per "
+            "iteration for the rank that moves the most (sent + received), as counted by the "
+            "strategy (DDP: a counting communication hook on the all-reduce buckets; parameter "
+            "server: its point-to-point messages) beside the theory: 2(N-1)/N M per rank for "
+            "ring all-reduce, 2(N-1)M through a co-located server and 2NM through a dedicated "
+            "one, for M bytes of gradients. Per-rank detail: traffic.csv."],
+         "table": completed[speed_cols].astype(object).map(
+             lambda v: f"{v:.4g}" if isinstance(v, float) else str(v))},
         {"title": "Definitions", "bullets": [
             f"time per iteration = mean wall-clock seconds per training iteration, excluding the "
             f"first {' or '.join(warmup)} (warm-up) iterations of the run", PROGRESS_DEFINITION,
+            "time split: data = waiting for the next batch; compute = forward and backward; "
+            "communication = the strategy's own exchange (parameter server: sending gradients "
+            "and receiving weights; DDP: the time backward waits for the last all-reduce bucket "
+            "once its gradients are ready, the rest of the all-reduce overlapping compute); "
+            "optimizer = the weight update",
             "AP, AP50, AP75 = COCO box average precision (pycocotools); a size-range AP of -1 "
             "(no objects of that size) is left empty in summary.csv"]},
         {"title": "Figures", "figures": [(name, f"figures/{name}.{figure_ext}", caption)
@@ -374,6 +425,8 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir)
     summary = summary_frame(runs, preset)
     with atomic_path(summary_path) as tmp:
         summary.to_csv(tmp, index=False)
+    with atomic_path(out_dir / "traffic.csv") as tmp:
+        traffic_frame(runs).to_csv(tmp, index=False)
     published = report_cfg.get("published") or {}
     n_published = sum(isinstance(v, dict) for v in published.values())
     table1 = comparison_table(summary, published, {c: (c, c) for c in AP_COLUMNS}, preset)

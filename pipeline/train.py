@@ -1,6 +1,6 @@
 """The one training loop, shared by every strategy (pipeline/strategies/).
 
-    python -m pipeline.train --config '<preset JSON>' --run '<sweep entry JSON>' --out DIR
+    python -m pipeline.train --config '<preset JSON>' --entry '<sweep entry JSON>' --out DIR
 
 Writes, in DIR:
   iterations.jsonl    one record per iteration: step, epoch, losses, lr, images, seconds split
@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import logging
 import math
+import os
 import shutil
 import sys
 import time
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from . import provenance, strategies
 from .dataset import CocoDetection, collate
@@ -31,6 +34,7 @@ from .files import atomic_path, save_torch, write_json
 from .model import build_model
 from .params import canonical, run_id, scaled_lr
 from .sampler import ShardedBatchSampler, aspect_ratio_groups
+from .strategies.base import gradient_bytes
 
 log = logging.getLogger("train")
 LOSS_TERMS = ("loss_classifier", "loss_box_reg", "loss_objectness", "loss_rpn_box_reg")
@@ -110,126 +114,189 @@ def truncate_log(path: Path, last_step: int) -> None:
         tmp.write_text("".join(line + "\n" for line in kept))
 
 
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def restore(state_dir: Path, run_fingerprint: str, model, optimizer, ctx) -> tuple[int, int, float]:
+    """Resume from the last epoch's checkpoint if it was made with these settings, else start
+    clean. Returns (first epoch to run, steps done, training seconds so far)."""
+    if ctx.rank == 0 and load_checkpoint(state_dir, run_fingerprint) is None:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    barrier()  # nobody reads the state directory while rank 0 may be clearing it
+    checkpoint = load_checkpoint(state_dir, run_fingerprint)
+    if checkpoint is None:
+        return 0, 0, 0.0
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    if ctx.reports:
+        truncate_log(state_dir / "iterations.jsonl", checkpoint["step"])
+        log.info("resuming %s after epoch %d (step %d)", state_dir.parent, checkpoint["epoch"],
+                 checkpoint["step"])
+    return checkpoint["epoch"] + 1, checkpoint["step"], checkpoint["train_seconds"]
+
+
+def to_device(images, targets, device):
+    images = [image.to(device, non_blocking=True) for image in images]
+    targets = [{k: (v.to(device) if torch.is_tensor(v) else v) for k, v in t.items()}
+               for t in targets]
+    return images, targets
+
+
+def forward_backward(model, optimizer, images, targets, where: str) -> tuple[torch.Tensor, dict]:
+    loss_dict = model(images, targets)
+    loss = sum(loss_dict.values())
+    if not torch.isfinite(loss):
+        values = {k: float(v) for k, v in loss_dict.items()}
+        raise TrainingError(
+            f"non-finite loss {values} at {where}; the last good checkpoint (if any) stays in "
+            "the run's state/ directory. Lower train.base_lr or raise train.warmup_iters, and "
+            "check the boxes of the data")
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    return loss, loss_dict
+
+
 def train(cfg: dict, run: dict, out_dir: str | Path) -> dict:
     out_dir = Path(out_dir)
     state_dir = out_dir / "state"
     strategy = strategies.get(run["strategy"])
     train_cfg, data_cfg = cfg["train"], cfg["data"]
-    ctx = strategy.start(run, train_cfg["threads"])
-    global_batch = run["images_per_worker"] * ctx.world_size
+    ctx = strategy.start(run, cfg["parallel"], train_cfg["threads"])
+    per_process = strategy.batch_per_process(run)
+    global_batch = per_process * ctx.shards
     base_lr = scaled_lr(train_cfg, global_batch)
     seed = train_cfg["seed"]
     if ctx.device.type == "cpu":
         torch.use_deterministic_algorithms(True)
-    seed_everything(seed)
+    seed_everything(seed)  # the same initial weights in every process
 
     dataset = CocoDetection(data_cfg["root"], "train", train=True,
                             horizontal_flip=data_cfg["horizontal_flip"])
     groups = aspect_ratio_groups(dataset.aspect_ratios(), data_cfg["aspect_ratio_groups"])
-    sampler = ShardedBatchSampler(len(dataset), run["images_per_worker"], seed, ctx.rank,
-                                  ctx.world_size, groups)
+    sampler = ShardedBatchSampler(len(dataset), per_process, seed, ctx.shard or 0, ctx.shards,
+                                  groups)
     loader_seed = torch.Generator()
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate,
-                                         num_workers=data_cfg["workers"], generator=loader_seed,
-                                         persistent_workers=False)
+                                         num_workers=data_cfg["workers"], generator=loader_seed)
     model = build_model(cfg["model"], dataset.num_classes).to(ctx.device)
     model = strategy.wrap(model, ctx)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=base_lr,
                                 momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"])
-
     run_fingerprint = fingerprint(cfg, run)
-    live_log = state_dir / "iterations.jsonl"
-    checkpoint = load_checkpoint(state_dir, run_fingerprint)
-    start_epoch, step, train_seconds = 0, 0, 0.0
-    if checkpoint is not None:
-        strategy.unwrap(model).load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        start_epoch, step = checkpoint["epoch"] + 1, checkpoint["step"]
-        train_seconds = checkpoint["train_seconds"]
-        truncate_log(live_log, step)
-        log.info("resuming %s after epoch %d (step %d)", out_dir, checkpoint["epoch"], step)
-    else:
-        shutil.rmtree(state_dir, ignore_errors=True)
-    state_dir.mkdir(parents=True, exist_ok=True)
+    start_epoch, step, train_seconds = restore(state_dir, run_fingerprint, strategy.unwrap(model),
+                                               optimizer, ctx)
 
     total_steps = train_cfg["epochs"] * len(sampler)
-    progress = Progress(total_steps, step, train_cfg["print_every"], ctx.is_main)
-    log.info("run %s: %d images, %d per worker x %d workers, lr %.4g, %d threads, device %s",
-             run, len(dataset), run["images_per_worker"], ctx.world_size, base_lr, ctx.threads,
-             ctx.device)
+    progress = Progress(total_steps, step, train_cfg["print_every"], ctx.reports)
+    log.info("rank %d (%s): %d images, %d per process x %d shards, lr %.4g, %d threads, %s, %s",
+             ctx.rank, ctx.role, len(dataset), per_process, ctx.shards, base_lr, ctx.threads,
+             ctx.device, ctx.backend)
     sync = torch.cuda.synchronize if ctx.device.type == "cuda" else (lambda: None)
+    live_log = state_dir / "iterations.jsonl"
+    moved = {"sent": 0, "received": 0, "iterations": 0}  # this process's traffic, this session
     model.train()
-    with live_log.open("a") as log_file:
+    with open(live_log if ctx.reports else os.devnull, "a") as log_file:
         for epoch in range(start_epoch, train_cfg["epochs"]):
-            # Seeds derive from (seed, rank, epoch) so that a resumed epoch replays exactly.
-            seed_everything(seed + 1000 * ctx.rank + 7919 * epoch)
+            # Seeds derive from (seed, shard, epoch) so that a resumed epoch replays exactly.
+            seed_everything(seed + 1000 * (ctx.shard or 0) + 7919 * epoch)
             loader_seed.manual_seed(seed + epoch)
             sampler.set_epoch(epoch)
-            epoch_start = time.perf_counter()
-            tick = time.perf_counter()
-            for images, targets in loader:
-                images = [image.to(ctx.device, non_blocking=True) for image in images]
-                targets = [{k: (v.to(ctx.device) if torch.is_tensor(v) else v) for k, v in t.items()}
-                           for t in targets]
+            # A dedicated parameter server has no data: its iteration is the strategy's step.
+            batches = loader if ctx.shard is not None else itertools.repeat(None, len(sampler))
+            epoch_start = tick = time.perf_counter()
+            for batch in batches:
                 lr = learning_rate(train_cfg, base_lr, step, epoch)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
-                t_data = time.perf_counter() - tick
-
-                t0 = time.perf_counter()
-                loss_dict = model(images, targets)
-                loss = sum(loss_dict.values())
-                if not torch.isfinite(loss):
-                    values = {k: float(v) for k, v in loss_dict.items()}
-                    raise TrainingError(
-                        f"non-finite loss {values} at epoch {epoch}, step {step + 1}; the last "
-                        f"good checkpoint is {state_dir / 'checkpoint.pt'} (if any). Lower "
-                        "train.base_lr or raise train.warmup_iters, and check the boxes of the data")
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                sync()
-                t_compute = time.perf_counter() - t0
-
+                record = {"step": step + 1, "epoch": epoch, "lr": lr}
+                if batch is not None:
+                    images, targets = to_device(*batch, ctx.device)
+                    record["time_data"] = time.perf_counter() - tick
+                    t0 = time.perf_counter()
+                    loss, loss_dict = forward_backward(model, optimizer, images, targets,
+                                                       f"epoch {epoch}, step {step + 1}")
+                    sync()
+                    record["time_compute"] = time.perf_counter() - t0
+                    record.update(images=len(images) * ctx.shards, loss=loss.item(),
+                                  **{k: loss_dict[k].item() for k in LOSS_TERMS})
                 t1 = time.perf_counter()
-                t_comm = strategy.step(model, optimizer)
+                t_comm = strategy.step(model, optimizer, ctx)
                 sync()
                 t_step = time.perf_counter() - t1
-
+                traffic = strategy.traffic()
+                moved["sent"] += traffic.sent
+                moved["received"] += traffic.received
+                moved["iterations"] += 1
                 step += 1
                 now = time.perf_counter()
-                record = {"step": step, "epoch": epoch, "lr": lr, "images": len(images) * ctx.world_size,
-                          "loss": loss.item(), **{k: loss_dict[k].item() for k in LOSS_TERMS},
-                          "time_data": t_data, "time_compute": t_compute,
-                          "time_communication": t_comm, "time_optimizer": t_step - t_comm,
-                          "time_iter": now - tick,
-                          "elapsed": train_seconds + now - epoch_start}
-                log_file.write(json.dumps(record) + "\n")
-                log_file.flush()
-                progress.update(record, total_steps)
+                # DDP's all-reduce runs inside backward: the part backward waited for it counts
+                # as communication, not compute.
+                record.update(
+                    time_compute=record.get("time_compute", 0.0) - traffic.backward_wait,
+                    time_communication=t_comm + traffic.backward_wait,
+                    time_optimizer=t_step - t_comm, time_iter=now - tick,
+                    elapsed=train_seconds + now - epoch_start,
+                    bytes_sent=traffic.sent, bytes_received=traffic.received)
+                if ctx.reports:
+                    log_file.write(json.dumps(record) + "\n")
+                    log_file.flush()
+                    progress.update(record, total_steps)
                 tick = time.perf_counter()
             train_seconds += time.perf_counter() - epoch_start
-            if ctx.is_main:
+            if ctx.rank == 0:  # rank 0 holds the optimizer state in every strategy
                 save_torch({"fingerprint": run_fingerprint, "epoch": epoch, "step": step,
                             "train_seconds": train_seconds,
                             "model": strategy.unwrap(model).state_dict(),
                             "optimizer": optimizer.state_dict()}, state_dir / "checkpoint.pt")
     progress.close()
-    summary = summarise(live_log, run, ctx, base_lr, global_batch, train_seconds)
-    if ctx.is_main:
+    ranks = rank_report(strategy, model, run, ctx, moved)
+    summary = None
+    if ctx.reports:
+        summary = summarise(live_log, run, ctx, base_lr, global_batch, train_seconds, ranks)
         save_torch({"model": strategy.unwrap(model).state_dict(), "num_classes": dataset.num_classes,
                     "model_cfg": cfg["model"]}, out_dir / "model_final.pt")
         with atomic_path(out_dir / "iterations.jsonl") as tmp:
             shutil.copyfile(live_log, tmp)
         summary["provenance"] = provenance.collect(
-            {k: cfg[k] for k in ("data", "model", "train")}, seed=seed, world_size=ctx.world_size,
-            threads=ctx.threads, device=str(ctx.device), backend=ctx.backend)
+            {k: cfg[k] for k in ("data", "model", "train", "parallel")}, run=run, seed=seed,
+            world_size=ctx.world_size, threads=ctx.threads, device=str(ctx.device),
+            backend=ctx.backend)
         write_json(out_dir / "train_summary.json", summary)
     strategy.finish(ctx)
     return summary
 
 
+def parameter_checksum(model) -> str:
+    """Of the parameters only: DDP ranks' BatchNorm buffers differ until the next forward pass
+    copies rank 0's over them."""
+    digest = hashlib.sha256()
+    for tensor in model.parameters():
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def rank_report(strategy, model, run: dict, ctx, moved: dict) -> list[dict]:
+    """Every process's role, checksum of its weights, and bytes per iteration, measured and by
+    theory; gathered from all ranks (the replicas must be identical)."""
+    grad_bytes = gradient_bytes(strategy.unwrap(model))
+    per_iteration = max(moved["iterations"], 1)
+    mine = {"rank": ctx.rank, "role": ctx.role, "checksum": parameter_checksum(strategy.unwrap(model)),
+            "gradient_bytes": grad_bytes,
+            "bytes_per_iteration": {"sent": moved["sent"] / per_iteration,
+                                    "received": moved["received"] / per_iteration},
+            "theory_bytes_per_iteration": strategy.theory_bytes(run, ctx, grad_bytes)}
+    if not dist.is_initialized():
+        return [mine]
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return everyone
+
+
 def summarise(log_path: Path, run: dict, ctx, base_lr: float, global_batch: int,
-              train_seconds: float) -> dict:
+              train_seconds: float, ranks: list[dict]) -> dict:
     records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     steady = records[WARMUP_ITERATIONS_EXCLUDED:] or records
     times = np.array([r["time_iter"] for r in steady])
@@ -238,16 +305,18 @@ def summarise(log_path: Path, run: dict, ctx, base_lr: float, global_batch: int,
     epochs = sorted({r["epoch"] for r in records})
     epoch_loss = [float(np.mean([r["loss"] for r in records if r["epoch"] == e])) for e in epochs]
     return {
-        "run_id": run_id(run),
-        "strategy": run["strategy"], "world_size": run["world_size"],
+        "run_id": run_id(run), "strategy": run["strategy"], "world_size": run["world_size"],
         "images_per_worker": run["images_per_worker"], "global_batch": global_batch,
+        "variant": run.get("comm_hook") or run.get("placement") or "",
         "lr": base_lr, "device": str(ctx.device), "backend": ctx.backend, "threads": ctx.threads,
-        "status": "ok", "reason": "",
+        "processes": ctx.world_size, "status": "ok", "reason": "",
         "epochs": len(epochs), "iterations": len(records), "train_seconds": train_seconds,
         "images_per_second": float(sum(r["images"] for r in steady) / times.sum()),
         "sec_per_iter": {"mean": float(times.mean()), "p50": float(np.percentile(times, 50)),
                          "p95": float(np.percentile(times, 95))},
         "time_split": split, "timing_excludes_first_iterations": WARMUP_ITERATIONS_EXCLUDED,
+        "communication_share": split["communication"] / float(times.mean()),
+        "ranks": ranks, "replicas_identical": len({r["checksum"] for r in ranks}) == 1,
         "epoch_loss": epoch_loss,
         "final_loss": epoch_loss[-1] if epoch_loss else math.nan,
     }
@@ -256,12 +325,13 @@ def summarise(log_path: Path, run: dict, ctx, base_lr: float, global_batch: int,
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Train one sweep entry (see module docstring).")
     parser.add_argument("--config", required=True, help="resolved preset as JSON (data, model, train)")
-    parser.add_argument("--run", required=True, help="sweep entry as JSON")
+    parser.add_argument("--entry", required=True,
+                        help="the sweep entry as JSON (not --run: torchrun takes that for its --run-path)")
     parser.add_argument("--out", required=True, help="run directory")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        train(json.loads(args.config), json.loads(args.run), args.out)
+        train(json.loads(args.config), json.loads(args.entry), args.out)
     except TrainingError as err:
         raise SystemExit(f"error: {err}") from None
 

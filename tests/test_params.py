@@ -19,7 +19,7 @@ def raw() -> dict:
 def test_both_presets_validate(raw):
     for preset in raw["presets"]:
         cfg = params.resolve(dict(raw, preset=preset))
-        assert set(cfg) == {"preset", "data", "model", "train", "eval", "sweep", "report"}
+        assert set(cfg) == {"preset", "data", "model", "train", "parallel", "eval", "sweep", "report"}
 
 
 def test_demo_is_the_default(raw):
@@ -118,3 +118,21 @@ def test_schema_is_closed_everywhere():
     found = list(objects(schema))
     assert len(found) > 8
     assert all(node.get("additionalProperties") is False for node in found)
+
+
+def test_strategy_options_belong_to_their_strategy(raw):
+    demo = raw["presets"]["demo"]
+    for entry, message in [({"strategy": "single", "world_size": 2}, "world_size must be 1"),
+                           ({"strategy": "ps", "world_size": 2, "comm_hook": "fp16"}, "comm_hook is a ddp option"),
+                           ({"strategy": "ddp", "world_size": 2, "placement": "dedicated"}, "placement is a ps option")]:
+        bad = copy.deepcopy(raw)
+        bad["presets"]["demo"]["sweep"] = [entry]
+        with pytest.raises(params.ParamsError, match=message):
+            params.resolve(bad)
+    demo["sweep"] = [{"strategy": "ddp", "world_size": 2}, {"strategy": "ddp", "world_size": 2, "comm_hook": "powersgd"},
+                     {"strategy": "ps", "world_size": 2}, {"strategy": "ps", "world_size": 1, "placement": "dedicated"},
+                     {"strategy": "dp", "world_size": 2, "images_per_worker": 2}]
+    per_worker = demo["train"]["images_per_worker"]
+    assert list(params.runs(params.resolve(raw))) == [
+        f"ddp-w2-b{per_worker}", f"ddp-powersgd-w2-b{per_worker}", f"ps-colocated-w2-b{per_worker}",
+        f"ps-dedicated-w1-b{per_worker}", "dp-w2-b2"]

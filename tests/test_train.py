@@ -63,7 +63,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(small_dataset, tmp_path)
 
     out = tmp_path / "killed"
     command = [sys.executable, "-m", "pipeline.train", "--config", canonical(cfg),
-               "--run", canonical(run), "--out", str(out)]
+               "--entry", canonical(run), "--out", str(out)]
     process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.DEVNULL)
     checkpoint = out / "state" / "checkpoint.pt"
     deadline = time.monotonic() + 120
@@ -94,7 +94,7 @@ def test_diverging_loss_stops_with_a_clear_error(small_dataset, tmp_path):
     cfg = small_config(small_dataset, epochs=2, base_lr=1e6, warmup_iters=0)
     out = tmp_path / "run"
     result = subprocess.run([sys.executable, "-m", "pipeline.train", "--config", canonical(cfg),
-                             "--run", canonical(single_run(cfg)), "--out", str(out)],
+                             "--entry", canonical(single_run(cfg)), "--out", str(out)],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     assert "error: non-finite loss" in result.stderr and "Lower train.base_lr" in result.stderr

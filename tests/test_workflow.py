@@ -3,6 +3,7 @@ repository: it runs end to end, reruns exactly the stages a change affects, refu
 before any job, lints clean, and the coco2017 preset dry-runs to the expected jobs."""
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from .conftest import REPO, SMALL_DATA
@@ -27,7 +29,15 @@ def tiny_params(raw: dict) -> dict:
     demo["model"].update(min_size=96, max_size=96, channels=32, representation_size=128)
     demo["train"].update(epochs=2, images_per_worker=4, base_batch=4, warmup_iters=4, lr_steps=[])
     demo["eval"].update(batch_size=4)
+    # Every strategy through the workflow; dp is skipped (with its reason) on a CPU machine.
+    demo["sweep"] = [{"strategy": "single", "world_size": 1},
+                     {"strategy": "ddp", "world_size": 2, "images_per_worker": 2},
+                     {"strategy": "ps", "world_size": 2, "images_per_worker": 2},
+                     {"strategy": "dp", "world_size": 2, "images_per_worker": 2}]
     return raw
+
+
+RUNS = 4
 
 
 def edit_params(workdir: Path, change) -> None:
@@ -70,19 +80,31 @@ def jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
 
 def test_workflow_runs_end_to_end(workdir):
     result = snakemake(workdir)
-    assert jobs(result) == {"all": 1, "data": 1, "train": 1, "evaluate": 1, "report": 1}
+    assert jobs(result) == {"all": 1, "data": 1, "train": RUNS, "evaluate": RUNS, "report": 1}
     run_dir = workdir / "results" / "runs" / "demo" / "single-w1-b4"
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0.0 <= metrics["AP"] <= 1.0 and metrics["images"] == SMALL_DATA["val_images"]
     predictions = json.loads((run_dir / "predictions.json").read_text())
     assert all(set(p) == {"image_id", "category_id", "bbox", "score"} for p in predictions)
-    summary = (workdir / "results" / "summary.csv").read_text().splitlines()
-    assert summary[0].startswith("run_id,preset,strategy") and len(summary) == 2
-    assert "single-w1-b4" in summary[1]
+    summary = {row["run_id"]: row for row in csv.DictReader((workdir / "results" / "summary.csv").open())}
+    assert set(summary) == {"single-w1-b4", "ddp-w2-b2", "ps-colocated-w2-b2", "dp-w2-b2"}
+    for run in ("single-w1-b4", "ddp-w2-b2", "ps-colocated-w2-b2"):
+        assert summary[run]["status"] == "ok" and summary[run]["replicas_identical"] == "True"
+        assert 0 <= float(summary[run]["AP"]) <= 1
+    assert float(summary["ddp-w2-b2"]["busiest_rank_bytes_per_iter"]) > 0
+    if torch.cuda.device_count() < 2:
+        assert summary["dp-w2-b2"]["status"] == "skipped" and "2 GPUs" in summary["dp-w2-b2"]["reason"]
+        assert summary["dp-w2-b2"]["AP"] == ""
+        assert "dp-w2-b2" in (workdir / "results" / "report" / "report.md").read_text()
     report = workdir / "results" / "report"
     assert "data:image/png;base64" in (report / "report.html").read_text()
     for name in ("table1", "table2"):
         assert all((report / f"{name}.{ext}").stat().st_size > 0 for ext in ("md", "csv", "tex"))
+    # The paper inputs exactly what the report writes.
+    paper = (REPO / "paper" / "paper.tex").read_text()
+    referenced = set(re.findall(r"\.\./(results/report/[\w./]+\.(?:tex|pdf))", paper))
+    assert len(referenced) >= 6
+    assert all((workdir / path).is_file() for path in referenced), referenced
     assert (workdir / "logs" / "train" / "demo" / "single-w1-b4.log").stat().st_size > 0
     assert (workdir / "logs" / "benchmarks" / "train_demo_single-w1-b4.tsv").exists()
 
@@ -93,12 +115,12 @@ def test_no_change_runs_nothing(workdir):
 
 def test_evaluation_value_reruns_evaluation_and_report(workdir):
     edit_params(workdir, lambda raw: raw["presets"]["demo"]["eval"].update(score_threshold=0.05))
-    assert jobs(snakemake(workdir)) == {"all": 1, "evaluate": 1, "report": 1}
+    assert jobs(snakemake(workdir)) == {"all": 1, "evaluate": RUNS, "report": 1}
 
 
 def test_training_value_reruns_training_onwards(workdir):
     edit_params(workdir, lambda raw: raw["presets"]["demo"]["train"].update(base_lr=0.03))
-    assert jobs(snakemake(workdir)) == {"all": 1, "train": 1, "evaluate": 1, "report": 1}
+    assert jobs(snakemake(workdir)) == {"all": 1, "train": RUNS, "evaluate": RUNS, "report": 1}
 
 
 def test_report_value_reruns_report_only(workdir):
@@ -109,10 +131,10 @@ def test_report_value_reruns_report_only(workdir):
 def test_code_change_reruns_the_stages_using_the_module(workdir):
     with (workdir / "pipeline" / "evaluate.py").open("a") as handle:
         handle.write("\n# an edit\n")
-    assert jobs(snakemake(workdir, "--dry-run")) == {"all": 1, "evaluate": 1, "report": 1}
-    with (workdir / "pipeline" / "model.py").open("a") as handle:
+    assert jobs(snakemake(workdir, "--dry-run")) == {"all": 1, "evaluate": RUNS, "report": 1}
+    with (workdir / "pipeline" / "strategies" / "ps.py").open("a") as handle:
         handle.write("\n# an edit\n")
-    assert jobs(snakemake(workdir, "--dry-run")) == {"all": 1, "train": 1, "evaluate": 1, "report": 1}
+    assert jobs(snakemake(workdir, "--dry-run")) == {"all": 1, "train": RUNS, "evaluate": RUNS, "report": 1}
 
 
 def test_bad_params_stop_before_any_job(workdir):
@@ -140,9 +162,10 @@ def test_coco2017_dry_run(tmp_path):
     result = subprocess.run(SNAKEMAKE + ["--cores", "2", "--dry-run", "--config", "preset=coco2017"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert jobs(result) == {"all": 1, "data": 1, "train": 1, "evaluate": 1, "report": 1}
+    assert jobs(result) == {"all": 1, "data": 1, "train": 4, "evaluate": 4, "report": 1}
     text = result.stdout + result.stderr
-    assert "results/runs/coco2017/single-w1-b2/train_summary.json" in text
+    for run in ("single-w1-b2", "dp-w2-b2", "ddp-w2-b2", "ps-colocated-w2-b2"):
+        assert f"results/runs/coco2017/{run}/train_summary.json" in text
     assert "data/coco2017.manifest.json" in text
 
 

@@ -1,0 +1,79 @@
+"""Side-by-side throughput and communication of the data-parallel strategies on this machine.
+
+    .venv/bin/python benchmarks/compare_strategies.py [--epochs 2] [--train-images 320]
+
+Trains the demo model (params.yaml's demo preset, shortened) once per strategy and world size,
+at the same global batch, one after another in this one invocation, and prints per run:
+images/s, speed-up over `single`, the communication share of the iteration, and the bytes the
+busiest rank moved per iteration, measured by the strategy versus the theory. Ratios taken in
+one run are what to compare: absolute numbers move with the machine's load.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pipeline import params, synthetic  # noqa: E402
+from pipeline.launch import command  # noqa: E402
+from pipeline.report import _busiest_rank  # noqa: E402
+
+GLOBAL_BATCH = 8
+SWEEP = [
+    {"strategy": "single", "world_size": 1, "images_per_worker": 8},
+    {"strategy": "ddp", "world_size": 1, "images_per_worker": 8},
+    {"strategy": "ddp", "world_size": 2, "images_per_worker": 4},
+    {"strategy": "ddp", "world_size": 2, "images_per_worker": 4, "comm_hook": "fp16"},
+    {"strategy": "ps", "world_size": 1, "images_per_worker": 8, "placement": "colocated"},
+    {"strategy": "ps", "world_size": 2, "images_per_worker": 4, "placement": "colocated"},
+    {"strategy": "ps", "world_size": 1, "images_per_worker": 8, "placement": "dedicated"},
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--train-images", type=int, default=320)
+    args = parser.parse_args()
+    cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
+    work = Path(tempfile.mkdtemp(prefix="bench-"))
+    cfg["data"]["synthetic"] = dict(cfg["data"]["synthetic"], train_images=args.train_images)
+    cfg["data"]["root"] = str(work / "data")
+    cfg["train"].update(epochs=args.epochs, lr_steps=[])
+    synthetic.generate(cfg["data"]["root"], cfg["data"]["synthetic"])
+    rows = []
+    for entry in SWEEP:
+        run = {**params.STRATEGY_DEFAULTS.get(entry["strategy"], {}), **entry}
+        out = work / params.run_id(run)
+        config = copy.deepcopy(cfg)
+        result = subprocess.run(command(config, run, str(out)), cwd=REPO, capture_output=True, text=True)
+        if result.returncode != 0:
+            print(f"{params.run_id(run)} failed:\n{result.stderr[-2000:]}", file=sys.stderr)
+            continue
+        rows.append(json.loads((out / "train_summary.json").read_text()))
+        print(f"done {params.run_id(run)}", file=sys.stderr)
+    single = next(r["images_per_second"] for r in rows if r["strategy"] == "single")
+    header = (f"{'run':<24}{'procs':>6}{'threads':>8}{'img/s':>8}{'speed-up':>9}{'s/it p50':>9}"
+              f"{'comm %':>8}{'MB/it measured':>16}{'MB/it theory':>14}{'ratio':>7}{'same':>6}")
+    print(f"global batch {GLOBAL_BATCH}, {args.epochs} epochs of {args.train_images} images, "
+          "timings exclude the first iterations")
+    print(header)
+    for r in rows:
+        measured = _busiest_rank(r, "bytes_per_iteration") / 1e6
+        theory = _busiest_rank(r, "theory_bytes_per_iteration") / 1e6
+        ratio = f"{measured / theory:.3f}" if theory else "-"
+        print(f"{r['run_id']:<24}{r['processes']:>6}{r['threads']:>8}{r['images_per_second']:>8.1f}"
+              f"{r['images_per_second'] / single:>9.2f}{r['sec_per_iter']['p50']:>9.3f}"
+              f"{100 * r['communication_share']:>8.1f}{measured:>16.2f}{theory:>14.2f}{ratio:>7}"
+              f"{'yes' if r['replicas_identical'] else 'NO':>6}")
+
+
+if __name__ == "__main__":
+    main()

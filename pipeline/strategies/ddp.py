@@ -1,0 +1,122 @@
+"""`ddp`: DistributedDataParallel, one process per worker, launched by torchrun.
+
+Gradients are averaged by ring all-reduce while the backward pass runs: DDP groups them into
+buckets and hands each full bucket to a communication hook. Ours wraps the chosen hook
+(plain all-reduce, fp16/bf16 compression, or PowerSGD) to count the bytes on the wire and the
+time the backward pass waits for the last bucket. Every rank then steps its own optimizer on
+identical averaged gradients, so the replicas stay identical. BatchNorm buffers come from
+rank 0 at every forward (DDP's forward_sync_buffers), or SyncBatchNorm if configured.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.nn.parallel import DistributedDataParallel
+
+from .base import (Context, Strategy, Traffic, check_devices, destroy_process_group,
+                   init_process_group, processes_per_node, torchrun)
+
+HOOKS = {"none": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
+         "bf16": default_hooks.bf16_compress_hook}
+WIRE_BYTES = {"none": 4, "fp16": 2, "bf16": 2}  # bytes per gradient element on the wire
+
+
+def ring_factor(world_size: int) -> float:
+    """Ring all-reduce: each rank sends (and receives) 2(N-1)/N of the payload."""
+    return 2 * (world_size - 1) / world_size
+
+
+def powersgd_payload_elements(state: powerSGD_hook.PowerSGDState, bucket) -> int:
+    """Elements PowerSGD all-reduces for one bucket: the uncompressed tensors, plus the P and Q
+    factors (n*r + m*r) of each matrix it compresses. Mirrors powerSGD_hook's own choice."""
+    if state.iter < state.start_powerSGD_iter:
+        return bucket.buffer().numel()
+    rank, elements = state.matrix_approximation_rank, 0
+    for tensor in bucket.gradients():
+        n, m = tensor.shape[0], tensor.numel() // max(tensor.shape[0], 1)
+        r = min(n, m, rank)
+        compress, _, _ = powerSGD_hook._should_compress(n, m, rank, state.min_compression_rate)
+        elements += (n * r + m * r) if tensor.ndimension() > 1 and compress else tensor.numel()
+    return elements
+
+
+def counting_hook(kind: str, world_size: int, traffic: Traffic):
+    """The real hook, plus counting: bytes on the wire and the backward pass's wait for the
+    last bucket (the rest of the all-reduce overlaps the backward computation)."""
+
+    def hook(state, bucket):
+        if kind == "powersgd":
+            payload = powersgd_payload_elements(state, bucket) * 4
+            future = powerSGD_hook.powerSGD_hook(state, bucket)
+        else:
+            payload = bucket.buffer().numel() * WIRE_BYTES[kind]
+            future = HOOKS[kind](state, bucket)
+        wire = int(payload * ring_factor(world_size))
+        traffic.sent += wire
+        traffic.received += wire
+        launched = time.perf_counter()
+
+        def done(fut):
+            if bucket.is_last():  # backward cannot finish before the last bucket is reduced
+                traffic.backward_wait += time.perf_counter() - launched
+            return fut.value()
+
+        return future.then(done)
+
+    hook.__name__ = hook.__qualname__ = f"counting_{kind}_hook"  # DDP logs hooks by name
+    return hook
+
+
+class DDP(Strategy):
+    name = "ddp"
+
+    def __init__(self):
+        self._traffic = Traffic()
+
+    def unavailable(self, run: dict, parallel: dict) -> str | None:
+        per_node, why = processes_per_node(run, parallel)
+        if why:
+            return why
+        if parallel["sync_batchnorm"] and not torch.cuda.is_available():
+            return "SyncBatchNorm needs GPUs (set parallel.sync_batchnorm: false on CPU)"
+        return check_devices(per_node, parallel)
+
+    def launcher(self, run: dict, parallel: dict, python: str) -> list[str]:
+        per_node, _ = processes_per_node(run, parallel)
+        return torchrun(run, parallel, python, per_node)
+
+    def start(self, run: dict, parallel: dict, threads: int) -> Context:
+        rank, world, device, backend, threads = init_process_group(parallel, threads)
+        self.run, self.parallel = run, parallel
+        return Context(rank=rank, world_size=world, device=device, threads=threads,
+                       backend=backend, shard=rank, shards=world)
+
+    def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        if self.parallel["sync_batchnorm"]:
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        wrapped = DistributedDataParallel(
+            model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+            forward_sync_buffers=True)  # rank 0's BatchNorm buffers at every forward
+        kind = self.run["comm_hook"]
+        state = None
+        if kind == "powersgd":
+            # Compress from the second iteration on: the demo is too short for the default
+            # 1000 warm-up iterations of plain all-reduce.
+            state = powerSGD_hook.PowerSGDState(
+                process_group=None, matrix_approximation_rank=self.parallel["powersgd_rank"],
+                start_powerSGD_iter=2)
+        wrapped.register_comm_hook(state, counting_hook(kind, ctx.world_size, self._traffic))
+        return wrapped
+
+    def traffic(self) -> Traffic:
+        return self._traffic.take()
+
+    def theory_bytes(self, run: dict, ctx: Context, grad_bytes: int) -> dict[str, float]:
+        payload = grad_bytes * WIRE_BYTES.get(run["comm_hook"], 4) / 4
+        wire = payload * ring_factor(ctx.world_size)
+        return {"sent": wire, "received": wire}
+
+    def finish(self, ctx: Context) -> None:
+        destroy_process_group()

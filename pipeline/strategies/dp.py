@@ -1,0 +1,107 @@
+"""`dp`: torch.nn.DataParallel over the visible GPUs, one process.
+
+DataParallel is a parameter-server design inside one process: every iteration GPU 0 copies the
+weights to the other GPUs, scatters the batch, runs the replicas in threads, gathers their
+outputs, and the backward pass sums the gradients back onto GPU 0, where the one optimizer
+updates the weights (`step` below). Through GPU 0 pass about 2(N-1)M bytes per iteration.
+
+Its stock scatter chunks every tensor along dimension 0, which breaks torchvision's detection
+models (pytorch/pytorch#25627, pytorch/vision#1659): it would split each image's channels
+instead of splitting the list of images and targets. `DetectionDataParallel` scatters by sample
+and gathers the loss dictionaries (training) or detection lists (evaluation) correctly.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .base import Context, Strategy, Traffic, gradient_bytes
+
+
+def _to(obj, device):
+    if torch.is_tensor(obj):
+        return obj.to(device, non_blocking=True)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(v, device) for v in obj)
+    return obj
+
+
+def scatter_by_sample(inputs: tuple, devices: list) -> list[tuple]:
+    """Split (images, targets) or (images,) into per-device chunks of whole samples, in order.
+    Fewer samples than devices use fewer devices."""
+    images = inputs[0]
+    n = min(len(devices), len(images))
+    bounds = [round(i * len(images) / n) for i in range(n + 1)]
+    return [tuple(_to(list(part[bounds[i]:bounds[i + 1]]), devices[i]) for part in inputs)
+            for i in range(n)]
+
+
+def gather_outputs(outputs: list, device):
+    """Loss dictionaries: the mean over replicas (as DDP averages gradients). Detections: the
+    per-image lists concatenated in input order."""
+    if isinstance(outputs[0], dict):
+        return {k: torch.stack([o[k].to(device) for o in outputs]).mean() for k in outputs[0]}
+    return [_to(d, device) for replica in outputs for d in replica]
+
+
+class DetectionDataParallel(nn.DataParallel):
+    """DataParallel whose scatter and gather understand detection inputs and outputs."""
+
+    def __init__(self, module, device_ids, traffic: Traffic):
+        super().__init__(module, device_ids=device_ids)
+        self.traffic = traffic
+
+    def scatter(self, inputs, kwargs, device_ids):
+        chunks = scatter_by_sample(inputs, [torch.device("cuda", i) for i in device_ids])
+        return chunks, [dict(kwargs) for _ in chunks]
+
+    def replicate(self, module, device_ids):
+        # The weight broadcast from GPU 0 (and, in backward, the gradient reduction to it).
+        copies = (len(device_ids) - 1) * gradient_bytes(module)
+        self.traffic.sent += copies
+        self.traffic.received += copies
+        return super().replicate(module, device_ids)
+
+    def gather(self, outputs, output_device):
+        return gather_outputs(outputs, torch.device("cuda", output_device)
+                              if isinstance(output_device, int) else output_device)
+
+
+class DataParallel(Strategy):
+    name = "dp"
+
+    def __init__(self):
+        self._traffic = Traffic()
+
+    def unavailable(self, run: dict, parallel: dict) -> str | None:
+        gpus = torch.cuda.device_count()
+        if gpus < max(2, run["world_size"]):
+            return (f"DataParallel needs at least {max(2, run['world_size'])} GPUs in one "
+                    f"process; found {gpus}")
+        if parallel["nnodes"] != 1:
+            return "DataParallel runs in one process on one machine (parallel.nnodes must be 1)"
+        return None
+
+    def start(self, run: dict, parallel: dict, threads: int) -> Context:
+        ctx = super().start(run, parallel, threads)
+        self.devices = list(range(run["world_size"]))
+        return ctx
+
+    def batch_per_process(self, run: dict) -> int:
+        return run["images_per_worker"] * run["world_size"]  # split by scatter_by_sample
+
+    def wrap(self, model: nn.Module, ctx: Context) -> nn.Module:
+        return DetectionDataParallel(model, self.devices, self._traffic)
+
+    def step(self, model, optimizer, ctx: Context) -> float:
+        optimizer.step()  # GPU 0 holds the only weights that are updated
+        return 0.0
+
+    def traffic(self) -> Traffic:
+        return self._traffic.take()
+
+    def theory_bytes(self, run: dict, ctx: Context, grad_bytes: int) -> dict[str, float]:
+        through_master = (run["world_size"] - 1) * grad_bytes
+        return {"sent": through_master, "received": through_master}

@@ -1,0 +1,164 @@
+"""`ps`: a parameter server over torch.distributed point-to-point messages, launched by torchrun.
+
+Rank 0 is the server. Every iteration:
+  1. each worker computes gradients on its shard of the batch and sends them to the server;
+  2. the server averages them, steps the one optimizer (the only one that holds momentum), and
+  3. sends the new parameters back, with the BatchNorm buffers of the first worker (as DDP takes
+     rank 0's), so every replica leaves the step identical.
+
+Placement `colocated`: rank 0 is also a worker, as DataParallel's master device is.
+Placement `dedicated`: rank 0 only serves; ranks 1..N are the workers (N + 1 processes).
+Through the server pass 2(N-1)M bytes per iteration colocated and 2NM dedicated, for M bytes of
+gradients, against 2(N-1)/N M per rank for ring all-reduce: the bottleneck the study is about.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from .base import (Context, Strategy, Traffic, check_devices, destroy_process_group,
+                   init_process_group, processes_per_node, torchrun)
+
+SERVER = 0
+
+
+class ParameterServer(Strategy):
+    name = "ps"
+
+    def __init__(self):
+        self._traffic = Traffic()
+
+    def _extra(self, run: dict) -> int:
+        return 1 if run["placement"] == "dedicated" else 0
+
+    def unavailable(self, run: dict, parallel: dict) -> str | None:
+        per_node, why = processes_per_node(run, parallel, self._extra(run))
+        if why:
+            return why
+        if parallel["sync_batchnorm"]:
+            return "sync_batchnorm is implemented for ddp only; ps takes the first worker's buffers"
+        return check_devices(per_node, parallel)
+
+    def launcher(self, run: dict, parallel: dict, python: str) -> list[str]:
+        per_node, _ = processes_per_node(run, parallel, self._extra(run))
+        return torchrun(run, parallel, python, per_node)
+
+    def start(self, run: dict, parallel: dict, threads: int) -> Context:
+        rank, world, device, backend, threads = init_process_group(parallel, threads)
+        self.dedicated = run["placement"] == "dedicated"
+        first_worker = 1 if self.dedicated else 0
+        if rank == SERVER:
+            role = "server" if self.dedicated else "server+worker"
+        else:
+            role = "worker"
+        shard = None if role == "server" else rank - first_worker
+        self.first_worker = first_worker
+        self.workers = list(range(first_worker, world))
+        return Context(rank=rank, world_size=world, device=device, threads=threads,
+                       backend=backend, shard=shard, shards=len(self.workers), role=role)
+
+    def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        self.ctx = ctx
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        # Float buffers (BatchNorm running statistics) travel with the parameters; the integer
+        # batch counters are the same everywhere anyway.
+        self.buffers = [b for b in model.buffers() if b.is_floating_point()]
+        state = self._flat(self.params + self.buffers)
+        dist.broadcast(state, src=SERVER)  # every replica starts from the server's weights
+        self._unflatten(state, self.params + self.buffers)
+        return model
+
+    @staticmethod
+    def _flat(tensors) -> torch.Tensor:
+        return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+    @staticmethod
+    def _unflatten(flat: torch.Tensor, tensors) -> None:
+        offset = 0
+        for tensor in tensors:
+            n = tensor.numel()
+            tensor.data.copy_(flat[offset:offset + n].view_as(tensor))
+            offset += n
+
+    def _gradients(self) -> torch.Tensor:
+        return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                          for p in self.params])
+
+    def _send(self, tensor: torch.Tensor, dst: int) -> dist.Work:
+        self._traffic.sent += tensor.numel() * tensor.element_size()
+        return dist.isend(tensor, dst)
+
+    def _recv(self, tensor: torch.Tensor, src: int) -> dist.Work:
+        self._traffic.received += tensor.numel() * tensor.element_size()
+        return dist.irecv(tensor, src)
+
+    def step(self, model, optimizer, ctx: Context) -> float:
+        if ctx.role == "worker":
+            return self._worker_step(ctx)
+        return self._server_step(optimizer, ctx)
+
+    def _worker_step(self, ctx: Context) -> float:
+        """Send my gradients (and, first worker, my buffers); wait for the new weights."""
+        start = time.perf_counter()
+        works = [self._send(self._gradients(), SERVER)]
+        if ctx.rank == self.first_worker and self.buffers:
+            works.append(self._send(self._flat(self.buffers), SERVER))
+        state = torch.empty(sum(t.numel() for t in self.params + self.buffers),
+                            device=ctx.device)
+        works.append(self._recv(state, SERVER))
+        for work in works:
+            work.wait()
+        self._unflatten(state, self.params + self.buffers)
+        return time.perf_counter() - start
+
+    def _server_step(self, optimizer, ctx: Context) -> float:
+        """Gather and average the workers' gradients, update the weights, send them back.
+        Returns the seconds spent communicating (the update itself is not counted)."""
+        start = time.perf_counter()
+        remote = [w for w in self.workers if w != SERVER]
+        grads = {w: torch.empty(sum(p.numel() for p in self.params), device=ctx.device)
+                 for w in remote}
+        works = [self._recv(grads[w], w) for w in remote]
+        buffers = None
+        if self.dedicated and self.buffers:
+            buffers = torch.empty(sum(b.numel() for b in self.buffers), device=ctx.device)
+            works.append(self._recv(buffers, self.first_worker))
+        for work in works:
+            work.wait()
+        received = time.perf_counter()
+
+        total = sum(grads.values()) if remote else torch.zeros(0, device=ctx.device)
+        if ctx.role == "server+worker":
+            total = total + self._gradients() if remote else self._gradients()
+        average = total / len(self.workers)
+        self._set_gradients(average)
+        optimizer.step()  # <- the parameter server updates the weights here, and only here
+        if buffers is not None:
+            self._unflatten(buffers, self.buffers)
+        updated = time.perf_counter()
+
+        state = self._flat(self.params + self.buffers)
+        for work in [self._send(state, w) for w in remote]:
+            work.wait()
+        return (received - start) + (time.perf_counter() - updated)
+
+    def _set_gradients(self, flat: torch.Tensor) -> None:
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p).clone()
+            offset += n
+
+    def traffic(self) -> Traffic:
+        return self._traffic.take()
+
+    def theory_bytes(self, run: dict, ctx: Context, grad_bytes: int) -> dict[str, float]:
+        if ctx.rank == SERVER:
+            remote = len([w for w in self.workers if w != SERVER])
+            return {"sent": remote * grad_bytes, "received": remote * grad_bytes}
+        return {"sent": grad_bytes, "received": grad_bytes}
+
+    def finish(self, ctx: Context) -> None:
+        destroy_process_group()

@@ -1,0 +1,255 @@
+"""Data-parallel strategies with real torch.distributed process groups (gloo on CPU).
+
+* On a model whose loss is a mean over samples, one step of ddp and of ps (both placements)
+  leaves the same weights as `single` on the merged batch.
+* ps sends every replica the first worker's BatchNorm buffers, as DDP takes rank 0's.
+* dp's scatter splits by sample; dp itself runs where there are GPUs.
+* Faster R-CNN under torchrun: identical replicas, bytes as the theory says, uneven shards
+  without a hang, and a 2-node job on 127.0.0.1 that matches the 1-node one.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+
+from pipeline import strategies
+from pipeline.dataset import CocoDetection
+from pipeline.launch import command
+from pipeline.params import canonical, runs
+from pipeline.strategies.dp import gather_outputs, scatter_by_sample
+
+from .conftest import REPO, small_config
+
+PARALLEL = {"backend": "gloo", "nnodes": 1, "rdzv_endpoint": "127.0.0.1:29400",
+            "sync_batchnorm": False, "powersgd_rank": 2}
+GLOBAL_BATCH = 8
+TOLERANCE = 1e-6  # float32 sums in another order
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def toy_model(batchnorm: bool = False) -> nn.Module:
+    torch.manual_seed(0)
+    layers = [nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3)]
+    if batchnorm:
+        layers.insert(1, nn.BatchNorm1d(16))
+    return nn.Sequential(*layers)
+
+
+def toy_batch():
+    generator = torch.Generator().manual_seed(1)
+    return torch.randn(GLOBAL_BATCH, 6, generator=generator), torch.randn(GLOBAL_BATCH, 3, generator=generator)
+
+
+def one_step(model, strategy, ctx, x, y, steps: int = 1):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    for _ in range(steps):
+        if ctx.shard is not None:
+            shard = slice(ctx.shard * len(x) // ctx.shards, (ctx.shard + 1) * len(x) // ctx.shards)
+            loss = nn.functional.mse_loss(model(x[shard]), y[shard])  # a mean over samples
+            optimizer.zero_grad()
+            loss.backward()
+        strategy.step(model, optimizer, ctx)
+    return strategy.unwrap(model)
+
+
+def _worker(rank, world, port, run, out_dir, batchnorm, steps):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    strategy = strategies.get(run["strategy"])
+    ctx = strategy.start(run, PARALLEL, threads=1)
+    model = strategy.wrap(toy_model(batchnorm), ctx)
+    x, y = toy_batch()
+    result = one_step(model, strategy, ctx, x, y, steps)
+    torch.save({"state": result.state_dict(), "role": ctx.role, "shard": ctx.shard},
+               os.path.join(out_dir, f"rank{rank}.pt"))
+    strategy.finish(ctx)
+
+
+def run_processes(run: dict, processes: int, tmp_path, batchnorm=False, steps=1) -> list[dict]:
+    mp.spawn(_worker, args=(processes, free_port(), run, str(tmp_path), batchnorm, steps),
+             nprocs=processes, join=True)
+    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(processes)]
+
+
+def single_result(steps=1):
+    strategy = strategies.get("single")
+    ctx = strategy.start({"world_size": 1}, PARALLEL, threads=1)
+    x, y = toy_batch()
+    return one_step(toy_model(), strategy, ctx, x, y, steps).state_dict()
+
+
+@pytest.mark.parametrize("run, processes", [
+    ({"strategy": "ddp", "world_size": 2, "comm_hook": "none"}, 2),
+    ({"strategy": "ddp", "world_size": 4, "comm_hook": "none"}, 4),
+    ({"strategy": "ps", "world_size": 2, "placement": "colocated"}, 2),
+    ({"strategy": "ps", "world_size": 2, "placement": "dedicated"}, 3),
+], ids=["ddp-w2", "ddp-w4", "ps-colocated-w2", "ps-dedicated-w2"])
+def test_one_step_equals_single_on_the_merged_batch(run, processes, tmp_path):
+    reference = single_result(steps=2)
+    results = run_processes(run, processes, tmp_path, steps=2)
+    for result in results:
+        for name, value in reference.items():
+            assert torch.allclose(result["state"][name], value, atol=TOLERANCE, rtol=0), (result["role"], name)
+    moved = (reference["0.weight"] - toy_model().state_dict()["0.weight"]).abs().max()
+    assert moved > 100 * TOLERANCE  # the step really changed the weights
+
+
+def test_ps_replicas_take_the_first_workers_batchnorm_buffers(tmp_path):
+    results = run_processes({"strategy": "ps", "world_size": 2, "placement": "dedicated"}, 3,
+                            tmp_path, batchnorm=True)
+    worker0 = next(r for r in results if r["shard"] == 0)
+    worker1 = next(r for r in results if r["shard"] == 1)
+    # What the first worker's own forward pass measured: the running mean of its shard.
+    model = toy_model(batchnorm=True)
+    x, _ = toy_batch()
+    model(x[:GLOBAL_BATCH // 2])
+    expected = model.state_dict()["1.running_mean"]
+    for result in results:
+        assert torch.allclose(result["state"]["1.running_mean"], expected, atol=1e-6), result["role"]
+    assert torch.equal(worker0["state"]["1.running_var"], worker1["state"]["1.running_var"])
+
+
+def test_dp_scatter_splits_samples_not_tensors():
+    images = [torch.full((3, 10 + i, 12), float(i)) for i in range(5)]
+    targets = [{"boxes": torch.tensor([[0.0, 0.0, 1.0 + i, 1.0]]), "labels": torch.tensor([i])} for i in range(5)]
+    chunks = scatter_by_sample((images, targets), [torch.device("cpu")] * 2)
+    assert [len(c[0]) for c in chunks] == [2, 3] or [len(c[0]) for c in chunks] == [3, 2]
+    rejoined = [img for c in chunks for img in c[0]]
+    assert all(torch.equal(a, b) for a, b in zip(rejoined, images))  # whole images, in order
+    assert [t["labels"].item() for c in chunks for t in c[1]] == list(range(5))
+    assert len(scatter_by_sample((images[:1],), [torch.device("cpu")] * 2)) == 1  # fewer samples
+    losses = gather_outputs([{"loss": torch.tensor(1.0)}, {"loss": torch.tensor(3.0)}], "cpu")
+    assert losses["loss"].item() == 2.0
+    detections = gather_outputs([[{"boxes": 1}], [{"boxes": 2}, {"boxes": 3}]], "cpu")
+    assert [d["boxes"] for d in detections] == [1, 2, 3]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2,
+                    reason=f"DataParallel needs 2 GPUs; this machine has {torch.cuda.device_count()}")
+def test_dp_trains_faster_rcnn_on_gpus(small_dataset, tmp_path):
+    from pipeline.train import train
+
+    cfg = small_config(small_dataset, epochs=1)
+    run = {"strategy": "dp", "world_size": 2, "images_per_worker": 2}
+    summary = train(cfg, run, tmp_path / "dp")
+    assert summary["status"] == "ok" and summary["global_batch"] == 4
+    assert summary["epoch_loss"][0] > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the reasons given on CPU-only machines")
+def test_unavailable_runs_say_why(monkeypatch):
+    monkeypatch.setattr("pipeline.strategies.base.available_cores", lambda: 4)
+
+    def why(run, parallel=PARALLEL):
+        return strategies.get(run["strategy"]).unavailable(dict(run, images_per_worker=2), parallel)
+
+    assert "DataParallel needs at least 2 GPUs" in why({"strategy": "dp", "world_size": 2})
+    assert "5 processes per node but 4 CPU core(s)" in why(
+        {"strategy": "ps", "world_size": 4, "placement": "dedicated"})
+    assert why({"strategy": "ddp", "world_size": 3, "comm_hook": "none"}) is None
+    assert "NCCL needs GPUs" in why({"strategy": "ddp", "world_size": 2, "comm_hook": "none"},
+                                    dict(PARALLEL, backend="nccl"))
+    assert "do not split evenly over 2 nodes" in why(
+        {"strategy": "ddp", "world_size": 3, "comm_hook": "none"}, dict(PARALLEL, nnodes=2))
+
+
+# ---- Faster R-CNN under the real launcher (torchrun) -------------------------------------
+
+def torchrun_train(cfg, run, out, extra_env=None, launcher=None):
+    argv = launcher or command(cfg, run, str(out))
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, **(extra_env or {})})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((out / "train_summary.json").read_text())
+
+
+def records(path):
+    skip = ("time_", "elapsed")
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith(skip)}
+            for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def detection_cfg(small_dataset):
+    cfg = small_config(small_dataset, epochs=1, images_per_worker=5)  # 24 images: uneven shards
+    cfg["parallel"] = dict(PARALLEL, rdzv_endpoint=f"127.0.0.1:{free_port()}")
+    return cfg
+
+
+@pytest.mark.parametrize("entry", [
+    {"strategy": "ddp", "world_size": 2},
+    {"strategy": "ddp", "world_size": 2, "comm_hook": "fp16"},
+    {"strategy": "ps", "world_size": 2, "placement": "colocated"},
+    {"strategy": "ps", "world_size": 1, "placement": "dedicated"},
+], ids=["ddp", "ddp-fp16", "ps-colocated", "ps-dedicated"])
+def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, entry, tmp_path):
+    cfg = copy.deepcopy(detection_cfg)
+    cfg["sweep"] = [entry]
+    run = next(iter(runs(cfg).values()))
+    summary = torchrun_train(cfg, run, tmp_path / "run")
+    assert summary["status"] == "ok" and summary["replicas_identical"]
+    workers = summary["processes"] - (entry.get("placement") == "dedicated")
+    images = len(CocoDetection(cfg["data"]["root"], "train", train=True))
+    assert images % (workers * 5)  # shards end in a short batch: the uneven case
+    assert summary["iterations"] == math.ceil(math.ceil(images / workers) / 5)
+    assert summary["global_batch"] == 5 * workers
+    for rank in summary["ranks"]:
+        for direction in ("sent", "received"):
+            measured = rank["bytes_per_iteration"][direction]
+            theory = rank["theory_bytes_per_iteration"][direction]
+            assert measured == pytest.approx(theory, rel=0.05), (rank, direction)
+            assert measured > 0
+    if entry.get("comm_hook") == "fp16":  # half the bytes of plain fp32 all-reduce
+        rank = summary["ranks"][0]
+        assert rank["bytes_per_iteration"]["sent"] == pytest.approx(rank["gradient_bytes"] * 0.5, rel=0.05)
+
+
+def test_two_nodes_on_localhost_match_one_node(detection_cfg, tmp_path):
+    cfg = copy.deepcopy(detection_cfg)
+    cfg["sweep"] = [{"strategy": "ddp", "world_size": 2}]
+    run = next(iter(runs(cfg).values()))
+    torchrun_train(cfg, run, tmp_path / "one-node")
+
+    two = copy.deepcopy(cfg)
+    two["parallel"].update(nnodes=2, rdzv_endpoint=f"127.0.0.1:{free_port()}")
+    argv = command(two, run, str(tmp_path / "two-nodes"))
+    assert "--nnodes=2" in argv and f"--rdzv-endpoint={two['parallel']['rdzv_endpoint']}" in argv
+    nodes = [subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outputs = [node.communicate(timeout=600) for node in nodes]
+    assert all(node.returncode == 0 for node in nodes), [o[1][-2000:] for o in outputs]
+    one = records(tmp_path / "one-node" / "iterations.jsonl")
+    two_nodes = records(tmp_path / "two-nodes" / "iterations.jsonl")
+    assert [r["step"] for r in one] == [r["step"] for r in two_nodes]
+    for a, b in zip(one, two_nodes):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+
+
+def test_launch_records_a_skipped_run(detection_cfg, tmp_path):
+    cfg = copy.deepcopy(detection_cfg)
+    run = {"strategy": "dp", "world_size": 2, "images_per_worker": 2}
+    result = subprocess.run([sys.executable, "-m", "pipeline.launch", "--config", canonical(cfg),
+                             "--entry", canonical(run), "--out", str(tmp_path / "dp")],
+                            cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "dp" / "train_summary.json").read_text())
+    if torch.cuda.device_count() < 2:
+        assert summary["status"] == "skipped" and "needs at least 2 GPUs" in summary["reason"]
+        assert summary["provenance"]["packages"]["torch"].startswith("2.14.1")
+        assert (tmp_path / "dp" / "iterations.jsonl").read_text() == ""

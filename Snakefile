@@ -38,7 +38,9 @@ REPORT = "results/report"
 # Snakemake tracks a rule's own code, not what it imports: each stage lists its modules.
 COMMON = ["pipeline/files.py", "pipeline/provenance.py"]
 CODE = {
-    "data": COMMON + ["pipeline/prepare.py", "pipeline/synthetic.py", "pipeline/dataset.py"],
+    "data": COMMON
+    + ["pipeline/prepare.py", "pipeline/synthetic.py", "pipeline/dataset.py"]
+    + (["pipeline/coco_fetch.py", "dvc.yaml"] if DATA["fetch"] else []),
     "train": COMMON
     + ["pipeline/launch.py", "pipeline/train.py", "pipeline/model.py", "pipeline/dataset.py"]
     + ["pipeline/sampler.py"]
@@ -129,8 +131,27 @@ rule evaluate:
         " --entry {params.run:q} --out {params.out} > {log} 2>&1"
 
 
+rule equivalence:
+    input:
+        manifest=MANIFEST,
+        code=CODE["train"] + ["pipeline/equivalence.py"],
+    output:
+        "results/equivalence.json",
+    params:
+        config=P.canonical({k: CFG[k] for k in ("data", "model", "train", "parallel")}),
+        python=PYTHON,
+    threads: workflow.cores
+    log:
+        "logs/equivalence.log",
+    benchmark:
+        "logs/benchmarks/equivalence.tsv"
+    shell:
+        "{params.python} -m pipeline.equivalence --config {params.config:q} --out {output} > {log} 2>&1"
+
+
 rule report:
     input:
+        equivalence=rules.equivalence.output[0],
         summaries=expand(rules.train.output.summary, run=RUNS),
         metrics=expand(rules.evaluate.output.metrics, run=RUNS),
         code=CODE["report"],
@@ -151,4 +172,5 @@ rule report:
         "logs/benchmarks/report.tsv"
     shell:
         "{params.python} -m pipeline.report --report-config {params.report:q} --preset {params.preset}"
-        " --summary {output.summary} --out-dir {params.out} {params.runs} > {log} 2>&1"
+        " --summary {output.summary} --equivalence {input.equivalence} --out-dir {params.out}"
+        " {params.runs} > {log} 2>&1"

@@ -191,10 +191,10 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def build_manifest(root: str | Path, decode_images: bool) -> dict:
-    """Check both splits load; summarise them. Decoding every image is for small datasets."""
+def build_manifest(root: str | Path, decode_images: bool, splits=tuple(SPLIT_DIRS)) -> dict:
+    """Check the splits load; summarise them. Decoding every image is for small datasets."""
     manifest = {"root": str(root), "splits": {}}
-    for split in SPLIT_DIRS:
+    for split in splits:
         dataset = CocoDetection(root, split, train=False)
         if decode_images:
             for index in range(len(dataset)):

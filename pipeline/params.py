@@ -73,6 +73,8 @@ def validate(raw: dict, source: str = "params.yaml") -> None:
 def _check_consistency(preset: dict, where: str) -> None:
     """Rules the schema cannot express."""
     data, model, train = preset["data"], preset["model"], preset["train"]
+    if data["synthetic"] is not None and data["fetch"] is not None:
+        raise ParamsError(f"{where}.data: synthetic and fetch are alternatives; set one to null")
     if data["name"] == "synthetic" and data["synthetic"] is None:
         raise ParamsError(f"{where}.data.synthetic: the synthetic dataset needs its generator "
                           "settings (seed, image_size, ...); see the demo preset")

@@ -3,8 +3,10 @@
     python -m pipeline.prepare --config '<data section JSON>' --manifest data/NAME.manifest.json
     python -m pipeline.prepare --params params.yaml --preset demo --manifest ...   (dvc.yaml)
 
-The synthetic dataset is generated (deterministically) in place; any other dataset must already
-be in the COCO 2017 layout under data.root. The manifest (annotation checksums, counts, skips)
+The synthetic dataset is generated (deterministically) in place. A dataset with `data.fetch`
+(COCO 2017) is brought by DVC: `dvc pull` from data.fetch.remote when that holds it, otherwise
+dvc.yaml's download and extract stages (then pushed to the remote, if one is set). Any other
+dataset must already be in the COCO 2017 layout under data.root. The manifest (annotation checksums, counts, skips)
 is what training depends on.
 """
 from __future__ import annotations
@@ -12,18 +14,58 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from . import params, synthetic
 from .dataset import DatasetError, build_manifest
 from .files import write_json
 
 
+DVC_STAGE = "coco_extract"  # dvc.yaml: its outputs are the prepared COCO 2017 tree
+
+
+def dvc(*args: str) -> subprocess.CompletedProcess:
+    """Run DVC from the interpreter running us, with its `python` first on PATH for stages."""
+    bindir = str(Path(sys.executable).parent)
+    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    command = [sys.executable, "-m", "dvc", *args]
+    logging.info("running %s", " ".join(command[2:]))
+    return subprocess.run(command, env=env, capture_output=True, text=True)
+
+
+def fetch_with_dvc(fetch: dict) -> str:
+    """Pull the prepared data from the team remote if it has it, else fetch and extract it."""
+    remote = fetch["remote"]
+    if remote:
+        added = dvc("remote", "add", "--local", "--force", "--default", "team", remote)
+        if added.returncode != 0:
+            raise DatasetError(f"data.fetch.remote: DVC refused {remote!r}: {added.stderr.strip()}")
+        if dvc("pull", DVC_STAGE).returncode == 0:
+            return "pulled from " + remote
+    reproduced = dvc("repro", DVC_STAGE)
+    if reproduced.returncode != 0:
+        raise DatasetError(f"dvc repro {DVC_STAGE} failed:\n{reproduced.stdout[-2000:]}"
+                           f"{reproduced.stderr[-2000:]}")
+    if remote:
+        pushed = dvc("push", DVC_STAGE)
+        if pushed.returncode != 0:
+            logging.warning("could not push to %s: %s", remote, pushed.stderr.strip())
+    return "fetched and extracted"
+
+
 def prepare(data_cfg: dict, manifest_path: str) -> dict:
     small = data_cfg["synthetic"] is not None
+    splits = ("train", "val")
     if small:
         counts = synthetic.generate(data_cfg["root"], data_cfg["synthetic"])
         logging.info("generated %s: %s", data_cfg["root"], counts)
-    manifest = build_manifest(data_cfg["root"], decode_images=small)
+    elif data_cfg["fetch"] is not None:
+        logging.info("%s: %s", data_cfg["root"], fetch_with_dvc(data_cfg["fetch"]))
+        splits = tuple(data_cfg["fetch"]["splits"])
+    manifest = build_manifest(data_cfg["root"], decode_images=small, splits=splits)
     write_json(manifest_path, manifest)
     return manifest
 

@@ -418,7 +418,24 @@ def render_html(sections: list[dict], pngs: dict[str, bytes]) -> str:
     return "\n".join(out + ["</body></html>"]) + "\n"
 
 
-def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir) -> pd.DataFrame:
+def equivalence_section(path) -> dict:
+    """One step of each strategy against `single` on Faster R-CNN (pipeline/equivalence.py)."""
+    found = _read_input(Path(path))
+    rows = [{"run": name, "max |weights - single's| after one step": (
+                f"{r['max_abs_difference']:.3g}" if "skipped" not in r else "skipped"),
+             "relative to single's step": (
+                f"{r['relative_to_step']:.3g}" if r.get("relative_to_step") is not None else
+                r.get("skipped", ""))}
+            for name, r in found["strategies"].items()]
+    return {"title": "Equivalence with single", "text": [
+        f"From the same weights and the same global batch, one SGD step of each strategy, "
+        f"compared with {found['reference']} (whose largest weight change was "
+        f"{found['max_abs_step_of_single']:.3g}). Why they differ: {found['why']}"],
+        "table": pd.DataFrame(rows)}
+
+
+def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
+                 equivalence=None) -> pd.DataFrame:
     """Read every run directory, write summary.csv and the whole report; return the summary."""
     out_dir = Path(out_dir)
     runs = [load_run(d) for d in run_dirs]
@@ -442,6 +459,8 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir)
     pngs = write_figures(ok, table1, out_dir, formats, int(report_cfg.get("dpi", 150)))
     figure_ext = "png" if "png" in formats else formats[0]
     sections = report_sections(runs, summary, shown1, shown2, published, preset, figure_ext)
+    if equivalence:
+        sections.insert(4, equivalence_section(equivalence))
     write_text(out_dir / "report.md", render_markdown(sections))
     write_text(out_dir / "report.html", render_html(sections, pngs))
     return summary
@@ -454,6 +473,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--preset", required=True)
     parser.add_argument("--summary", required=True, help="CSV with one row per run")
     parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--equivalence", help="results/equivalence.json (pipeline.equivalence)")
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     args = parser.parse_args(argv)
     try:
@@ -462,7 +482,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"error: --report-config is not valid JSON ({err.msg}); pass the report "
                          "section of params.yaml as JSON") from None
     try:
-        build_report(args.run_dirs, report_cfg, args.preset, args.summary, args.out_dir)
+        build_report(args.run_dirs, report_cfg, args.preset, args.summary, args.out_dir,
+                     args.equivalence)
     except (FileNotFoundError, ValueError) as err:
         raise SystemExit(f"error: {err}") from None
 

@@ -159,7 +159,8 @@ def forward_backward(model, optimizer, images, targets, where: str) -> tuple[tor
     return loss, loss_dict
 
 
-def train(cfg: dict, run: dict, out_dir: str | Path) -> dict:
+def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = None) -> dict:
+    """Train one sweep entry; `max_steps` stops early (the equivalence check's single step)."""
     out_dir = Path(out_dir)
     state_dir = out_dir / "state"
     strategy = strategies.get(run["strategy"])
@@ -245,7 +246,11 @@ def train(cfg: dict, run: dict, out_dir: str | Path) -> dict:
                     log_file.flush()
                     progress.update(record, total_steps)
                 tick = time.perf_counter()
+                if step == max_steps:
+                    break
             train_seconds += time.perf_counter() - epoch_start
+            if step == max_steps:
+                break
             if ctx.rank == 0:  # rank 0 holds the optimizer state in every strategy
                 save_torch({"fingerprint": run_fingerprint, "epoch": epoch, "step": step,
                             "train_seconds": train_seconds,
@@ -328,10 +333,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--entry", required=True,
                         help="the sweep entry as JSON (not --run: torchrun takes that for its --run-path)")
     parser.add_argument("--out", required=True, help="run directory")
+    parser.add_argument("--max-steps", type=int, help="stop after this many iterations")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        train(json.loads(args.config), json.loads(args.entry), args.out)
+        train(json.loads(args.config), json.loads(args.entry), args.out, args.max_steps)
     except TrainingError as err:
         raise SystemExit(f"error: {err}") from None
 

@@ -24,6 +24,7 @@ from torch import nn
 
 from pipeline import strategies
 from pipeline.dataset import CocoDetection
+from pipeline.equivalence import measure
 from pipeline.launch import command
 from pipeline.params import canonical, runs
 from pipeline.strategies.dp import gather_outputs, scatter_by_sample
@@ -253,3 +254,37 @@ def test_launch_records_a_skipped_run(detection_cfg, tmp_path):
         assert summary["status"] == "skipped" and "needs at least 2 GPUs" in summary["reason"]
         assert summary["provenance"]["packages"]["torch"].startswith("2.14.1")
         assert (tmp_path / "dp" / "iterations.jsonl").read_text() == ""
+
+
+def test_faster_rcnn_one_step_difference_from_single_is_measured(detection_cfg):
+    """Not zero (per-batch sampling and normalisation), but small next to the step itself."""
+    result = measure(copy.deepcopy(detection_cfg))
+    assert result["reference"] == "single-w1-b8" and result["max_abs_step_of_single"] > 0
+    for name in ("ddp-w2-b4", "ps-colocated-w2-b4"):
+        relative = result["strategies"][name]["relative_to_step"]
+        assert 0 < relative < 1, (name, relative)
+    assert "per image batch" in result["why"]
+
+
+@pytest.mark.parametrize("hook", ["bf16", "powersgd"])
+def test_compressing_hooks_send_less_and_keep_replicas_identical(detection_cfg, hook, tmp_path):
+    cfg = copy.deepcopy(detection_cfg)
+    cfg["sweep"] = [{"strategy": "ddp", "world_size": 2, "comm_hook": hook}]
+    run = next(iter(runs(cfg).values()))
+    summary = torchrun_train(cfg, run, tmp_path / "run")
+    assert summary["replicas_identical"]
+    rank = summary["ranks"][0]
+    plain = rank["gradient_bytes"]  # 2(N-1)/N = 1 for N = 2: uncompressed, one M each way
+    assert rank["bytes_per_iteration"]["sent"] < 0.75 * plain
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2,
+                    reason=f"SyncBatchNorm over NCCL needs 2 GPUs; this machine has {torch.cuda.device_count()}")
+def test_ddp_sync_batchnorm_on_gpus(detection_cfg, tmp_path):
+    cfg = copy.deepcopy(detection_cfg)
+    cfg["parallel"].update(backend="nccl", sync_batchnorm=True)
+    cfg["sweep"] = [{"strategy": "ddp", "world_size": 2}]
+    run = next(iter(runs(cfg).values()))
+    summary = torchrun_train(cfg, run, tmp_path / "run")
+    assert summary["status"] == "ok" and summary["replicas_identical"] and summary["backend"] == "nccl"

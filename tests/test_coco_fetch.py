@@ -1,0 +1,190 @@
+"""COCO 2017 through DVC, against a real HTTP server on 127.0.0.1 serving COCO-layout archives
+built from the embedded dataset: download, verify, resume, refuse, extract, push, pull."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline import coco_fetch
+from pipeline.coco_fetch import FetchError, check_free_space, download, extract
+from pipeline.dataset import CocoDetection
+
+from .conftest import REPO
+from .http_server import Server
+
+ARCHIVES = {"annotations": "annotations/annotations_trainval2017.zip",
+            "train2017": "zips/train2017.zip", "val2017": "zips/val2017.zip"}
+
+
+def md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def build_archives(dataset: Path, out: Path) -> dict[str, dict]:
+    """The official archives' layout: annotations/..., train2017/..., val2017/... inside."""
+    for key, relative in ARCHIVES.items():
+        target = out / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as archive:
+            if key == "annotations":
+                for split in ("train2017", "val2017"):
+                    archive.write(dataset / "annotations" / f"instances_{split}.json",
+                                  f"annotations/instances_{split}.json")
+                archive.writestr("annotations/captions_train2017.json", "{}")  # not for detection
+            else:
+                archive.writestr(f"{key}/", "")
+                for image in sorted((dataset / key).iterdir()):
+                    archive.write(image, f"{key}/{image.name}")
+    return {key: {"path": rel, "md5": md5(out / rel), "size": (out / rel).stat().st_size}
+            for key, rel in ARCHIVES.items()}
+
+
+@pytest.fixture(scope="module")
+def served(small_dataset, tmp_path_factory):
+    root = tmp_path_factory.mktemp("served")
+    archives = build_archives(small_dataset, root)
+    with Server(root) as server:
+        yield server, archives
+
+
+def test_download_resumes_after_a_cut_and_verifies(served, tmp_path):
+    server, archives = served
+    entry = archives["train2017"]
+    server.cut_after["/" + entry["path"]] = entry["size"] // 2
+    before = len(server.requests)
+    dest = download(f"{server.url}/{entry['path']}", tmp_path / "train2017.zip", entry["md5"],
+                    backoff=0.01)
+    assert md5(dest) == entry["md5"]
+    gets = [r for r in server.requests[before:] if r["method"] == "GET"]
+    assert len(gets) == 2 and gets[0]["range"] is None
+    assert gets[1]["range"] == f"bytes={entry['size'] // 2}-"  # resumed, not restarted
+    assert not (tmp_path / "train2017.zip.part").exists()
+    again = len(server.requests)
+    download(f"{server.url}/{entry['path']}", dest, entry["md5"])  # present and verified: no traffic
+    assert len(server.requests) == again
+
+
+def test_checksum_mismatch_keeps_the_file_out(served, tmp_path):
+    server, archives = served
+    entry = archives["val2017"]
+    with pytest.raises(FetchError, match=r"MD5 [0-9a-f]{32} does not match the expected 0{32}"):
+        download(f"{server.url}/{entry['path']}", tmp_path / "val2017.zip", "0" * 32)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(FetchError, match="got .* bytes, expected 12"):
+        download(f"{server.url}/{entry['path']}", tmp_path / "val2017.zip", None, size=12)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(FetchError, match="HTTP 404"):
+        download(f"{server.url}/nope.zip", tmp_path / "nope.zip", None)
+
+
+def test_zip_slip_is_refused(tmp_path):
+    for evil in ("../escaped.txt", "/tmp/absolute.txt", "val2017/../../escaped.txt"):
+        archive = tmp_path / "evil.zip"
+        with zipfile.ZipFile(archive, "w") as z:
+            z.writestr("val2017/1.jpg", b"x")
+            z.writestr(evil, b"gotcha")
+        with pytest.raises(FetchError, match="would be written outside the dataset directory"):
+            extract({"val2017": archive}, tmp_path / "out")
+        assert not (tmp_path / "out").exists() and not (tmp_path.parent / "escaped.txt").exists()
+
+
+def test_interrupted_extraction_never_looks_complete(served, tmp_path):
+    _, archives = served
+    good = served[0].directory
+    broken = tmp_path / "val2017.zip"
+    data = bytearray((good / archives["val2017"]["path"]).read_bytes())
+    data[len(data) // 2] ^= 0xFF  # damage one stored image: its CRC check fails mid-way
+    broken.write_bytes(bytes(data))
+    paths = {"annotations": good / archives["annotations"]["path"], "val2017": broken}
+    with pytest.raises(zipfile.BadZipFile):
+        extract(paths, tmp_path / "coco2017")
+    assert not (tmp_path / "coco2017").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["val2017.zip"]  # no staging left behind
+
+
+def test_extract_subset_and_load(served, tmp_path):
+    server, archives = served
+    paths = {k: server.directory / v["path"] for k, v in archives.items()}
+    counts = extract(paths, tmp_path / "coco2017", subset=3)
+    assert counts["val2017 images extracted"] == 3 and counts["train2017 images extracted"] == 3
+    assert sorted(p.name for p in (tmp_path / "coco2017" / "annotations").iterdir()) == [
+        "instances_train2017.json", "instances_val2017.json"]
+    dataset = CocoDetection(tmp_path / "coco2017", "val", train=False)
+    assert len(dataset) == 3 and dataset[2][0].shape[0] == 3
+
+
+def test_free_space_is_checked_first(tmp_path):
+    with pytest.raises(FetchError, match=r"needs 1000000000.00 GB in .* free space or point"):
+        check_free_space(tmp_path / "not-yet", 10**18, "extracting everything")
+
+
+# ---- the real DVC and Snakemake path ------------------------------------------------------
+
+def run(command, cwd, **kwargs):
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900, env=env,
+                            **kwargs)
+    assert result.returncode == 0, f"{command}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_dvc_fetch_train_push_pull_without_retraining(served, tmp_path):
+    server, archives = served
+    repo = tmp_path / "repo"
+    for name in ("Snakefile", "params.yaml", "dvc.yaml", "pipeline", ".dvc", ".dvcignore", ".gitignore"):
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, repo / name, ignore=shutil.ignore_patterns("__pycache__", "tmp", "config.local"))
+        else:
+            repo.mkdir(exist_ok=True)
+            shutil.copy2(source, repo / name)
+    raw = yaml.safe_load((repo / "params.yaml").read_text())
+    coco, demo = raw["presets"]["coco2017"], raw["presets"]["demo"]
+    coco["data"]["fetch"].update(base_url=server.url, archives=archives)
+    coco["data"].update(workers=0, aspect_ratio_groups=0)
+    coco["model"] = dict(demo["model"], min_size=96, max_size=96, channels=32, representation_size=128)
+    coco["train"] = dict(demo["train"], epochs=1, images_per_worker=4, base_batch=4, lr_steps=[])
+    coco["sweep"] = [{"strategy": "single", "world_size": 1}]
+    raw["preset"] = "coco2017"
+    (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    run(["git", "init", "-q"], repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"], repo)
+    snakemake = [sys.executable, "-m", "snakemake", "--cores", "2"]
+    dvc = [sys.executable, "-m", "dvc"]
+
+    run(snakemake, repo)  # data rule: dvc repro (download, verify, extract) -> train -> report
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())
+    assert lock["stages"]["coco_download"]["outs"][0]["md5"]  # the archives are pinned
+    assert (repo / "results" / "summary.csv").read_text().count("\n") == 2
+    assert len(CocoDetection(repo / "data" / "coco2017", "val", train=False)) == 8
+
+    remote = tmp_path / "team-remote"
+    run(dvc + ["remote", "add", "-d", "team", str(remote)], repo)
+    run(dvc + ["push"], repo)
+    shutil.rmtree(repo / "data" / "coco2017")
+    shutil.rmtree(repo / "data" / "archives")
+    shutil.rmtree(repo / ".dvc" / "cache")
+    served_before = len(server.requests)
+    run(dvc + ["pull", "coco_extract"], repo)
+    assert len(server.requests) == served_before  # from the remote, not the internet
+    assert len(CocoDetection(repo / "data" / "coco2017", "train", train=True)) > 0
+    assert "Nothing to be done" in run(snakemake + ["--dry-run"], repo)  # new file times: no retraining
+
+    # The data rule itself prefers the remote once one is configured.
+    shutil.rmtree(repo / "data" / "coco2017")
+    data_cfg = dict(coco["data"], fetch=dict(coco["data"]["fetch"], remote=str(remote)))
+    output = run([sys.executable, "-m", "pipeline.prepare", "--config", json.dumps(data_cfg),
+                  "--manifest", "data/coco2017.manifest.json"], repo)
+    assert f"pulled from {remote}" in output
+    assert len(server.requests) == served_before

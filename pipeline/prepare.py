@@ -49,6 +49,12 @@ def fetch_with_dvc(fetch: dict) -> str:
     if reproduced.returncode != 0:
         raise DatasetError(f"dvc repro {DVC_STAGE} failed:\n{reproduced.stdout[-2000:]}"
                            f"{reproduced.stderr[-2000:]}")
+    # repro leaves the workspace a copy of what it put in the cache; relinking makes the two one
+    # file wherever cache.type allows links (half the disk for 40 GB of COCO).
+    relinked = dvc("checkout", "--relink", "coco_download", DVC_STAGE)
+    if relinked.returncode != 0:
+        logging.warning("dvc checkout --relink failed (the data stays as copies): %s",
+                        relinked.stderr.strip())
     if remote:
         pushed = dvc("push", DVC_STAGE)
         if pushed.returncode != 0:

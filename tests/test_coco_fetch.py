@@ -168,6 +168,8 @@ def test_dvc_fetch_train_push_pull_without_retraining(served, tmp_path):
     assert lock["stages"]["coco_download"]["outs"][0]["md5"]  # the archives are pinned
     assert (repo / "results" / "summary.csv").read_text().count("\n") == 2
     assert len(CocoDetection(repo / "data" / "coco2017", "val", train=False)) == 8
+    image = next((repo / "data" / "coco2017" / "val2017").iterdir())
+    assert image.stat().st_nlink == 2  # the workspace links to DVC's cache: one copy on disk
 
     remote = tmp_path / "team-remote"
     run(dvc + ["remote", "add", "-d", "team", str(remote)], repo)

@@ -22,6 +22,7 @@ from .base import (Context, Strategy, Traffic, check_devices, destroy_process_gr
                    init_process_group, processes_per_node, torchrun)
 
 SERVER = 0
+GRADIENTS, BUFFERS, WEIGHTS = 0, 1, 2  # message tags: each message matched by kind, not order
 
 
 class ParameterServer(Strategy):
@@ -75,24 +76,28 @@ class ParameterServer(Strategy):
         return torch.cat([t.detach().reshape(-1) for t in tensors])
 
     @staticmethod
-    def _unflatten(flat: torch.Tensor, tensors) -> None:
+    def _pieces(flat: torch.Tensor, tensors):
+        """(tensor, its slice of the flat message) for each tensor, in order."""
         offset = 0
         for tensor in tensors:
-            n = tensor.numel()
-            tensor.data.copy_(flat[offset:offset + n].view_as(tensor))
-            offset += n
+            yield tensor, flat[offset:offset + tensor.numel()].view_as(tensor)
+            offset += tensor.numel()
+
+    def _unflatten(self, flat: torch.Tensor, tensors) -> None:
+        for tensor, piece in self._pieces(flat, tensors):
+            tensor.data.copy_(piece)
 
     def _gradients(self) -> torch.Tensor:
         return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                           for p in self.params])
 
-    def _send(self, tensor: torch.Tensor, dst: int) -> dist.Work:
+    def _send(self, tensor: torch.Tensor, dst: int, tag: int) -> dist.Work:
         self._traffic.sent += tensor.numel() * tensor.element_size()
-        return dist.isend(tensor, dst)
+        return dist.isend(tensor, dst, tag=tag)
 
-    def _recv(self, tensor: torch.Tensor, src: int) -> dist.Work:
+    def _recv(self, tensor: torch.Tensor, src: int, tag: int) -> dist.Work:
         self._traffic.received += tensor.numel() * tensor.element_size()
-        return dist.irecv(tensor, src)
+        return dist.irecv(tensor, src, tag=tag)
 
     def step(self, model, optimizer, ctx: Context) -> float:
         if ctx.role == "worker":
@@ -102,12 +107,12 @@ class ParameterServer(Strategy):
     def _worker_step(self, ctx: Context) -> float:
         """Send my gradients (and, first worker, my buffers); wait for the new weights."""
         start = time.perf_counter()
-        works = [self._send(self._gradients(), SERVER)]
+        works = [self._send(self._gradients(), SERVER, GRADIENTS)]
         if ctx.rank == self.first_worker and self.buffers:
-            works.append(self._send(self._flat(self.buffers), SERVER))
+            works.append(self._send(self._flat(self.buffers), SERVER, BUFFERS))
         state = torch.empty(sum(t.numel() for t in self.params + self.buffers),
                             device=ctx.device)
-        works.append(self._recv(state, SERVER))
+        works.append(self._recv(state, SERVER, WEIGHTS))
         for work in works:
             work.wait()
         self._unflatten(state, self.params + self.buffers)
@@ -120,11 +125,11 @@ class ParameterServer(Strategy):
         remote = [w for w in self.workers if w != SERVER]
         grads = {w: torch.empty(sum(p.numel() for p in self.params), device=ctx.device)
                  for w in remote}
-        works = [self._recv(grads[w], w) for w in remote]
+        works = [self._recv(grads[w], w, GRADIENTS) for w in remote]
         buffers = None
         if self.dedicated and self.buffers:
             buffers = torch.empty(sum(b.numel() for b in self.buffers), device=ctx.device)
-            works.append(self._recv(buffers, self.first_worker))
+            works.append(self._recv(buffers, self.first_worker, BUFFERS))
         for work in works:
             work.wait()
         received = time.perf_counter()
@@ -140,16 +145,13 @@ class ParameterServer(Strategy):
         updated = time.perf_counter()
 
         state = self._flat(self.params + self.buffers)
-        for work in [self._send(state, w) for w in remote]:
+        for work in [self._send(state, w, WEIGHTS) for w in remote]:
             work.wait()
         return (received - start) + (time.perf_counter() - updated)
 
     def _set_gradients(self, flat: torch.Tensor) -> None:
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            p.grad = flat[offset:offset + n].view_as(p).clone()
-            offset += n
+        for p, piece in self._pieces(flat, self.params):
+            p.grad = piece.clone()
 
     def traffic(self) -> Traffic:
         return self._traffic.take()

@@ -421,7 +421,8 @@ def render_html(sections: list[dict], pngs: dict[str, bytes]) -> str:
 def equivalence_section(path) -> dict:
     """One step of each strategy against `single` on Faster R-CNN (pipeline/equivalence.py)."""
     found = _read_input(Path(path))
-    rows = [{"run": name, "max |weights - single's| after one step": (
+    # No '|' in headers: it would split the Markdown table's columns.
+    rows = [{"run": name, "largest weight difference from single after one step": (
                 f"{r['max_abs_difference']:.3g}" if "skipped" not in r else "skipped"),
              "relative to single's step": (
                 f"{r['relative_to_step']:.3g}" if r.get("relative_to_step") is not None else

@@ -214,3 +214,19 @@ def test_cli(runs, tmp_path):
                             text=True, timeout=120)
     assert broken.returncode != 0
     assert "nowhere/train_summary.json: file not found" in broken.stderr
+
+
+def test_equivalence_section_and_markdown_tables_stay_well_formed(runs, tmp_path):
+    equivalence = tmp_path / "equivalence.json"
+    equivalence.write_text(json.dumps({
+        "reference": "single-w1-b8", "max_abs_step_of_single": 0.03,
+        "strategies": {"ddp-w2-b4": {"max_abs_difference": 0.0006, "relative_to_step": 0.02},
+                       "ps-colocated-w2-b4": {"skipped": "2 processes per node but 1 CPU core(s)"}},
+        "why": "per image batch sampling"}))
+    build_report(runs, REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "report", equivalence)
+    text = (tmp_path / "report" / "report.md").read_text()
+    section = text.split("## Equivalence with single", 1)[1].split("\n## ", 1)[0]
+    assert "0.0006" in section and "per image batch sampling" in section and "1 CPU core(s)" in section
+    for block in re.findall(r"((?:^\|.*\|\n)+)", text, re.M):  # every table: one column count
+        counts = {line.count("|") for line in block.splitlines()}
+        assert len(counts) == 1, block

@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from pipeline import params, synthetic  # noqa: E402
 from pipeline.launch import command  # noqa: E402
-from pipeline.report import _busiest_rank  # noqa: E402
+from pipeline.report import busiest_rank_bytes  # noqa: E402
 
 GLOBAL_BATCH = 8
 SWEEP = [
@@ -66,8 +66,8 @@ def main() -> None:
           "timings exclude the first iterations")
     print(header)
     for r in rows:
-        measured = _busiest_rank(r, "bytes_per_iteration") / 1e6
-        theory = _busiest_rank(r, "theory_bytes_per_iteration") / 1e6
+        measured = busiest_rank_bytes(r, "bytes_per_iteration") / 1e6
+        theory = busiest_rank_bytes(r, "theory_bytes_per_iteration") / 1e6
         ratio = f"{measured / theory:.3f}" if theory else "-"
         print(f"{r['run_id']:<24}{r['processes']:>6}{r['threads']:>8}{r['images_per_second']:>8.1f}"
               f"{r['images_per_second'] / single:>9.2f}{r['sec_per_iter']['p50']:>9.3f}"

@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline.coco_fetch import download, extract, md5sum  # noqa: E402
+from pipeline.prepare import dvc  # noqa: E402
 
 IMAGE_BYTES = 160_000  # about a COCO JPEG
 
@@ -103,11 +104,10 @@ def dvc_disk(url: str, archives: dict, md5s: dict, base: Path) -> dict[str, int]
         fetch["archives"][key] = {"path": str(path.relative_to(path.parents[1])), "md5": md5s[key],
                                   "size": path.stat().st_size}
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    dvc = [sys.executable, "-m", "dvc"]
-    for command in (["git", "init", "-q"], dvc + ["repro", "-q", "coco_extract"],
-                    dvc + ["checkout", "--relink", "-q", "coco_download", "coco_extract"]):
-        subprocess.run(command, cwd=repo, check=True, env=env, capture_output=True)
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    for args in (["repro", "-q", "coco_extract"], ["checkout", "--relink", "-q", "coco_download", "coco_extract"]):
+        if dvc(*args, cwd=repo).returncode != 0:
+            raise RuntimeError(f"dvc {' '.join(args)} failed in {repo}")
     parts = {"archives": repo / "data" / "archives", "extracted": repo / "data" / "coco2017",
              "dvc cache": repo / ".dvc" / "cache"}
     sizes = {name: du(path) for name, path in parts.items()}

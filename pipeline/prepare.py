@@ -27,13 +27,13 @@ from .files import write_json
 DVC_STAGE = "coco_extract"  # dvc.yaml: its outputs are the prepared COCO 2017 tree
 
 
-def dvc(*args: str) -> subprocess.CompletedProcess:
+def dvc(*args: str, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
     """Run DVC from the interpreter running us, with its `python` first on PATH for stages."""
     bindir = str(Path(sys.executable).parent)
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     command = [sys.executable, "-m", "dvc", *args]
     logging.info("running %s", " ".join(command[2:]))
-    return subprocess.run(command, env=env, capture_output=True, text=True)
+    return subprocess.run(command, env=env, capture_output=True, text=True, cwd=cwd)
 
 
 def fetch_with_dvc(fetch: dict) -> str:

@@ -126,7 +126,7 @@ def _number(value) -> float:
     return math.nan if value is None or value == -1 else float(value)
 
 
-def _busiest_rank(summary: dict, key: str) -> float:
+def busiest_rank_bytes(summary: dict, key: str) -> float:
     """Bytes sent plus received per iteration by the rank that moves the most (the server, for
     a parameter server; any rank, for all-reduce)."""
     totals = [r[key]["sent"] + r[key]["received"] for r in summary.get("ranks") or []]
@@ -164,8 +164,8 @@ def summary_frame(runs: list[dict], preset: str) -> pd.DataFrame:
             **{f"sec_per_iter_{k}": _number(times.get(k)) for k in ("mean", "p50", "p95")},
             **{f"time_{k}": _number(split.get(k)) for k in TIME_SPLIT},
             "communication_share": _number(s.get("communication_share")),
-            "busiest_rank_bytes_per_iter": _busiest_rank(s, "bytes_per_iteration"),
-            "busiest_rank_theory_bytes_per_iter": _busiest_rank(s, "theory_bytes_per_iteration"),
+            "busiest_rank_bytes_per_iter": busiest_rank_bytes(s, "bytes_per_iteration"),
+            "busiest_rank_theory_bytes_per_iter": busiest_rank_bytes(s, "theory_bytes_per_iteration"),
             "replicas_identical": s.get("replicas_identical"),
             "progress_per_epoch": progress_per_epoch(s.get("epoch_loss") or []),
             **{k: _number(m.get(k)) for k in AP_COLUMNS + ["APs", "APm", "APl"]},

@@ -3,10 +3,11 @@
     .venv/bin/python benchmarks/compare_strategies.py [--epochs 2] [--train-images 320]
 
 Trains the demo model (params.yaml's demo preset, shortened) once per strategy and world size,
-at the same global batch, one after another in this one invocation, and prints per run:
-images/s, speed-up over `single`, the communication share of the iteration, and the bytes the
-busiest rank moved per iteration, measured by the strategy versus the theory. Ratios taken in
-one run are what to compare: absolute numbers move with the machine's load.
+at the same global batch, the whole sweep --repeats times over, interleaved, in this one
+invocation, and prints per run the median over repeats of: images/s, speed-up over `single`
+(the median of the per-repeat ratios), the communication share of the iteration, and the bytes
+the busiest rank moved per iteration, measured by the strategy versus the theory. Ratios taken
+side by side are what to compare: absolute numbers move with the machine's load.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from statistics import median
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -39,8 +41,9 @@ SWEEP = [
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--train-images", type=int, default=320)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved passes over the sweep")
     args = parser.parse_args()
     cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
     work = Path(tempfile.mkdtemp(prefix="bench-"))
@@ -48,29 +51,41 @@ def main() -> None:
     cfg["data"]["root"] = str(work / "data")
     cfg["train"].update(epochs=args.epochs, lr_steps=[])
     synthetic.generate(cfg["data"]["root"], cfg["data"]["synthetic"])
+    passes = []  # one {run id: summary} per pass over the sweep
+    for repeat in range(args.repeats):
+        summaries = {}
+        for entry in SWEEP:
+            run = {**params.STRATEGY_DEFAULTS.get(entry["strategy"], {}), **entry}
+            out = work / f"{params.run_id(run)}-{repeat}"
+            result = subprocess.run(command(copy.deepcopy(cfg), run, str(out)), cwd=REPO,
+                                    capture_output=True, text=True)
+            if result.returncode != 0:
+                print(f"{params.run_id(run)} failed:\n{result.stderr[-2000:]}", file=sys.stderr)
+                continue
+            summaries[params.run_id(run)] = json.loads((out / "train_summary.json").read_text())
+            print(f"pass {repeat + 1}: done {params.run_id(run)}", file=sys.stderr)
+        passes.append(summaries)
     rows = []
-    for entry in SWEEP:
-        run = {**params.STRATEGY_DEFAULTS.get(entry["strategy"], {}), **entry}
-        out = work / params.run_id(run)
-        config = copy.deepcopy(cfg)
-        result = subprocess.run(command(config, run, str(out)), cwd=REPO, capture_output=True, text=True)
-        if result.returncode != 0:
-            print(f"{params.run_id(run)} failed:\n{result.stderr[-2000:]}", file=sys.stderr)
-            continue
-        rows.append(json.loads((out / "train_summary.json").read_text()))
-        print(f"done {params.run_id(run)}", file=sys.stderr)
-    single = next(r["images_per_second"] for r in rows if r["strategy"] == "single")
+    for run_id, first in passes[0].items():
+        runs = [p[run_id] for p in passes if run_id in p]
+        speedups = [p[run_id]["images_per_second"] / p["single-w1-b8"]["images_per_second"]
+                    for p in passes if run_id in p and "single-w1-b8" in p]
+        rows.append({**first, "images_per_second": median(r["images_per_second"] for r in runs),
+                     "speedup": median(speedups),
+                     "communication_share": median(r["communication_share"] for r in runs),
+                     "sec_per_iter": {"p50": median(r["sec_per_iter"]["p50"] for r in runs)},
+                     "replicas_identical": all(r["replicas_identical"] for r in runs)})
     header = (f"{'run':<24}{'procs':>6}{'threads':>8}{'img/s':>8}{'speed-up':>9}{'s/it p50':>9}"
               f"{'comm %':>8}{'MB/it measured':>16}{'MB/it theory':>14}{'ratio':>7}{'same':>6}")
-    print(f"global batch {GLOBAL_BATCH}, {args.epochs} epochs of {args.train_images} images, "
-          "timings exclude the first iterations")
+    print(f"global batch {GLOBAL_BATCH}, {args.epochs} epoch(s) of {args.train_images} images, "
+          f"median of {args.repeats} interleaved passes, timings exclude the first iterations")
     print(header)
     for r in rows:
         measured = busiest_rank_bytes(r, "bytes_per_iteration") / 1e6
         theory = busiest_rank_bytes(r, "theory_bytes_per_iteration") / 1e6
         ratio = f"{measured / theory:.3f}" if theory else "-"
         print(f"{r['run_id']:<24}{r['processes']:>6}{r['threads']:>8}{r['images_per_second']:>8.1f}"
-              f"{r['images_per_second'] / single:>9.2f}{r['sec_per_iter']['p50']:>9.3f}"
+              f"{r['speedup']:>9.2f}{r['sec_per_iter']['p50']:>9.3f}"
               f"{100 * r['communication_share']:>8.1f}{measured:>16.2f}{theory:>14.2f}{ratio:>7}"
               f"{'yes' if r['replicas_identical'] else 'NO':>6}")
 

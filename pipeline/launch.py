@@ -19,13 +19,13 @@ from pathlib import Path
 
 from . import provenance, strategies
 from .files import write_json, write_text
-from .params import run_id
+from .params import run_id, variant
 
 
 def skipped_summary(run: dict, reason: str, cfg: dict) -> dict:
     return {"run_id": run_id(run), "strategy": run["strategy"], "world_size": run["world_size"],
             "images_per_worker": run["images_per_worker"],
-            "variant": run.get("comm_hook") or run.get("placement") or "",
+            "variant": variant(run),
             "status": "skipped", "reason": reason,
             "provenance": provenance.collect({k: cfg[k] for k in ("data", "model", "train", "parallel")},
                                              run=run)}

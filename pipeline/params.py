@@ -120,11 +120,17 @@ def load_resolved(path: str | Path = "params.yaml", preset: str | None = None) -
     return resolve(raw, str(path))
 
 
+def variant(run: dict) -> str:
+    """What distinguishes runs of one strategy: a ps run's placement, a ddp run's
+    communication hook (none: plain all-reduce); '' for the others."""
+    chosen = {"ddp": run.get("comm_hook", "none"), "ps": run.get("placement")}.get(run["strategy"])
+    return "" if chosen in (None, "none") else chosen
+
+
 def run_id(run: dict) -> str:
     """Stable name of one filled sweep entry, used in paths: single-w1-b8, ddp-fp16-w2-b4,
     ps-dedicated-w2-b4 (a ps run always names its placement; ddp names a hook if it has one)."""
-    variant = {"ddp": run.get("comm_hook", "none"), "ps": run.get("placement")}.get(run["strategy"])
-    name = run["strategy"] + (f"-{variant}" if variant not in (None, "none") else "")
+    name = run["strategy"] + (f"-{variant(run)}" if variant(run) else "")
     return f"{name}-w{run['world_size']}-b{run['images_per_worker']}"
 
 

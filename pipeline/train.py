@@ -32,7 +32,7 @@ from . import provenance, strategies
 from .dataset import CocoDetection, collate
 from .files import atomic_path, save_torch, write_json
 from .model import build_model
-from .params import canonical, run_id, scaled_lr
+from .params import canonical, run_id, scaled_lr, variant
 from .sampler import ShardedBatchSampler, aspect_ratio_groups
 from .strategies.base import gradient_bytes
 
@@ -312,7 +312,7 @@ def summarise(log_path: Path, run: dict, ctx, base_lr: float, global_batch: int,
     return {
         "run_id": run_id(run), "strategy": run["strategy"], "world_size": run["world_size"],
         "images_per_worker": run["images_per_worker"], "global_batch": global_batch,
-        "variant": run.get("comm_hook") or run.get("placement") or "",
+        "variant": variant(run),
         "lr": base_lr, "device": str(ctx.device), "backend": ctx.backend, "threads": ctx.threads,
         "processes": ctx.world_size, "status": "ok", "reason": "",
         "epochs": len(epochs), "iterations": len(records), "train_seconds": train_seconds,

@@ -15,6 +15,8 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version
 
 from pipeline import params as P
+from pipeline import stages, strategies, sweep
+from pipeline.report.figures import FIGURES
 
 min_version("9.0")
 
@@ -24,32 +26,32 @@ configfile: "params.yaml"
 
 try:
     CFG = P.resolve(config)
+    RUNS = sweep.runs(CFG)
 except P.ParamsError as error:
     raise WorkflowError(str(error))
 
 PYTHON = sys.executable  # the interpreter running Snakemake has the locked environment
 PRESET = CFG["preset"]
 DATA = CFG["data"]
-RUNS = P.runs(CFG)
 RUN_DIR = f"results/runs/{PRESET}/{{run}}"
 MANIFEST = f"data/{DATA['name']}.manifest.json"
 REPORT = "results/report"
 
-# Snakemake tracks a rule's own code, not what it imports: each stage lists its modules.
-COMMON = ["pipeline/files.py", "pipeline/provenance.py"]
-CODE = {
-    "data": COMMON
-    + ["pipeline/prepare.py", "pipeline/synthetic.py", "pipeline/dataset.py"]
-    + (["pipeline/coco_fetch.py", "dvc.yaml"] if DATA["fetch"] else []),
-    "train": COMMON
-    + ["pipeline/launch.py", "pipeline/train.py", "pipeline/model.py", "pipeline/dataset.py"]
-    + ["pipeline/sampler.py"]
-    + sorted(str(p) for p in Path("pipeline/strategies").glob("*.py")),
-    "evaluate": COMMON
-    + ["pipeline/launch.py", "pipeline/evaluate.py", "pipeline/model.py", "pipeline/dataset.py"]
-    + ["pipeline/strategies/base.py", "pipeline/strategies/ddp.py"],
-    "report": COMMON + ["pipeline/report.py"],
-}
+
+def code(stage):
+    """Snakemake tracks a rule's own code, not what it imports: the files each stage executes
+    are derived from the imports of the module it runs (pipeline/stages.py)."""
+    return stages.code_files(stage, fetch=stage == "data" and DATA["fetch"] is not None)
+
+
+def stage_params(stage):
+    return P.canonical(stages.config_for(CFG, stage))
+
+
+def run_resources(wildcards):
+    """What one run's job asks a scheduler for: its processes, and GPUs where it uses them."""
+    strategy = strategies.get(RUNS[wildcards.run], CFG["parallel"])
+    return {"processes": strategy.processes(), "gpus": strategy.gpus()}
 
 
 # Every rule runs in the locked environment: the image built from the Dockerfile. Snakemake uses
@@ -70,7 +72,7 @@ rule all:
 
 rule data:
     input:
-        code=CODE["data"],
+        code=code("data") + (["dvc.yaml"] if DATA["fetch"] else []),
     output:
         manifest=MANIFEST,
     params:
@@ -88,17 +90,21 @@ rule data:
 rule train:
     input:
         manifest=MANIFEST,
-        code=CODE["train"],
+        code=code("train"),
     output:
         # Written last; model_final.pt beside it exists only for runs that were not skipped.
         summary=f"{RUN_DIR}/train_summary.json",
         iterations=f"{RUN_DIR}/iterations.jsonl",
     params:
-        config=P.canonical({k: CFG[k] for k in ("data", "model", "train", "parallel")}),
+        config=stage_params("train"),
         run=lambda wildcards: P.canonical(RUNS[wildcards.run]),
         python=PYTHON,
         out=lambda wildcards, output: os.path.dirname(output.summary),
+    # Timings are the result: a training run has the machine (or its allocation) to itself.
     threads: workflow.cores
+    resources:
+        processes=lambda wildcards: run_resources(wildcards)["processes"],
+        gpu=lambda wildcards: run_resources(wildcards)["gpus"],
     log:
         f"logs/train/{PRESET}/{{run}}.log",
     benchmark:
@@ -112,16 +118,19 @@ rule evaluate:
     input:
         manifest=MANIFEST,
         summary=rules.train.output.summary,
-        code=CODE["evaluate"],
+        code=code("evaluate"),
     output:
         metrics=f"{RUN_DIR}/metrics.json",
         predictions=f"{RUN_DIR}/predictions.json",
     params:
-        config=P.canonical({k: CFG[k] for k in ("data", "model", "parallel", "eval")}),
+        config=stage_params("evaluate"),
         run=lambda wildcards: P.canonical(RUNS[wildcards.run]),
         out=lambda wildcards, output: os.path.dirname(output.metrics),
         python=PYTHON,
     threads: workflow.cores
+    resources:
+        processes=lambda wildcards: run_resources(wildcards)["processes"],
+        gpu=lambda wildcards: run_resources(wildcards)["gpus"],
     log:
         f"logs/evaluate/{PRESET}/{{run}}.log",
     benchmark:
@@ -134,11 +143,11 @@ rule evaluate:
 rule equivalence:
     input:
         manifest=MANIFEST,
-        code=CODE["train"] + ["pipeline/equivalence.py"],
+        code=code("equivalence"),
     output:
         "results/equivalence.json",
     params:
-        config=P.canonical({k: CFG[k] for k in ("data", "model", "train", "parallel")}),
+        config=stage_params("equivalence"),
         python=PYTHON,
     threads: workflow.cores
     log:
@@ -154,12 +163,16 @@ rule report:
         equivalence=rules.equivalence.output[0],
         summaries=expand(rules.train.output.summary, run=RUNS),
         metrics=expand(rules.evaluate.output.metrics, run=RUNS),
-        code=CODE["report"],
+        code=code("report"),
     output:
         summary="results/summary.csv",
         html=f"{REPORT}/report.html",
         markdown=f"{REPORT}/report.md",
         tables=expand(f"{REPORT}/table{{n}}.{{ext}}", n=[1, 2], ext=["md", "csv", "tex"]),
+        traffic=f"{REPORT}/traffic.csv",
+        # paper/paper.tex inputs the .tex tables and the PDF figures
+        figures=expand(f"{REPORT}/figures/{{name}}.{{ext}}", name=FIGURES,
+                       ext=CFG["report"]["figure_formats"]),
     params:
         report=P.canonical(CFG["report"]),
         preset=PRESET,

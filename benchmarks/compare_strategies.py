@@ -23,19 +23,19 @@ from statistics import median
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline import params, synthetic  # noqa: E402
+from pipeline import params, sweep, synthetic  # noqa: E402
 from pipeline.launch import command  # noqa: E402
-from pipeline.report import busiest_rank_bytes  # noqa: E402
+from pipeline.report.load import busiest_rank_bytes  # noqa: E402
 
 GLOBAL_BATCH = 8
 SWEEP = [
-    {"strategy": "single", "world_size": 1, "images_per_worker": 8},
-    {"strategy": "ddp", "world_size": 1, "images_per_worker": 8},
-    {"strategy": "ddp", "world_size": 2, "images_per_worker": 4},
-    {"strategy": "ddp", "world_size": 2, "images_per_worker": 4, "comm_hook": "fp16"},
-    {"strategy": "ps", "world_size": 1, "images_per_worker": 8, "placement": "colocated"},
-    {"strategy": "ps", "world_size": 2, "images_per_worker": 4, "placement": "colocated"},
-    {"strategy": "ps", "world_size": 1, "images_per_worker": 8, "placement": "dedicated"},
+    {"strategy": "single", "workers": 1, "images_per_worker": 8},
+    {"strategy": "ddp", "workers": 1, "images_per_worker": 8},
+    {"strategy": "ddp", "workers": 2, "images_per_worker": 4},
+    {"strategy": "ddp", "workers": 2, "images_per_worker": 4, "comm_hook": "fp16"},
+    {"strategy": "ps", "workers": 1, "images_per_worker": 8, "placement": "colocated"},
+    {"strategy": "ps", "workers": 2, "images_per_worker": 4, "placement": "colocated"},
+    {"strategy": "ps", "workers": 1, "images_per_worker": 8, "placement": "dedicated"},
 ]
 
 
@@ -55,15 +55,15 @@ def main() -> None:
     for repeat in range(args.repeats):
         summaries = {}
         for entry in SWEEP:
-            run = {**params.STRATEGY_DEFAULTS.get(entry["strategy"], {}), **entry}
-            out = work / f"{params.run_id(run)}-{repeat}"
+            run = sweep.fill(entry, cfg["train"])
+            out = work / f"{sweep.run_id(run)}-{repeat}"
             result = subprocess.run(command(copy.deepcopy(cfg), run, str(out)), cwd=REPO,
                                     capture_output=True, text=True)
             if result.returncode != 0:
-                print(f"{params.run_id(run)} failed:\n{result.stderr[-2000:]}", file=sys.stderr)
+                print(f"{sweep.run_id(run)} failed:\n{result.stderr[-2000:]}", file=sys.stderr)
                 continue
-            summaries[params.run_id(run)] = json.loads((out / "train_summary.json").read_text())
-            print(f"pass {repeat + 1}: done {params.run_id(run)}", file=sys.stderr)
+            summaries[sweep.run_id(run)] = json.loads((out / "train_summary.json").read_text())
+            print(f"pass {repeat + 1}: done {sweep.run_id(run)}", file=sys.stderr)
         passes.append(summaries)
     rows = []
     for run_id, first in passes[0].items():

@@ -23,28 +23,28 @@ from pathlib import Path
 
 import torch
 
-from . import strategies
+from . import strategies, sweep
 from .files import write_json
 from .launch import command
 from .model import build_model
-from .params import STRATEGY_DEFAULTS, run_id
 
 WHY = ("Faster R-CNN's RPN and box-head losses sample anchors and proposals per image batch "
        "and normalise by the sample count, and each worker draws its samples with its own "
        "random stream, so averaging per-worker gradients is not the gradient of the merged "
        "batch; on a loss that is a plain mean over samples the strategies agree to float "
        "rounding (tested). The replicas of one run stay identical to each other.")
-ENTRIES = [{"strategy": "single", "world_size": 1, "images_per_worker": 8},
-           {"strategy": "ddp", "world_size": 2, "images_per_worker": 4},
-           {"strategy": "ps", "world_size": 2, "images_per_worker": 4}]
+ENTRIES = [{"strategy": "single", "workers": 1, "images_per_worker": 8},
+           {"strategy": "ddp", "workers": 2, "images_per_worker": 4},
+           {"strategy": "ps", "workers": 2, "images_per_worker": 4}]
 
 
 def one_step(cfg: dict, run: dict, out: Path) -> dict[str, torch.Tensor]:
-    argv = command(cfg, run, str(out / run_id(run))) + ["--max-steps", "1"]
+    name = sweep.run_id(run)
+    argv = command(cfg, run, str(out / name)) + ["--max-steps", "1"]
     result = subprocess.run(argv, capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"{run_id(run)}: one step failed:\n{result.stderr[-2000:]}")
-    return torch.load(out / run_id(run) / "model_final.pt", weights_only=False)["model"]
+        raise RuntimeError(f"{name}: one step failed:\n{result.stderr[-2000:]}")
+    return torch.load(out / name / "model_final.pt", weights_only=False)["model"]
 
 
 def measure(cfg: dict) -> dict:
@@ -52,15 +52,16 @@ def measure(cfg: dict) -> dict:
     # The same pixels for every strategy (no random flips), and the full learning rate.
     cfg["data"]["horizontal_flip"] = 0.0
     cfg["train"].update(warmup_iters=0, epochs=1)
-    runs = [{**STRATEGY_DEFAULTS.get(e["strategy"], {}), **e} for e in ENTRIES]
-    skipped = {run_id(r): why for r in runs
-               if (why := strategies.get(r["strategy"]).unavailable(r, cfg["parallel"]))}
+    runs = {sweep.run_id(r): r for r in (sweep.fill(e, cfg["train"]) for e in ENTRIES)}
+    skipped = {name: why for name, r in runs.items()
+               if (why := strategies.get(r, cfg["parallel"]).unavailable())}
     with tempfile.TemporaryDirectory(prefix="equivalence-") as work:
-        states = {run_id(r): one_step(cfg, r, Path(work)) for r in runs if run_id(r) not in skipped}
+        states = {name: one_step(cfg, r, Path(work)) for name, r in runs.items()
+                  if name not in skipped}
         torch.manual_seed(cfg["train"]["seed"])  # the initial weights, as train.py makes them
         num_classes = states[next(iter(states))]["roi_heads.box_predictor.cls_score.weight"].shape[0]
         initial = build_model(dict(cfg["model"], backbone_weights=None), num_classes).state_dict()
-    reference_id = run_id(runs[0])
+    reference_id = next(iter(runs))
     reference = states[reference_id]
     names = [n for n, v in reference.items() if v.is_floating_point() and "running" not in n]
     step = max((reference[n] - initial[n]).abs().max().item() for n in names)

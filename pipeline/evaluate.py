@@ -13,20 +13,17 @@ import contextlib
 import io
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from . import provenance
+from . import distributed, provenance, stages
 from .dataset import CocoDetection, annotation_path, collate
 from .files import read_json, write_json
 from .model import build_model
-from .strategies.base import destroy_process_group, init_process_group
 
 log = logging.getLogger("evaluate")
 # The order of COCOeval.stats for bounding boxes.
@@ -94,10 +91,10 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
     """Predict and score. Under torchrun (a ddp run) every rank predicts its share of the
     validation images and rank 0 scores the gathered predictions in one COCO evaluation."""
     run_dir = Path(run_dir)
-    rank, world = 0, 1
-    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-    if int(os.environ.get("WORLD_SIZE", 1)) > 1:
-        rank, world, device, _, _ = init_process_group(cfg["parallel"], 0)
+    rank, world, device = 0, 1, distributed.default_device()
+    if distributed.launched_by_torchrun():
+        member = distributed.init_process_group(cfg["parallel"], 0)
+        rank, world, device = member.rank, member.processes, member.device
     checkpoint = torch.load(run_dir / "model_final.pt", map_location="cpu", weights_only=False)
     model_cfg = dict(cfg["model"], backbone_weights=None)  # the trained weights replace them
     model = build_model(model_cfg, checkpoint["num_classes"])
@@ -110,9 +107,8 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
     detections = predict(model, share, cfg["eval"]["batch_size"], device,
                          cfg["eval"]["score_threshold"])
     if world > 1:
-        gathered = [None] * world
-        dist.all_gather_object(gathered, detections)
-        destroy_process_group()
+        gathered = distributed.all_gather(detections)
+        distributed.destroy_process_group()
         if rank != 0:
             return None
         detections = [d for part in gathered for d in part]
@@ -122,7 +118,7 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
                            dataset.image_ids())
     record = {"run_id": run_dir.name, **metrics, "images": len(dataset),
               "detections": len(detections), "inference_seconds": seconds, "processes": world,
-              "provenance": provenance.collect({k: cfg[k] for k in ("data", "model", "eval")},
+              "provenance": provenance.collect(stages.config_for(cfg, "evaluate"),
                                                device=str(device), threads=torch.get_num_threads())}
     write_json(run_dir / "metrics.json", record)
     return record

@@ -17,32 +17,27 @@ import os
 import sys
 from pathlib import Path
 
-from . import provenance, strategies
-from .files import write_json, write_text
-from .params import run_id, variant
+from . import provenance, stages, strategies, sweep
+from .files import read_json, write_json, write_text
 
 
-def skipped_summary(run: dict, reason: str, cfg: dict) -> dict:
-    return {"run_id": run_id(run), "strategy": run["strategy"], "world_size": run["world_size"],
-            "images_per_worker": run["images_per_worker"],
-            "variant": variant(run),
-            "status": "skipped", "reason": reason,
-            "provenance": provenance.collect({k: cfg[k] for k in ("data", "model", "train", "parallel")},
-                                             run=run)}
+def skipped_summary(cfg: dict, run: dict, reason: str) -> dict:
+    return {**sweep.identity(run), "status": "skipped", "reason": reason,
+            "provenance": provenance.collect(stages.config_for(cfg, "train"), run=run)}
 
 
 def command(cfg: dict, run: dict, out: str, python: str = sys.executable) -> list[str]:
-    strategy = strategies.get(run["strategy"])
-    return strategy.launcher(run, cfg["parallel"], python) + [
+    strategy = strategies.get(run, cfg["parallel"])
+    return strategy.launcher(python) + [
         "-m", "pipeline.train", "--config", json.dumps(cfg), "--entry", json.dumps(run), "--out", out]
 
 
 def evaluation_command(cfg: dict, run: dict, run_dir: str, python: str = sys.executable) -> list[str]:
-    """A ddp run is evaluated by as many processes as it trained with; the others by one."""
+    """A run is evaluated the way its strategy says (a ddp run on as many processes as it
+    trained with); a run that did not train, by one process that records why."""
     launcher = [python]
-    trained = json.loads((Path(run_dir) / "train_summary.json").read_text())
-    if run["strategy"] == "ddp" and trained["status"] == "ok":
-        launcher = strategies.get("ddp").launcher(run, dict(cfg["parallel"], nnodes=1), python)
+    if read_json(Path(run_dir) / "train_summary.json")["status"] == "ok":
+        launcher = strategies.get(run, cfg["parallel"]).evaluation_launcher(python)
     return launcher + ["-m", "pipeline.evaluate", "--config", json.dumps(cfg), "--run-dir", run_dir]
 
 
@@ -57,12 +52,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.stage == "evaluate":
         argv = evaluation_command(cfg, run, args.out)
         os.execv(argv[0], argv)
-    reason = strategies.get(run["strategy"]).unavailable(run, cfg["parallel"])
+    reason = strategies.get(run, cfg["parallel"]).unavailable()
     if reason:
-        print(f"skipping {run_id(run)}: {reason}", file=sys.stderr)
+        print(f"skipping {sweep.run_id(run)}: {reason}", file=sys.stderr)
         out = Path(args.out)
         write_text(out / "iterations.jsonl", "")
-        write_json(out / "train_summary.json", skipped_summary(run, reason, cfg))
+        write_json(out / "train_summary.json", skipped_summary(cfg, run, reason))
         return
     argv = command(cfg, run, args.out)
     if cfg["parallel"]["nnodes"] > 1:

@@ -1,7 +1,8 @@
-"""params.yaml: load, validate against the schema, resolve the chosen preset.
+"""params.yaml: load, resolve the presets (each extends `defaults` or another preset), validate.
 
 Everything that runs (the Snakefile, the stage CLIs, the tests) goes through `resolve`, so a
 wrong key or value is reported once, before any job starts, naming the key and the remedy.
+The sweep's entries belong to the strategies and are filled and checked by pipeline/sweep.py.
 """
 from __future__ import annotations
 
@@ -57,17 +58,64 @@ def _describe(error: jsonschema.ValidationError, source: str) -> str:
     return f"{source}: {where}: {error.message}"
 
 
-def validate(raw: dict, source: str = "params.yaml") -> None:
+def merged(base: dict, override: dict) -> dict:
+    """`override` on top of `base`: mappings merge key by key; lists and values replace."""
+    out = dict(base)
+    for key, value in override.items():
+        both_mappings = isinstance(value, dict) and isinstance(base.get(key), dict)
+        out[key] = merged(base[key], value) if both_mappings else value
+    return out
+
+
+def resolve_presets(raw: dict, source: str = "params.yaml") -> dict[str, dict]:
+    """Every preset in full: `defaults`, then each `extends` ancestor, then its own values."""
+    presets, defaults = raw.get("presets"), raw.get("defaults") or {}
+    if not isinstance(presets, dict) or not presets:
+        raise ParamsError(f"{source}: presets: expected a mapping of named presets")
+    resolved: dict[str, dict] = {}
+
+    def resolve_one(name: str, chain: tuple[str, ...]) -> dict:
+        if name in resolved:
+            return resolved[name]
+        if name in chain:
+            raise ParamsError(f"{source}: presets.{name}.extends: a cycle "
+                              f"({' -> '.join(chain + (name,))}); one preset must extend defaults")
+        own = presets[name]
+        if not isinstance(own, dict):
+            raise ParamsError(f"{source}: presets.{name}: expected a mapping of parameter groups")
+        parent = own.get("extends")
+        if parent is not None and parent not in presets:
+            raise ParamsError(f"{source}: presets.{name}.extends: '{parent}' is not one of the "
+                              f"presets ({', '.join(presets)})")
+        base = resolve_one(parent, chain + (name,)) if parent else defaults
+        body = {k: v for k, v in own.items() if k != "extends"}
+        resolved[name] = merged(base, body)
+        return resolved[name]
+
+    for name in presets:
+        resolve_one(name, ())
+    return resolved
+
+
+def validate(raw: dict, source: str = "params.yaml") -> dict[str, dict]:
+    """Check the file and return its presets, each resolved in full."""
+    extra = sorted(set(raw) - {"preset", "defaults", "presets", "report"})
+    if extra:
+        raise ParamsError(f"{source}: unknown top-level key(s) {', '.join(extra)}; allowed: "
+                          "preset, defaults, presets, report")
+    presets = resolve_presets(raw, source)
+    document = {k: v for k, v in raw.items() if k != "defaults"} | {"presets": presets}
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
     validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(raw), key=lambda e: list(map(str, e.absolute_path)))
+    errors = sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         raise ParamsError("invalid parameters:\n  " + "\n  ".join(_describe(e, source) for e in errors))
-    if raw["preset"] not in raw["presets"]:
+    if raw["preset"] not in presets:
         raise ParamsError(f"{source}: preset: '{raw['preset']}' is not one of the presets "
-                          f"({', '.join(raw['presets'])}); use --config preset=NAME with one of them")
-    for name, preset in raw["presets"].items():
+                          f"({', '.join(presets)}); use --config preset=NAME with one of them")
+    for name, preset in presets.items():
         _check_consistency(preset, f"{source}: presets.{name}")
+    return presets
 
 
 def _check_consistency(preset: dict, where: str) -> None:
@@ -91,26 +139,13 @@ def _check_consistency(preset: dict, where: str) -> None:
     steps = train["lr_steps"]
     if steps != sorted(steps) or len(set(steps)) != len(steps):
         raise ParamsError(f"{where}.train.lr_steps: {steps} must be strictly increasing epochs")
-    for entry in preset["sweep"]:
-        if "comm_hook" in entry and entry["strategy"] != "ddp":
-            raise ParamsError(f"{where}.sweep: comm_hook is a ddp option, not {entry['strategy']}'s")
-        if "placement" in entry and entry["strategy"] != "ps":
-            raise ParamsError(f"{where}.sweep: placement is a ps option, not {entry['strategy']}'s")
-        if entry["strategy"] == "single" and entry["world_size"] != 1:
-            raise ParamsError(f"{where}.sweep: single runs one worker; world_size must be 1, "
-                              f"not {entry['world_size']} (use ddp, ps or dp for more)")
-    ids = [run_id(run) for run in _filled(preset["sweep"], train)]
-    duplicates = sorted({r for r in ids if ids.count(r) > 1})
-    if duplicates:
-        raise ParamsError(f"{where}.sweep: duplicate entries {duplicates}; each combination once")
 
 
 def resolve(raw: dict, source: str = "params.yaml") -> dict:
-    """Validate and return the chosen preset as one flat config: data, model, train, eval,
-    sweep, report, plus `preset` (its name)."""
-    validate(raw, source)
-    chosen = raw["presets"][raw["preset"]]
-    return {"preset": raw["preset"], **chosen, "report": raw["report"]}
+    """Validate and return the chosen preset as one flat config: data, model, train, parallel,
+    eval, sweep, report, plus `preset` (its name)."""
+    presets = validate(raw, source)
+    return {"preset": raw["preset"], **presets[raw["preset"]], "report": raw["report"]}
 
 
 def load_resolved(path: str | Path = "params.yaml", preset: str | None = None) -> dict:
@@ -118,33 +153,6 @@ def load_resolved(path: str | Path = "params.yaml", preset: str | None = None) -
     if preset is not None:
         raw["preset"] = preset
     return resolve(raw, str(path))
-
-
-def variant(run: dict) -> str:
-    """What distinguishes runs of one strategy: a ps run's placement, a ddp run's
-    communication hook (none: plain all-reduce); '' for the others."""
-    chosen = {"ddp": run.get("comm_hook", "none"), "ps": run.get("placement")}.get(run["strategy"])
-    return "" if chosen in (None, "none") else chosen
-
-
-def run_id(run: dict) -> str:
-    """Stable name of one filled sweep entry, used in paths: single-w1-b8, ddp-fp16-w2-b4,
-    ps-dedicated-w2-b4 (a ps run always names its placement; ddp names a hook if it has one)."""
-    name = run["strategy"] + (f"-{variant(run)}" if variant(run) else "")
-    return f"{name}-w{run['world_size']}-b{run['images_per_worker']}"
-
-
-STRATEGY_DEFAULTS = {"ddp": {"comm_hook": "none"}, "ps": {"placement": "colocated"}}
-
-
-def _filled(sweep: list[dict], train: dict) -> list[dict]:
-    return [{"images_per_worker": train["images_per_worker"],
-             **STRATEGY_DEFAULTS.get(entry["strategy"], {}), **entry} for entry in sweep]
-
-
-def runs(cfg: dict) -> dict[str, dict]:
-    """run id -> the sweep entry, with images_per_worker filled in from train."""
-    return {run_id(run): run for run in _filled(cfg["sweep"], cfg["train"])}
 
 
 def scaled_lr(train: dict, global_batch: int) -> float:

@@ -22,17 +22,17 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
-from . import provenance, strategies
+from . import distributed, provenance, stages, strategies, sweep
 from .dataset import CocoDetection, collate
 from .files import atomic_path, save_torch, write_json
 from .model import build_model
-from .params import canonical, run_id, scaled_lr, variant
+from .params import canonical, scaled_lr
 from .sampler import ShardedBatchSampler, aspect_ratio_groups
 from .strategies.base import gradient_bytes
 
@@ -114,18 +114,13 @@ def truncate_log(path: Path, last_step: int) -> None:
         tmp.write_text("".join(line + "\n" for line in kept))
 
 
-def barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
-
-
 def restore(state_dir: Path, run_fingerprint: str, model, optimizer, ctx) -> tuple[int, int, float]:
     """Resume from the last epoch's checkpoint if it was made with these settings, else start
     clean. Returns (first epoch to run, steps done, training seconds so far)."""
     if ctx.rank == 0 and load_checkpoint(state_dir, run_fingerprint) is None:
         shutil.rmtree(state_dir, ignore_errors=True)
     state_dir.mkdir(parents=True, exist_ok=True)
-    barrier()  # nobody reads the state directory while rank 0 may be clearing it
+    distributed.barrier()  # nobody reads the state directory while rank 0 may be clearing it
     checkpoint = load_checkpoint(state_dir, run_fingerprint)
     if checkpoint is None:
         return 0, 0, 0.0
@@ -159,149 +154,191 @@ def forward_backward(model, optimizer, images, targets, where: str) -> tuple[tor
     return loss, loss_dict
 
 
-def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = None) -> dict:
-    """Train one sweep entry; `max_steps` stops early (the equivalence check's single step)."""
-    out_dir = Path(out_dir)
-    state_dir = out_dir / "state"
-    strategy = strategies.get(run["strategy"])
+@dataclass
+class Job:
+    """One training process's run: what `setup` builds and the loop advances."""
+
+    cfg: dict
+    run: dict
+    out_dir: Path
+    strategy: strategies.Strategy
+    ctx: strategies.Context
+    dataset: CocoDetection
+    sampler: ShardedBatchSampler
+    loader: torch.utils.data.DataLoader
+    loader_seed: torch.Generator
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    base_lr: float
+    global_batch: int
+    fingerprint: str
+    epoch: int = 0            # the next epoch to run
+    step: int = 0             # iterations done
+    train_seconds: float = 0.0
+    moved: dict = field(default_factory=lambda: {"sent": 0, "received": 0, "iterations": 0})
+
+    @property
+    def state_dir(self) -> Path:
+        return self.out_dir / "state"
+
+    @property
+    def total_steps(self) -> int:
+        return self.cfg["train"]["epochs"] * len(self.sampler)
+
+
+def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
+    """Start this process's part of the job: data, model, wrapped by the strategy, optimizer,
+    and the state of an interrupted run with the same fingerprint."""
     train_cfg, data_cfg = cfg["train"], cfg["data"]
-    ctx = strategy.start(run, cfg["parallel"], train_cfg["threads"])
-    per_process = strategy.batch_per_process(run)
+    strategy = strategies.get(run, cfg["parallel"])
+    ctx = strategy.start(train_cfg["threads"])
+    per_process = strategy.batch_per_process()
     global_batch = per_process * ctx.shards
-    base_lr = scaled_lr(train_cfg, global_batch)
-    seed = train_cfg["seed"]
     if ctx.device.type == "cpu":
         torch.use_deterministic_algorithms(True)
-    seed_everything(seed)  # the same initial weights in every process
-
+    seed_everything(train_cfg["seed"])  # the same initial weights in every process
     dataset = CocoDetection(data_cfg["root"], "train", train=True,
                             horizontal_flip=data_cfg["horizontal_flip"])
     groups = aspect_ratio_groups(dataset.aspect_ratios(), data_cfg["aspect_ratio_groups"])
-    sampler = ShardedBatchSampler(len(dataset), per_process, seed, ctx.shard or 0, ctx.shards,
-                                  groups)
+    sampler = ShardedBatchSampler(len(dataset), per_process, train_cfg["seed"], ctx.shard or 0,
+                                  ctx.shards, groups)
     loader_seed = torch.Generator()
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate,
                                          num_workers=data_cfg["workers"], generator=loader_seed)
-    model = build_model(cfg["model"], dataset.num_classes).to(ctx.device)
-    model = strategy.wrap(model, ctx)
+    model = strategy.wrap(build_model(cfg["model"], dataset.num_classes).to(ctx.device), ctx)
+    base_lr = scaled_lr(train_cfg, global_batch)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=base_lr,
                                 momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"])
-    run_fingerprint = fingerprint(cfg, run)
-    start_epoch, step, train_seconds = restore(state_dir, run_fingerprint, strategy.unwrap(model),
-                                               optimizer, ctx)
-
-    total_steps = train_cfg["epochs"] * len(sampler)
-    progress = Progress(total_steps, step, train_cfg["print_every"], ctx.reports)
+    job = Job(cfg, run, out_dir, strategy, ctx, dataset, sampler, loader, loader_seed, model,
+              optimizer, base_lr, global_batch, fingerprint(cfg, run))
+    job.epoch, job.step, job.train_seconds = restore(job.state_dir, job.fingerprint,
+                                                     strategy.unwrap(model), optimizer, ctx)
     log.info("rank %d (%s): %d images, %d per process x %d shards, lr %.4g, %d threads, %s, %s",
              ctx.rank, ctx.role, len(dataset), per_process, ctx.shards, base_lr, ctx.threads,
              ctx.device, ctx.backend)
-    sync = torch.cuda.synchronize if ctx.device.type == "cuda" else (lambda: None)
-    live_log = state_dir / "iterations.jsonl"
-    moved = {"sent": 0, "received": 0, "iterations": 0}  # this process's traffic, this session
-    model.train()
-    with open(live_log if ctx.reports else os.devnull, "a") as log_file:
-        for epoch in range(start_epoch, train_cfg["epochs"]):
-            # Seeds derive from (seed, shard, epoch) so that a resumed epoch replays exactly.
-            seed_everything(seed + 1000 * (ctx.shard or 0) + 7919 * epoch)
-            loader_seed.manual_seed(seed + epoch)
-            sampler.set_epoch(epoch)
-            # A dedicated parameter server has no data: its iteration is the strategy's step.
-            batches = loader if ctx.shard is not None else itertools.repeat(None, len(sampler))
-            epoch_start = tick = time.perf_counter()
-            for batch in batches:
-                lr = learning_rate(train_cfg, base_lr, step, epoch)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                record = {"step": step + 1, "epoch": epoch, "lr": lr}
-                if batch is not None:
-                    images, targets = to_device(*batch, ctx.device)
-                    record["time_data"] = time.perf_counter() - tick
-                    t0 = time.perf_counter()
-                    loss, loss_dict = forward_backward(model, optimizer, images, targets,
-                                                       f"epoch {epoch}, step {step + 1}")
-                    sync()
-                    record["time_compute"] = time.perf_counter() - t0
-                    record.update(images=len(images) * ctx.shards, loss=loss.item(),
-                                  **{k: loss_dict[k].item() for k in LOSS_TERMS})
-                t1 = time.perf_counter()
-                t_comm = strategy.step(model, optimizer, ctx)
-                sync()
-                t_step = time.perf_counter() - t1
-                traffic = strategy.traffic()
-                moved["sent"] += traffic.sent
-                moved["received"] += traffic.received
-                moved["iterations"] += 1
-                step += 1
-                now = time.perf_counter()
-                # DDP's all-reduce runs inside backward: the part backward waited for it counts
-                # as communication, not compute.
-                record.update(
-                    time_compute=record.get("time_compute", 0.0) - traffic.backward_wait,
-                    time_communication=t_comm + traffic.backward_wait,
-                    time_optimizer=t_step - t_comm, time_iter=now - tick,
-                    elapsed=train_seconds + now - epoch_start,
-                    bytes_sent=traffic.sent, bytes_received=traffic.received)
-                if ctx.reports:
-                    log_file.write(json.dumps(record) + "\n")
-                    log_file.flush()
-                    progress.update(record, total_steps)
-                tick = time.perf_counter()
-                if step == max_steps:
-                    break
-            train_seconds += time.perf_counter() - epoch_start
-            if step == max_steps:
-                break
-            if ctx.rank == 0:  # rank 0 holds the optimizer state in every strategy
-                save_torch({"fingerprint": run_fingerprint, "epoch": epoch, "step": step,
-                            "train_seconds": train_seconds,
-                            "model": strategy.unwrap(model).state_dict(),
-                            "optimizer": optimizer.state_dict()}, state_dir / "checkpoint.pt")
+    return job
+
+
+def timed_iteration(job: Job, batch, epoch: int, tick: float) -> dict:
+    """One iteration and its record: losses, lr, images, and the seconds split into data wait
+    (since `tick`, when the previous iteration ended), compute, communication and optimizer."""
+    ctx, sync = job.ctx, (torch.cuda.synchronize if job.ctx.device.type == "cuda" else lambda: None)
+    lr = learning_rate(job.cfg["train"], job.base_lr, job.step, epoch)
+    for group in job.optimizer.param_groups:
+        group["lr"] = lr
+    record = {"step": job.step + 1, "epoch": epoch, "lr": lr, "time_compute": 0.0}
+    if batch is not None:  # a dedicated parameter server has no data: only the strategy's step
+        images, targets = to_device(*batch, ctx.device)
+        record["time_data"] = time.perf_counter() - tick
+        start = time.perf_counter()
+        loss, loss_dict = forward_backward(job.model, job.optimizer, images, targets,
+                                           f"epoch {epoch}, step {job.step + 1}")
+        sync()
+        record.update(time_compute=time.perf_counter() - start, images=len(images) * ctx.shards,
+                      loss=loss.item(), **{k: loss_dict[k].item() for k in LOSS_TERMS})
+    start = time.perf_counter()
+    seconds_communicating = job.strategy.step(job.model, job.optimizer, ctx)
+    sync()
+    seconds_step = time.perf_counter() - start
+    traffic = job.strategy.traffic()
+    job.moved["sent"] += traffic.sent
+    job.moved["received"] += traffic.received
+    job.moved["iterations"] += 1
+    job.step += 1
+    # DDP's all-reduce runs inside backward: the part backward waited for it counts as
+    # communication, not compute.
+    record.update(time_compute=record["time_compute"] - traffic.backward_wait,
+                  time_communication=seconds_communicating + traffic.backward_wait,
+                  time_optimizer=seconds_step - seconds_communicating,
+                  bytes_sent=traffic.sent, bytes_received=traffic.received)
+    return record
+
+
+def run_epoch(job: Job, log_file, progress: Progress, max_steps: int | None) -> None:
+    """One pass over this process's shard, replayable: seeds derive from (seed, shard, epoch)."""
+    epoch, seed = job.epoch, job.cfg["train"]["seed"]
+    seed_everything(seed + 1000 * (job.ctx.shard or 0) + 7919 * epoch)
+    job.loader_seed.manual_seed(seed + epoch)
+    job.sampler.set_epoch(epoch)
+    batches = job.loader if job.ctx.shard is not None else itertools.repeat(None, len(job.sampler))
+    epoch_start = tick = time.perf_counter()
+    for batch in batches:
+        record = timed_iteration(job, batch, epoch, tick)
+        now = time.perf_counter()
+        record.update(time_iter=now - tick, elapsed=job.train_seconds + now - epoch_start)
+        if job.ctx.reports:
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+            progress.update(record, job.total_steps)
+        tick = time.perf_counter()
+        if job.step == max_steps:
+            break
+    job.train_seconds += time.perf_counter() - epoch_start
+
+
+def save_checkpoint(job: Job) -> None:
+    if job.strategy.saves_checkpoint(job.ctx):
+        save_torch({"fingerprint": job.fingerprint, "epoch": job.epoch, "step": job.step,
+                    "train_seconds": job.train_seconds,
+                    "model": job.strategy.unwrap(job.model).state_dict(),
+                    "optimizer": job.optimizer.state_dict()}, job.state_dir / "checkpoint.pt")
+
+
+def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = None) -> dict | None:
+    """Train one sweep entry; `max_steps` stops early (the equivalence check's single step).
+    Returns the run summary in the process that writes it, None in the others."""
+    job = setup(cfg, run, Path(out_dir))
+    progress = Progress(job.total_steps, job.step, cfg["train"]["print_every"], job.ctx.reports)
+    job.model.train()
+    live_log = job.state_dir / "iterations.jsonl"
+    with open(live_log if job.ctx.reports else os.devnull, "a") as log_file:
+        while job.epoch < cfg["train"]["epochs"] and job.step != max_steps:
+            run_epoch(job, log_file, progress, max_steps)
+            if job.step != max_steps:
+                save_checkpoint(job)
+            job.epoch += 1
     progress.close()
-    ranks = rank_report(strategy, model, run, ctx, moved)
-    summary = None
-    if ctx.reports:
-        summary = summarise(live_log, run, ctx, base_lr, global_batch, train_seconds, ranks)
-        save_torch({"model": strategy.unwrap(model).state_dict(), "num_classes": dataset.num_classes,
-                    "model_cfg": cfg["model"]}, out_dir / "model_final.pt")
-        with atomic_path(out_dir / "iterations.jsonl") as tmp:
-            shutil.copyfile(live_log, tmp)
-        summary["provenance"] = provenance.collect(
-            {k: cfg[k] for k in ("data", "model", "train", "parallel")}, run=run, seed=seed,
-            world_size=ctx.world_size, threads=ctx.threads, device=str(ctx.device),
-            backend=ctx.backend)
-        write_json(out_dir / "train_summary.json", summary)
-    strategy.finish(ctx)
+    summary = summarise(job, live_log)
+    job.strategy.finish(job.ctx)
     return summary
 
 
-def parameter_checksum(model) -> str:
-    """Of the parameters only: DDP ranks' BatchNorm buffers differ until the next forward pass
-    copies rank 0's over them."""
-    digest = hashlib.sha256()
-    for tensor in model.parameters():
-        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()[:16]
+def summarise(job: Job, live_log: Path) -> dict | None:
+    """Gather every rank's report; the first worker writes the weights, the iteration log and
+    the summary (last, so that its presence means the run finished)."""
+    ranks = rank_report(job)
+    if not job.ctx.reports:
+        return None
+    cfg, ctx = job.cfg, job.ctx
+    summary = summary_of(live_log, job, ranks)
+    save_torch({"model": job.strategy.unwrap(job.model).state_dict(),
+                "num_classes": job.dataset.num_classes, "model_cfg": cfg["model"]},
+               job.out_dir / "model_final.pt")
+    with atomic_path(job.out_dir / "iterations.jsonl") as tmp:
+        shutil.copyfile(live_log, tmp)
+    summary["provenance"] = provenance.collect(
+        stages.config_for(cfg, "train"), run=job.run, seed=cfg["train"]["seed"],
+        workers=job.run["workers"], processes=ctx.processes, threads=ctx.threads,
+        device=str(ctx.device), backend=ctx.backend)
+    write_json(job.out_dir / "train_summary.json", summary)
+    return summary
 
 
-def rank_report(strategy, model, run: dict, ctx, moved: dict) -> list[dict]:
+def rank_report(job: Job) -> list[dict]:
     """Every process's role, checksum of its weights, and bytes per iteration, measured and by
     theory; gathered from all ranks (the replicas must be identical)."""
-    grad_bytes = gradient_bytes(strategy.unwrap(model))
-    per_iteration = max(moved["iterations"], 1)
-    mine = {"rank": ctx.rank, "role": ctx.role, "checksum": parameter_checksum(strategy.unwrap(model)),
-            "gradient_bytes": grad_bytes,
-            "bytes_per_iteration": {"sent": moved["sent"] / per_iteration,
-                                    "received": moved["received"] / per_iteration},
-            "theory_bytes_per_iteration": strategy.theory_bytes(run, ctx, grad_bytes)}
-    if not dist.is_initialized():
-        return [mine]
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
-    return everyone
+    grad_bytes = gradient_bytes(job.strategy.unwrap(job.model))
+    iterations = max(job.moved["iterations"], 1)
+    return distributed.all_gather({
+        "rank": job.ctx.rank, "role": job.ctx.role, "checksum": job.strategy.checksum(job.model),
+        "gradient_bytes": grad_bytes,
+        "bytes_per_iteration": {"sent": job.moved["sent"] / iterations,
+                                "received": job.moved["received"] / iterations},
+        "theory_bytes_per_iteration": job.strategy.theory_bytes(job.ctx, grad_bytes)})
 
 
-def summarise(log_path: Path, run: dict, ctx, base_lr: float, global_batch: int,
-              train_seconds: float, ranks: list[dict]) -> dict:
+def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
+    """Throughput, time per iteration and its split, losses, and the ranks' reports."""
     records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     steady = records[WARMUP_ITERATIONS_EXCLUDED:] or records
     times = np.array([r["time_iter"] for r in steady])
@@ -309,13 +346,12 @@ def summarise(log_path: Path, run: dict, ctx, base_lr: float, global_batch: int,
              for k in ("data", "compute", "communication", "optimizer")}
     epochs = sorted({r["epoch"] for r in records})
     epoch_loss = [float(np.mean([r["loss"] for r in records if r["epoch"] == e])) for e in epochs]
+    ctx = job.ctx
     return {
-        "run_id": run_id(run), "strategy": run["strategy"], "world_size": run["world_size"],
-        "images_per_worker": run["images_per_worker"], "global_batch": global_batch,
-        "variant": variant(run),
-        "lr": base_lr, "device": str(ctx.device), "backend": ctx.backend, "threads": ctx.threads,
-        "processes": ctx.world_size, "status": "ok", "reason": "",
-        "epochs": len(epochs), "iterations": len(records), "train_seconds": train_seconds,
+        **sweep.identity(job.run), "global_batch": job.global_batch,
+        "lr": job.base_lr, "device": str(ctx.device), "backend": ctx.backend, "threads": ctx.threads,
+        "processes": ctx.processes, "status": "ok", "reason": "",
+        "epochs": len(epochs), "iterations": len(records), "train_seconds": job.train_seconds,
         "images_per_second": float(sum(r["images"] for r in steady) / times.sum()),
         "sec_per_iter": {"mean": float(times.mean()), "p50": float(np.percentile(times, 50)),
                          "p95": float(np.percentile(times, 95))},

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 import yaml
 
-from pipeline import params
+from pipeline import params, strategies, sweep
 
 from .conftest import REPO
 
@@ -63,7 +64,7 @@ def test_wrong_value_is_named(raw, path, value, expected):
 
 
 def test_missing_key_is_named(raw):
-    del raw["presets"]["demo"]["train"]["momentum"]
+    del raw["defaults"]["train"]["momentum"]  # no preset sets it: it comes from defaults
     with pytest.raises(params.ParamsError, match="'momentum' is a required property"):
         params.resolve(raw)
 
@@ -79,9 +80,9 @@ def test_cross_field_rules(raw):
     with pytest.raises(params.ParamsError, match="lr_steps"):
         params.resolve(bad)
     bad = copy.deepcopy(raw)
-    bad["presets"]["demo"]["sweep"] = [{"strategy": "single", "world_size": 1}] * 2
+    bad["presets"]["demo"]["sweep"] = [{"strategy": "single", "workers": 1}] * 2
     with pytest.raises(params.ParamsError, match="duplicate entries"):
-        params.resolve(bad)
+        sweep.runs(params.resolve(bad))
 
 
 def test_malformed_yaml_names_the_file(tmp_path):
@@ -93,9 +94,9 @@ def test_malformed_yaml_names_the_file(tmp_path):
 
 def test_runs_fill_images_per_worker(raw):
     cfg = params.resolve(raw)
-    cfg["sweep"] = [{"strategy": "single", "world_size": 1},
-                    {"strategy": "single", "world_size": 1, "images_per_worker": 2}]
-    runs = params.runs(cfg)
+    cfg["sweep"] = [{"strategy": "single", "workers": 1},
+                    {"strategy": "single", "workers": 1, "images_per_worker": 2}]
+    runs = sweep.runs(cfg)
     per_worker = cfg["train"]["images_per_worker"]
     assert list(runs) == [f"single-w1-b{per_worker}", "single-w1-b2"]
     assert runs["single-w1-b2"]["images_per_worker"] == 2
@@ -122,17 +123,67 @@ def test_schema_is_closed_everywhere():
 
 def test_strategy_options_belong_to_their_strategy(raw):
     demo = raw["presets"]["demo"]
-    for entry, message in [({"strategy": "single", "world_size": 2}, "world_size must be 1"),
-                           ({"strategy": "ps", "world_size": 2, "comm_hook": "fp16"}, "comm_hook is a ddp option"),
-                           ({"strategy": "ddp", "world_size": 2, "placement": "dedicated"}, "placement is a ps option")]:
+    for entry, message in [({"strategy": "single", "workers": 2}, "single runs at most 1 worker"),
+                           ({"strategy": "ps", "workers": 2, "comm_hook": "fp16"}, "comm_hook is a ddp option"),
+                           ({"strategy": "ddp", "workers": 2, "placement": "dedicated"}, "placement is a ps option")]:
         bad = copy.deepcopy(raw)
         bad["presets"]["demo"]["sweep"] = [entry]
         with pytest.raises(params.ParamsError, match=message):
-            params.resolve(bad)
-    demo["sweep"] = [{"strategy": "ddp", "world_size": 2}, {"strategy": "ddp", "world_size": 2, "comm_hook": "powersgd"},
-                     {"strategy": "ps", "world_size": 2}, {"strategy": "ps", "world_size": 1, "placement": "dedicated"},
-                     {"strategy": "dp", "world_size": 2, "images_per_worker": 2}]
+            sweep.runs(params.resolve(bad))
+    demo["sweep"] = [{"strategy": "ddp", "workers": 2}, {"strategy": "ddp", "workers": 2, "comm_hook": "powersgd"},
+                     {"strategy": "ps", "workers": 2}, {"strategy": "ps", "workers": 1, "placement": "dedicated"},
+                     {"strategy": "dp", "workers": 2, "images_per_worker": 2}]
     per_worker = demo["train"]["images_per_worker"]
-    assert list(params.runs(params.resolve(raw))) == [
+    assert list(sweep.runs(params.resolve(raw))) == [
         f"ddp-w2-b{per_worker}", f"ddp-powersgd-w2-b{per_worker}", f"ps-colocated-w2-b{per_worker}",
         f"ps-dedicated-w1-b{per_worker}", "dp-w2-b2"]
+
+
+def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
+    """The presets now say only what differs from `defaults`; resolved, they are unchanged
+    (tests/data holds them as they were written out in full, with `workers` for world_size)."""
+    before = json.loads((REPO / "tests" / "data" / "presets_before_extends.json").read_text())
+    assert params.validate(raw) == before
+
+
+def test_a_preset_extends_another_with_only_what_differs(raw):
+    raw["presets"]["quick"] = {"extends": "demo", "train": {"epochs": 1},
+                               "sweep": [{"strategy": "single", "workers": 1}]}
+    presets = params.validate(raw)
+    expected = copy.deepcopy(presets["demo"])
+    expected["train"]["epochs"] = 1
+    expected["sweep"] = [{"strategy": "single", "workers": 1}]
+    assert presets["quick"] == expected
+    raw["presets"]["demo"]["extends"] = "quick"
+    with pytest.raises(params.ParamsError, match="presets.demo.extends: a cycle"):
+        params.validate(raw)
+    raw["presets"]["demo"]["extends"] = "coco2014"
+    with pytest.raises(params.ParamsError, match="'coco2014' is not one of the presets"):
+        params.validate(raw)
+
+
+def test_world_size_is_the_deprecated_name_of_workers(raw):
+    cfg = params.resolve(raw)
+    cfg["sweep"] = [{"strategy": "ddp", "world_size": 2}]
+    with pytest.warns(FutureWarning, match=r"'world_size' is deprecated; write 'workers: 2'"):
+        old = sweep.runs(cfg)
+    cfg["sweep"] = [{"strategy": "ddp", "workers": 2}]
+    assert old == sweep.runs(cfg)
+    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "world_size": 2}]
+    with pytest.raises(params.ParamsError, match="both world_size and workers"):
+        sweep.runs(cfg)
+
+
+def test_sweep_entries_are_closed_by_their_strategy(raw):
+    cfg = params.resolve(raw)
+    cfg["sweep"] = [{"strategy": "ddp", "worker": 2}]
+    with pytest.raises(params.ParamsError, match=r"sweep\[0\]: unknown key 'worker' \(did you mean 'workers'\?\)"):
+        sweep.runs(cfg)
+    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "comm_hook": "fp8"}]
+    with pytest.raises(params.ParamsError, match=r"sweep\[0\].comm_hook: 'fp8' is not one of"):
+        sweep.runs(cfg)
+    cfg["sweep"] = [{"strategy": "horovod", "workers": 2}]
+    with pytest.raises(params.ParamsError, match="unknown strategy 'horovod'"):
+        sweep.runs(cfg)
+    for strategy in strategies.STRATEGIES.values():  # every option is in a closed schema
+        assert sweep._entry_schema(strategy)["additionalProperties"] is False

@@ -12,6 +12,12 @@ import pandas as pd
 import pytest
 
 from pipeline.report import SUMMARY_COLUMNS, build_report, progress_per_epoch
+from pipeline.report.figures import FIGURES as REGISTERED_FIGURES
+from pipeline.report.figures import ReportData, figure
+from pipeline.report.load import load_run, summary_frame
+from pipeline.report.render import provenance_bullets
+
+REPO = Path(__file__).resolve().parents[1]
 
 REPORT_CFG = {
     "published": {
@@ -24,22 +30,24 @@ REPORT_CFG = {
     "figure_formats": ["png", "pdf"],
     "dpi": 40,  # small figures keep the test fast; the layout code is the same
 }
-FIGURES = ["loss_vs_time", "loss_vs_epoch", "ap", "time_split"]
+FIGURES = list(REGISTERED_FIGURES)  # before any test adds one
+PAPER_FIGURES = ["loss_vs_time", "loss_vs_epoch", "ap", "time_split"]  # paper/paper.tex includes them
 METRIC_KEYS = ["AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm",
                "ARl"]
 
 
-def provenance(world_size: int) -> dict:
-    return {"git_revision": "0123abc", "seed": 0, "threads": 2, "world_size": world_size,
+def provenance(workers: int) -> dict:
+    return {"git_revision": "0123abc", "seed": 0, "threads": 2, "workers": workers,
+            "processes": workers,
             "device": "cpu", "backend": "gloo", "packages": {"python": "3.11.9", "torch": "2.14.1"},
             "hardware": {"machine": "x86_64", "cpu_count": 2, "hostname": "secret-node"},
             "params": {}, "argv": []}
 
 
-def make_ok_run(root: Path, strategy: str, world_size: int, per_worker: int,
+def make_ok_run(root: Path, strategy: str, workers: int, per_worker: int,
                 epoch_loss: list[float], ap: float, iters_per_epoch: int = 12) -> Path:
     """A finished run whose epoch-mean losses are exactly `epoch_loss` (the noise cancels)."""
-    run_id = f"{strategy}-w{world_size}-b{per_worker}"
+    run_id = f"{strategy}-w{workers}-b{per_worker}"
     run_dir = root / run_id
     run_dir.mkdir(parents=True)
     records, elapsed, step = [], 0.0, 0
@@ -48,24 +56,24 @@ def make_ok_run(root: Path, strategy: str, world_size: int, per_worker: int,
             elapsed += 0.5
             loss = mean_loss + (0.05 if i % 2 else -0.05)
             records.append({
-                "step": step, "epoch": epoch, "lr": 0.01, "images": per_worker * world_size,
+                "step": step, "epoch": epoch, "lr": 0.01, "images": per_worker * workers,
                 "loss": loss, "loss_classifier": loss / 4, "loss_box_reg": loss / 4,
                 "loss_objectness": loss / 4, "loss_rpn_box_reg": loss / 4, "time_data": 0.05,
-                "time_compute": 0.35, "time_communication": 0.05 * (world_size - 1),
+                "time_compute": 0.35, "time_communication": 0.05 * (workers - 1),
                 "time_optimizer": 0.05, "time_iter": 0.5, "elapsed": elapsed})
             step += 1
     (run_dir / "iterations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     summary = {
-        "run_id": run_id, "strategy": strategy, "world_size": world_size,
-        "images_per_worker": per_worker, "global_batch": per_worker * world_size, "lr": 0.04,
+        "run_id": run_id, "strategy": strategy, "workers": workers,
+        "images_per_worker": per_worker, "global_batch": per_worker * workers, "lr": 0.04,
         "device": "cpu", "backend": "gloo", "threads": 2, "status": "ok", "reason": "",
         "epochs": len(epoch_loss), "iterations": len(records), "train_seconds": elapsed,
-        "images_per_second": per_worker * world_size / 0.5,
+        "images_per_second": per_worker * workers / 0.5,
         "sec_per_iter": {"mean": 0.5, "p50": 0.5, "p95": 0.52},
-        "time_split": {"data": 0.05, "compute": 0.35, "communication": 0.05 * (world_size - 1),
+        "time_split": {"data": 0.05, "compute": 0.35, "communication": 0.05 * (workers - 1),
                        "optimizer": 0.05},
         "epoch_loss": epoch_loss, "final_loss": epoch_loss[-1],
-        "provenance": provenance(world_size)}
+        "provenance": provenance(workers)}
     (run_dir / "train_summary.json").write_text(json.dumps(summary))
     metrics = {"run_id": run_id, "AP": ap, "AP50": ap + 0.2, "AP75": ap - 0.05, "APs": -1,
                "APm": ap, "APl": ap + 0.1, **{k: 0.3 for k in METRIC_KEYS[6:]}, "images": 160,
@@ -77,9 +85,9 @@ def make_ok_run(root: Path, strategy: str, world_size: int, per_worker: int,
 def make_skipped_run(root: Path, run_id: str, reason: str) -> Path:
     run_dir = root / run_id
     run_dir.mkdir(parents=True)
-    strategy, world, batch = run_id.split("-")
+    strategy, workers, batch = run_id.split("-")
     (run_dir / "train_summary.json").write_text(json.dumps({
-        "run_id": run_id, "strategy": strategy, "world_size": int(world[1:]),
+        "run_id": run_id, "strategy": strategy, "workers": int(workers[1:]),
         "images_per_worker": int(batch[1:]), "status": "skipped", "reason": reason}))
     (run_dir / "metrics.json").write_text(json.dumps({
         "run_id": run_id, "status": "skipped", "reason": reason,
@@ -121,7 +129,7 @@ def test_summary_csv_keeps_every_run(report):
     assert single["progress_per_epoch"] == pytest.approx((2.0 - 1.2) / 2)
     assert single["AP"] == pytest.approx(0.1234)
     assert pd.isna(single["APs"])  # COCO's -1: no small objects
-    assert csv.set_index("run_id").loc["ddp-w2-b4", "world_size"] == 2
+    assert csv.set_index("run_id").loc["ddp-w2-b4", "workers"] == 2
     # the raw file writes empty fields, not "nan", for the skipped run
     raw = (out / "summary.csv").read_text().splitlines()
     assert "nan" not in raw[3].lower()
@@ -150,6 +158,7 @@ def test_tables_show_published_and_reproduced(report):
 
 def test_figures_in_every_format(report):
     out, _ = report
+    assert set(PAPER_FIGURES) <= set(FIGURES)
     for name in FIGURES:
         for fmt in ("png", "pdf"):
             path = out / "report" / "figures" / f"{name}.{fmt}"
@@ -164,6 +173,7 @@ def test_reports(report):
     assert "(epoch_loss" in md or "mean decrease of the epoch-mean total training loss" in md
     assert "figures/loss_vs_time.png" in md
     assert "0123abc" in md and "secret-node" not in md
+    assert "ddp-w2-b4: git 0123abc; seed 0; threads 2; workers 2; processes 2;" in md
     page = (out / "report" / "report.html").read_text()
     assert page.count("data:image/png;base64,") == len(FIGURES)
     assert not re.search(r"(src|href)=['\"]?https?:", page)
@@ -230,3 +240,50 @@ def test_equivalence_section_and_markdown_tables_stay_well_formed(runs, tmp_path
     for block in re.findall(r"((?:^\|.*\|\n)+)", text, re.M):  # every table: one column count
         counts = {line.count("|") for line in block.splitlines()}
         assert len(counts) == 1, block
+
+
+def test_run_directories_from_before_the_rename_still_load(tmp_path):
+    run = make_ok_run(tmp_path / "runs", "ddp", 2, 4, [2.0, 1.0], ap=0.1)
+    path = run / "train_summary.json"
+    old = json.loads(path.read_text())
+    old["world_size"] = old.pop("workers")
+    old["provenance"]["world_size"] = old["provenance"].pop("workers")
+    path.write_text(json.dumps(old))
+    loaded = load_run(run)
+    assert summary_frame([loaded], "demo").loc[0, "workers"] == 2
+    assert "; workers 2;" in provenance_bullets([loaded])[0]
+
+
+def test_loading_and_the_figure_registry_import_no_plotting():
+    """Benchmarks import load, the Snakefile imports figures: neither may pay for plotting."""
+    code = ("import sys, pipeline.report.load, pipeline.report.figures; "
+            "print(sorted({'matplotlib', 'seaborn', 'torch'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.fixture
+def extra_figure():
+    """A figure added the way a contributor adds one: one decorated function, nothing else."""
+    @figure("runs_per_strategy", "Completed runs per strategy")
+    def draw_runs_per_strategy(ax, data: ReportData) -> None:
+        strategies = sorted({run["summary"]["strategy"] for run in data.ok})
+        ax.bar(strategies, [sum(run["summary"]["strategy"] == s for run in data.ok)
+                            for s in strategies])
+
+    yield "runs_per_strategy"
+    del REGISTERED_FIGURES["runs_per_strategy"]  # the other tests see the real registry
+
+
+def test_a_new_figure_is_one_function(runs, tmp_path, extra_figure):
+    build_report(runs, REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "report")
+    out = tmp_path / "report"
+    for fmt in REPORT_CFG["figure_formats"]:
+        assert (out / "figures" / f"{extra_figure}.{fmt}").stat().st_size > 1000
+    md = (out / "report.md").read_text()
+    assert f"![Completed runs per strategy](figures/{extra_figure}.png)" in md
+    page = (out / "report.html").read_text()
+    assert "<figcaption>Completed runs per strategy</figcaption>" in page
+    assert page.count("data:image/png;base64,") == len(FIGURES) + 1

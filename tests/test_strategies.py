@@ -26,7 +26,8 @@ from pipeline import strategies
 from pipeline.dataset import CocoDetection
 from pipeline.equivalence import measure
 from pipeline.launch import command
-from pipeline.params import canonical, runs
+from pipeline.params import canonical
+from pipeline.sweep import runs
 from pipeline.strategies.dp import gather_outputs, scatter_by_sample
 
 from .conftest import REPO, small_config
@@ -71,8 +72,8 @@ def one_step(model, strategy, ctx, x, y, steps: int = 1):
 def _worker(rank, world, port, run, out_dir, batchnorm, steps):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    strategy = strategies.get(run["strategy"])
-    ctx = strategy.start(run, PARALLEL, threads=1)
+    strategy = strategies.get(run, PARALLEL)
+    ctx = strategy.start(threads=1)
     model = strategy.wrap(toy_model(batchnorm), ctx)
     x, y = toy_batch()
     result = one_step(model, strategy, ctx, x, y, steps)
@@ -88,17 +89,17 @@ def run_processes(run: dict, processes: int, tmp_path, batchnorm=False, steps=1)
 
 
 def single_result(steps=1):
-    strategy = strategies.get("single")
-    ctx = strategy.start({"world_size": 1}, PARALLEL, threads=1)
+    strategy = strategies.get({"strategy": "single", "workers": 1}, PARALLEL)
+    ctx = strategy.start(threads=1)
     x, y = toy_batch()
     return one_step(toy_model(), strategy, ctx, x, y, steps).state_dict()
 
 
 @pytest.mark.parametrize("run, processes", [
-    ({"strategy": "ddp", "world_size": 2, "comm_hook": "none"}, 2),
-    ({"strategy": "ddp", "world_size": 4, "comm_hook": "none"}, 4),
-    ({"strategy": "ps", "world_size": 2, "placement": "colocated"}, 2),
-    ({"strategy": "ps", "world_size": 2, "placement": "dedicated"}, 3),
+    ({"strategy": "ddp", "workers": 2, "comm_hook": "none"}, 2),
+    ({"strategy": "ddp", "workers": 4, "comm_hook": "none"}, 4),
+    ({"strategy": "ps", "workers": 2, "placement": "colocated"}, 2),
+    ({"strategy": "ps", "workers": 2, "placement": "dedicated"}, 3),
 ], ids=["ddp-w2", "ddp-w4", "ps-colocated-w2", "ps-dedicated-w2"])
 def test_one_step_equals_single_on_the_merged_batch(run, processes, tmp_path):
     reference = single_result(steps=2)
@@ -111,7 +112,7 @@ def test_one_step_equals_single_on_the_merged_batch(run, processes, tmp_path):
 
 
 def test_ps_replicas_take_the_first_workers_batchnorm_buffers(tmp_path):
-    results = run_processes({"strategy": "ps", "world_size": 2, "placement": "dedicated"}, 3,
+    results = run_processes({"strategy": "ps", "workers": 2, "placement": "dedicated"}, 3,
                             tmp_path, batchnorm=True)
     worker0 = next(r for r in results if r["shard"] == 0)
     worker1 = next(r for r in results if r["shard"] == 1)
@@ -147,7 +148,7 @@ def test_dp_trains_faster_rcnn_on_gpus(small_dataset, tmp_path):
     from pipeline.train import train
 
     cfg = small_config(small_dataset, epochs=1)
-    run = {"strategy": "dp", "world_size": 2, "images_per_worker": 2}
+    run = {"strategy": "dp", "workers": 2, "images_per_worker": 2}
     summary = train(cfg, run, tmp_path / "dp")
     assert summary["status"] == "ok" and summary["global_batch"] == 4
     assert summary["epoch_loss"][0] > 0
@@ -155,19 +156,19 @@ def test_dp_trains_faster_rcnn_on_gpus(small_dataset, tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the reasons given on CPU-only machines")
 def test_unavailable_runs_say_why(monkeypatch):
-    monkeypatch.setattr("pipeline.strategies.base.available_cores", lambda: 4)
+    monkeypatch.setattr("pipeline.distributed.available_cores", lambda: 4)
 
     def why(run, parallel=PARALLEL):
-        return strategies.get(run["strategy"]).unavailable(dict(run, images_per_worker=2), parallel)
+        return strategies.get(dict(run, images_per_worker=2), parallel).unavailable()
 
-    assert "DataParallel needs at least 2 GPUs" in why({"strategy": "dp", "world_size": 2})
+    assert "DataParallel needs at least 2 GPUs" in why({"strategy": "dp", "workers": 2})
     assert "5 processes per node but 4 CPU core(s)" in why(
-        {"strategy": "ps", "world_size": 4, "placement": "dedicated"})
-    assert why({"strategy": "ddp", "world_size": 3, "comm_hook": "none"}) is None
-    assert "NCCL needs GPUs" in why({"strategy": "ddp", "world_size": 2, "comm_hook": "none"},
+        {"strategy": "ps", "workers": 4, "placement": "dedicated"})
+    assert why({"strategy": "ddp", "workers": 3, "comm_hook": "none"}) is None
+    assert "NCCL needs GPUs" in why({"strategy": "ddp", "workers": 2, "comm_hook": "none"},
                                     dict(PARALLEL, backend="nccl"))
     assert "do not split evenly over 2 nodes" in why(
-        {"strategy": "ddp", "world_size": 3, "comm_hook": "none"}, dict(PARALLEL, nnodes=2))
+        {"strategy": "ddp", "workers": 3, "comm_hook": "none"}, dict(PARALLEL, nnodes=2))
 
 
 # ---- Faster R-CNN under the real launcher (torchrun) -------------------------------------
@@ -194,10 +195,10 @@ def detection_cfg(small_dataset):
 
 
 @pytest.mark.parametrize("entry", [
-    {"strategy": "ddp", "world_size": 2},
-    {"strategy": "ddp", "world_size": 2, "comm_hook": "fp16"},
-    {"strategy": "ps", "world_size": 2, "placement": "colocated"},
-    {"strategy": "ps", "world_size": 1, "placement": "dedicated"},
+    {"strategy": "ddp", "workers": 2},
+    {"strategy": "ddp", "workers": 2, "comm_hook": "fp16"},
+    {"strategy": "ps", "workers": 2, "placement": "colocated"},
+    {"strategy": "ps", "workers": 1, "placement": "dedicated"},
 ], ids=["ddp", "ddp-fp16", "ps-colocated", "ps-dedicated"])
 def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, entry, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
@@ -223,7 +224,7 @@ def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, en
 
 def test_two_nodes_on_localhost_match_one_node(detection_cfg, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
-    cfg["sweep"] = [{"strategy": "ddp", "world_size": 2}]
+    cfg["sweep"] = [{"strategy": "ddp", "workers": 2}]
     run = next(iter(runs(cfg).values()))
     torchrun_train(cfg, run, tmp_path / "one-node")
 
@@ -244,7 +245,7 @@ def test_two_nodes_on_localhost_match_one_node(detection_cfg, tmp_path):
 
 def test_launch_records_a_skipped_run(detection_cfg, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
-    run = {"strategy": "dp", "world_size": 2, "images_per_worker": 2}
+    run = {"strategy": "dp", "workers": 2, "images_per_worker": 2}
     result = subprocess.run([sys.executable, "-m", "pipeline.launch", "--config", canonical(cfg),
                              "--entry", canonical(run), "--out", str(tmp_path / "dp")],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -269,7 +270,7 @@ def test_faster_rcnn_one_step_difference_from_single_is_measured(detection_cfg):
 @pytest.mark.parametrize("hook", ["bf16", "powersgd"])
 def test_compressing_hooks_send_less_and_keep_replicas_identical(detection_cfg, hook, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
-    cfg["sweep"] = [{"strategy": "ddp", "world_size": 2, "comm_hook": hook}]
+    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "comm_hook": hook}]
     run = next(iter(runs(cfg).values()))
     summary = torchrun_train(cfg, run, tmp_path / "run")
     assert summary["replicas_identical"]
@@ -284,7 +285,7 @@ def test_compressing_hooks_send_less_and_keep_replicas_identical(detection_cfg, 
 def test_ddp_sync_batchnorm_on_gpus(detection_cfg, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
     cfg["parallel"].update(backend="nccl", sync_batchnorm=True)
-    cfg["sweep"] = [{"strategy": "ddp", "world_size": 2}]
+    cfg["sweep"] = [{"strategy": "ddp", "workers": 2}]
     run = next(iter(runs(cfg).values()))
     summary = torchrun_train(cfg, run, tmp_path / "run")
     assert summary["status"] == "ok" and summary["replicas_identical"] and summary["backend"] == "nccl"

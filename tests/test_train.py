@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from pipeline.params import canonical, runs
+from pipeline.params import canonical
+from pipeline.sweep import runs
 from pipeline.train import learning_rate, train
 
 from .conftest import REPO, small_config
@@ -40,7 +41,8 @@ def test_training_lowers_the_loss_and_writes_its_outputs(small_dataset, tmp_path
                              "loss_objectness", "loss_rpn_box_reg"}
     saved = json.loads((tmp_path / "run" / "train_summary.json").read_text())
     provenance = saved["provenance"]
-    assert provenance["seed"] == cfg["train"]["seed"] and provenance["world_size"] == 1
+    assert provenance["seed"] == cfg["train"]["seed"] and provenance["workers"] == 1
+    assert provenance["processes"] == 1
     assert provenance["threads"] >= 1 and provenance["packages"]["torch"].startswith("2.14.1")
     assert provenance["params"]["train"]["epochs"] == 4 and provenance["git_revision"]
     assert (tmp_path / "run" / "model_final.pt").stat().st_size > 0

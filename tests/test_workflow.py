@@ -30,10 +30,10 @@ def tiny_params(raw: dict) -> dict:
     demo["train"].update(epochs=2, images_per_worker=4, base_batch=4, warmup_iters=4, lr_steps=[])
     demo["eval"].update(batch_size=4)
     # Every strategy through the workflow; dp is skipped (with its reason) on a CPU machine.
-    demo["sweep"] = [{"strategy": "single", "world_size": 1},
-                     {"strategy": "ddp", "world_size": 2, "images_per_worker": 2},
-                     {"strategy": "ps", "world_size": 2, "images_per_worker": 2},
-                     {"strategy": "dp", "world_size": 2, "images_per_worker": 2}]
+    demo["sweep"] = [{"strategy": "single", "workers": 1},
+                     {"strategy": "ddp", "workers": 2, "images_per_worker": 2},
+                     {"strategy": "ps", "workers": 2, "images_per_worker": 2},
+                     {"strategy": "dp", "workers": 2, "images_per_worker": 2}]
     return raw
 
 
@@ -47,16 +47,21 @@ def edit_params(workdir: Path, change) -> None:
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    """A copy of the repository's workflow with the demo preset shrunk to seconds."""
-    root = tmp_path_factory.mktemp("workflow")
+def copy_workflow(root: Path) -> Path:
+    """The files the workflow needs, copied into `root` (a test may edit them there)."""
     for name in COPIED:
         source = REPO / name
         if source.is_dir():
             shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__", "tmp"))
         else:
             shutil.copy2(source, root / name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A copy of the repository's workflow with the demo preset shrunk to seconds."""
+    root = copy_workflow(tmp_path_factory.mktemp("workflow"))
     edit_params(root, tiny_params)
     return root
 
@@ -143,6 +148,30 @@ def test_code_change_reruns_the_stages_using_the_module(workdir):
         handle.write("\n# an edit\n")
     assert jobs(snakemake(workdir, "--dry-run")) == {"all": 1, "train": RUNS, "evaluate": RUNS,
                                                      "equivalence": 1, "report": 1}
+
+
+def test_editing_a_module_every_stage_imports_reruns_them_all(workdir):
+    """params.py is imported by every stage (the scaling rule sets every run's learning rate):
+    no list names it; the imports do."""
+    summary = workdir / "results" / "runs" / "demo" / "single-w1-b4" / "train_summary.json"
+    before = summary.stat().st_mtime_ns
+    path = workdir / "pipeline" / "params.py"
+    path.write_text(path.read_text().replace(
+        'return train["base_lr"] * global_batch / train["base_batch"]',
+        'return train["base_lr"] * (global_batch / train["base_batch"])'))
+    assert jobs(snakemake(workdir)) == {"all": 1, "data": 1, "train": RUNS, "evaluate": RUNS,
+                                        "equivalence": 1, "report": 1}
+    assert summary.stat().st_mtime_ns > before
+
+
+def test_editing_a_figure_reruns_the_report_only(workdir):
+    figure = workdir / "results" / "report" / "figures" / "ap.png"
+    before = figure.stat().st_mtime_ns
+    path = workdir / "pipeline" / "report" / "figures.py"
+    path.write_text(path.read_text().replace('ax.set(xlabel="COCO box AP", ylabel="")',
+                                             'ax.set(xlabel="COCO box AP (bbox)", ylabel="")'))
+    assert jobs(snakemake(workdir)) == {"all": 1, "report": 1}
+    assert figure.stat().st_mtime_ns > before
 
 
 def test_bad_params_stop_before_any_job(workdir):

@@ -1,34 +1,42 @@
-"""Data-parallel strategies. Each module says, for one way of training, three things:
+"""Data-parallel strategies: one module each, owning everything about itself (see base.py).
 
-* how processes start   (`launcher`: a plain process, or torchrun for one process per worker)
-* how the model is wrapped (`wrap`)
-* how gradients are synchronised and the weights updated (`step`)
+    single.py    one process, one device: the reference
+    dp.py        torch.nn.DataParallel: one process, GPU 0 scatters, gathers and updates
+    ddp.py       DistributedDataParallel: ring all-reduce during backward, optional compression
+    ps.py        parameter server over point-to-point messages, co-located or dedicated
+    torchrun.py  what ddp and ps share: torchrun, the process group, the machine checks
 
-    single.py  one process, one device: the reference
-    dp.py      torch.nn.DataParallel: one process, GPU 0 scatters, gathers and updates
-    ddp.py     DistributedDataParallel: ring all-reduce during backward, optional compression
-    ps.py      parameter server over point-to-point messages, co-located or dedicated
-
-The training loop in pipeline/train.py is the same for all of them.
+The training loop in pipeline/train.py is the same for all of them. A new strategy is a module
+here and one entry in REGISTERED below; nothing else in the pipeline names strategies.
 """
 from __future__ import annotations
 
-from .base import Context, Strategy, Traffic
+from .base import Context, Option, Strategy, Traffic
 from .ddp import DDP
 from .dp import DataParallel
 from .ps import ParameterServer
 from .single import Single
 
-STRATEGIES: dict[str, type[Strategy]] = {"single": Single, "dp": DataParallel, "ddp": DDP,
-                                         "ps": ParameterServer}
+REGISTERED: tuple[type[Strategy], ...] = (Single, DataParallel, DDP, ParameterServer)
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in REGISTERED}
 
 
-def get(name: str) -> Strategy:
+def lookup(name: str) -> type[Strategy]:
     try:
-        return STRATEGIES[name]()
+        return STRATEGIES[name]
     except KeyError:
         raise ValueError(f"sweep.strategy: unknown strategy {name!r}; "
                          f"choose one of {', '.join(STRATEGIES)}") from None
 
 
-__all__ = ["Context", "Strategy", "STRATEGIES", "Traffic", "get"]
+def get(run: dict, parallel: dict) -> Strategy:
+    """The strategy of one filled sweep entry, ready to start."""
+    return lookup(run["strategy"])(run, parallel)
+
+
+def label(name: str) -> str:
+    """The display name of a strategy in tables and figures (its name if none is registered)."""
+    return getattr(STRATEGIES.get(name), "label", name)
+
+
+__all__ = ["Context", "Option", "Strategy", "STRATEGIES", "Traffic", "get", "label", "lookup"]

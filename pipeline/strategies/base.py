@@ -1,12 +1,30 @@
-"""The contract between the training loop and a strategy, and what the strategies share."""
+"""The contract between the training loop and a strategy.
+
+A strategy is built for one run: `Strategy(run, parallel)`, where `run` is a filled sweep entry
+(pipeline/sweep.py) and `parallel` the preset's parallel section. Everything about it lives on
+its class: its sweep options (with defaults and schema), the part of its run id that tells its
+runs apart (`variant`), its display label, how many processes it starts and with which launcher,
+for training and for evaluation, how it wraps the model and synchronises gradients, what it
+communicates (measured and in theory), how its replicas are checksummed, and who checkpoints.
+"""
 from __future__ import annotations
 
-import datetime
-import os
+import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
-import torch.distributed as dist
+
+from ..distributed import available_cores, default_device
+
+
+@dataclass(frozen=True)
+class Option:
+    """A sweep-entry key that belongs to one strategy."""
+
+    default: Any
+    schema: dict  # JSON Schema of its value
+    help: str = ""
 
 
 @dataclass
@@ -14,7 +32,7 @@ class Context:
     """What one training process knows about its place in the job."""
 
     rank: int = 0                 # global process rank
-    world_size: int = 1           # processes in the job (a dedicated ps server included)
+    processes: int = 1            # processes in the job (a dedicated ps server included)
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     threads: int = 1
     backend: str = "none"
@@ -43,39 +61,75 @@ class Traffic:
         return taken
 
 
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def gradient_bytes(model: torch.nn.Module) -> int:
     """M: the bytes of one full set of gradients (the trainable parameters)."""
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
+def parameter_checksum(model: torch.nn.Module) -> str:
+    """Of the parameters only: DDP ranks' BatchNorm buffers differ until the next forward pass
+    copies rank 0's over them."""
+    digest = hashlib.sha256()
+    for tensor in model.parameters():
+        digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 class Strategy:
     """Defaults describe one process on one device; strategies override what differs."""
 
-    name = "base"
+    name = "base"      # the sweep's `strategy` value
+    label = "base"     # how tables and figures name it
+    options: dict[str, Option] = {}
+    max_workers: int | None = None  # a strategy that cannot use more workers says so
 
-    def unavailable(self, run: dict, parallel: dict) -> str | None:
+    def __init__(self, run: dict, parallel: dict):
+        self.run, self.parallel = run, parallel
+        self._traffic = Traffic()
+
+    # ---- what the sweep and the report need (no process is started) -----------------------
+    @classmethod
+    def variant(cls, run: dict) -> str:
+        """What tells this strategy's runs apart besides workers and batch ('' if nothing)."""
+        return ""
+
+    @classmethod
+    def invalid(cls, run: dict) -> str | None:
+        """Why this sweep entry makes no sense for the strategy (checked before any job)."""
+        if cls.max_workers is not None and run["workers"] > cls.max_workers:
+            return (f"{cls.name} runs at most {cls.max_workers} worker(s), not {run['workers']} "
+                    "(use ddp, ps or dp for more)")
+        return None
+
+    def processes(self) -> int:
+        """How many processes the job starts (over all nodes)."""
+        return 1
+
+    def gpus(self) -> int:
+        """GPUs the job needs on one node (0: runs on CPU, or uses a GPU where one is visible)."""
+        return 0
+
+    def unavailable(self) -> str | None:
         """Why this run cannot run on this machine (checked before any process starts)."""
         return None
 
-    def launcher(self, run: dict, parallel: dict, python: str) -> list[str]:
+    # ---- how processes start -----------------------------------------------------------
+    def launcher(self, python: str) -> list[str]:
         """Command prefix that starts the processes of `-m pipeline.train ...`."""
         return [python]
 
-    def start(self, run: dict, parallel: dict, threads: int) -> Context:
-        device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    def evaluation_launcher(self, python: str) -> list[str]:
+        """Command prefix that starts the processes of `-m pipeline.evaluate ...`."""
+        return [python]
+
+    def start(self, threads: int) -> Context:
         threads = threads or available_cores()
         torch.set_num_threads(threads)
-        return Context(device=device, threads=threads)
+        return Context(device=default_device(), threads=threads)
 
-    def batch_per_process(self, run: dict) -> int:
-        return run["images_per_worker"]
+    # ---- the training step ---------------------------------------------------------------
+    def batch_per_process(self) -> int:
+        return self.run["images_per_worker"]
 
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         return model
@@ -86,75 +140,25 @@ class Strategy:
         return 0.0
 
     def traffic(self) -> Traffic:
-        """What this process communicated since the last call (nothing, for one process)."""
-        return Traffic()
+        """What this process communicated since the last call."""
+        return self._traffic.take()
 
-    def theory_bytes(self, run: dict, ctx: Context, grad_bytes: int) -> dict[str, float]:
+    def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
         """Bytes per iteration this process should send and receive, by the algorithm's analysis."""
         return {"sent": 0.0, "received": 0.0}
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return getattr(model, "module", model)
 
+    # ---- replicas and checkpoints ----------------------------------------------------------
+    def checksum(self, model: torch.nn.Module) -> str:
+        """Equal on every replica of a correct run (compared in the run summary)."""
+        return parameter_checksum(self.unwrap(model))
+
+    def saves_checkpoint(self, ctx: Context) -> bool:
+        """The process whose model and optimizer state is the run's: rank 0 in every strategy
+        here (the ps server holds the only momentum)."""
+        return ctx.rank == 0
+
     def finish(self, ctx: Context) -> None:
         pass
-
-
-# ---- shared by the multi-process strategies (ddp, ps) ---------------------------------------
-
-def processes_per_node(run: dict, parallel: dict, extra: int = 0) -> tuple[int, str | None]:
-    """torchrun's --nproc-per-node for `world_size + extra` processes over nnodes machines."""
-    total, nodes = run["world_size"] + extra, parallel["nnodes"]
-    if total % nodes:
-        return 0, f"{total} processes do not split evenly over {nodes} nodes"
-    return total // nodes, None
-
-
-def check_devices(per_node: int, parallel: dict) -> str | None:
-    """More processes than GPUs (or, on CPU, than cores) on a node, or NCCL without GPUs."""
-    gpus = torch.cuda.device_count()
-    if parallel["backend"] == "nccl" and gpus == 0:
-        return "NCCL needs GPUs and none is visible (set parallel.backend to auto or gloo)"
-    if gpus:
-        return None if per_node <= gpus else f"{per_node} processes per node but {gpus} GPU(s)"
-    cores = available_cores()
-    return None if per_node <= cores else f"{per_node} processes per node but {cores} CPU core(s)"
-
-
-def torchrun(run: dict, parallel: dict, python: str, per_node: int) -> list[str]:
-    """The standard launcher: one torchrun per node, c10d rendezvous at parallel.rdzv_endpoint."""
-    command = [python, "-m", "torch.distributed.run", f"--nproc-per-node={per_node}",
-               f"--nnodes={parallel['nnodes']}"]
-    if parallel["nnodes"] == 1:
-        return command + ["--standalone"]
-    return command + ["--rdzv-backend=c10d", f"--rdzv-endpoint={parallel['rdzv_endpoint']}",
-                      f"--rdzv-id={run['strategy']}-{run['world_size']}"]
-
-
-def init_process_group(parallel: dict, threads: int) -> tuple[int, int, torch.device, str, int]:
-    """Join the job torchrun (or a test) described in the environment: RANK, WORLD_SIZE,
-    LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT."""
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    if torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    backend = parallel["backend"]
-    if backend == "auto":
-        backend = "nccl" if device.type == "cuda" else "gloo"
-    threads = threads or max(1, available_cores() // local_world)
-    torch.set_num_threads(threads)
-    if not dist.is_initialized():
-        dist.init_process_group(backend, rank=rank, world_size=world,
-                                timeout=datetime.timedelta(minutes=30),
-                                device_id=device if device.type == "cuda" else None)
-    return rank, world, device, backend, threads
-
-
-def destroy_process_group() -> None:
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()

@@ -15,17 +15,17 @@ import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from .base import (Context, Strategy, Traffic, check_devices, destroy_process_group,
-                   init_process_group, processes_per_node, torchrun)
+from .base import Context, Option, Traffic
+from .torchrun import TorchrunStrategy
 
 HOOKS = {"none": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
          "bf16": default_hooks.bf16_compress_hook}
 WIRE_BYTES = {"none": 4, "fp16": 2, "bf16": 2}  # bytes per gradient element on the wire
 
 
-def ring_factor(world_size: int) -> float:
+def ring_factor(processes: int) -> float:
     """Ring all-reduce: each rank sends (and receives) 2(N-1)/N of the payload."""
-    return 2 * (world_size - 1) / world_size
+    return 2 * (processes - 1) / processes
 
 
 def powersgd_payload_elements(state: powerSGD_hook.PowerSGDState, bucket) -> int:
@@ -42,7 +42,7 @@ def powersgd_payload_elements(state: powerSGD_hook.PowerSGDState, bucket) -> int
     return elements
 
 
-def counting_hook(kind: str, world_size: int, traffic: Traffic):
+def counting_hook(kind: str, processes: int, traffic: Traffic):
     """The real hook, plus counting: bytes on the wire and the backward pass's wait for the
     last bucket (the rest of the all-reduce overlaps the backward computation)."""
 
@@ -53,7 +53,7 @@ def counting_hook(kind: str, world_size: int, traffic: Traffic):
         else:
             payload = bucket.buffer().numel() * WIRE_BYTES[kind]
             future = HOOKS[kind](state, bucket)
-        wire = int(payload * ring_factor(world_size))
+        wire = int(payload * ring_factor(processes))
         traffic.sent += wire
         traffic.received += wire
         launched = time.perf_counter()
@@ -69,29 +69,21 @@ def counting_hook(kind: str, world_size: int, traffic: Traffic):
     return hook
 
 
-class DDP(Strategy):
+class DDP(TorchrunStrategy):
     name = "ddp"
+    label = "DDP"
+    options = {"comm_hook": Option("none", {"enum": ["none", "fp16", "bf16", "powersgd"]},
+                                   "gradient compression of the all-reduce (none: plain fp32)")}
+    evaluates_on_workers = True  # each rank predicts its share; one COCOeval of the gathered
 
-    def __init__(self):
-        self._traffic = Traffic()
+    @classmethod
+    def variant(cls, run: dict) -> str:
+        return "" if run["comm_hook"] == "none" else run["comm_hook"]
 
-    def unavailable(self, run: dict, parallel: dict) -> str | None:
-        per_node, why = processes_per_node(run, parallel)
-        if why:
-            return why
-        if parallel["sync_batchnorm"] and not torch.cuda.is_available():
+    def unavailable(self) -> str | None:
+        if self.parallel["sync_batchnorm"] and not torch.cuda.is_available():
             return "SyncBatchNorm needs GPUs (set parallel.sync_batchnorm: false on CPU)"
-        return check_devices(per_node, parallel)
-
-    def launcher(self, run: dict, parallel: dict, python: str) -> list[str]:
-        per_node, _ = processes_per_node(run, parallel)
-        return torchrun(run, parallel, python, per_node)
-
-    def start(self, run: dict, parallel: dict, threads: int) -> Context:
-        rank, world, device, backend, threads = init_process_group(parallel, threads)
-        self.run, self.parallel = run, parallel
-        return Context(rank=rank, world_size=world, device=device, threads=threads,
-                       backend=backend, shard=rank, shards=world)
+        return super().unavailable()
 
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         if self.parallel["sync_batchnorm"]:
@@ -107,16 +99,10 @@ class DDP(Strategy):
             state = powerSGD_hook.PowerSGDState(
                 process_group=None, matrix_approximation_rank=self.parallel["powersgd_rank"],
                 start_powerSGD_iter=2)
-        wrapped.register_comm_hook(state, counting_hook(kind, ctx.world_size, self._traffic))
+        wrapped.register_comm_hook(state, counting_hook(kind, ctx.processes, self._traffic))
         return wrapped
 
-    def traffic(self) -> Traffic:
-        return self._traffic.take()
-
-    def theory_bytes(self, run: dict, ctx: Context, grad_bytes: int) -> dict[str, float]:
-        payload = grad_bytes * WIRE_BYTES.get(run["comm_hook"], 4) / 4
-        wire = payload * ring_factor(ctx.world_size)
+    def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
+        payload = grad_bytes * WIRE_BYTES.get(self.run["comm_hook"], 4) / 4
+        wire = payload * ring_factor(ctx.processes)
         return {"sent": wire, "received": wire}
-
-    def finish(self, ctx: Context) -> None:
-        destroy_process_group()

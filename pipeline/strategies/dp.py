@@ -71,37 +71,29 @@ class DetectionDataParallel(nn.DataParallel):
 
 class DataParallel(Strategy):
     name = "dp"
+    label = "DataParallel"
 
-    def __init__(self):
-        self._traffic = Traffic()
+    def gpus(self) -> int:
+        return self.run["workers"]
 
-    def unavailable(self, run: dict, parallel: dict) -> str | None:
-        gpus = torch.cuda.device_count()
-        if gpus < max(2, run["world_size"]):
-            return (f"DataParallel needs at least {max(2, run['world_size'])} GPUs in one "
-                    f"process; found {gpus}")
-        if parallel["nnodes"] != 1:
+    def unavailable(self) -> str | None:
+        gpus, needed = torch.cuda.device_count(), max(2, self.run["workers"])
+        if gpus < needed:
+            return f"DataParallel needs at least {needed} GPUs in one process; found {gpus}"
+        if self.parallel["nnodes"] != 1:
             return "DataParallel runs in one process on one machine (parallel.nnodes must be 1)"
         return None
 
-    def start(self, run: dict, parallel: dict, threads: int) -> Context:
-        ctx = super().start(run, parallel, threads)
-        self.devices = list(range(run["world_size"]))
-        return ctx
-
-    def batch_per_process(self, run: dict) -> int:
-        return run["images_per_worker"] * run["world_size"]  # split by scatter_by_sample
+    def batch_per_process(self) -> int:
+        return self.run["images_per_worker"] * self.run["workers"]  # split by scatter_by_sample
 
     def wrap(self, model: nn.Module, ctx: Context) -> nn.Module:
-        return DetectionDataParallel(model, self.devices, self._traffic)
+        return DetectionDataParallel(model, list(range(self.run["workers"])), self._traffic)
 
     def step(self, model, optimizer, ctx: Context) -> float:
         optimizer.step()  # GPU 0 holds the only weights that are updated
         return 0.0
 
-    def traffic(self) -> Traffic:
-        return self._traffic.take()
-
-    def theory_bytes(self, run: dict, ctx: Context, grad_bytes: int) -> dict[str, float]:
-        through_master = (run["world_size"] - 1) * grad_bytes
+    def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
+        through_master = (self.run["workers"] - 1) * grad_bytes
         return {"sent": through_master, "received": through_master}

@@ -18,47 +18,41 @@ import time
 import torch
 import torch.distributed as dist
 
-from .base import (Context, Strategy, Traffic, check_devices, destroy_process_group,
-                   init_process_group, processes_per_node, torchrun)
+from .base import Context, Option
+from .torchrun import TorchrunStrategy
 
 SERVER = 0
 GRADIENTS, BUFFERS, WEIGHTS = 0, 1, 2  # message tags: each message matched by kind, not order
 
 
-class ParameterServer(Strategy):
+class ParameterServer(TorchrunStrategy):
     name = "ps"
+    label = "parameter server"
+    options = {"placement": Option("colocated", {"enum": ["colocated", "dedicated"]},
+                                   "server on rank 0 beside a worker, or its own process")}
 
-    def __init__(self):
-        self._traffic = Traffic()
-
-    def _extra(self, run: dict) -> int:
-        return 1 if run["placement"] == "dedicated" else 0
-
-    def unavailable(self, run: dict, parallel: dict) -> str | None:
-        per_node, why = processes_per_node(run, parallel, self._extra(run))
-        if why:
-            return why
-        if parallel["sync_batchnorm"]:
-            return "sync_batchnorm is implemented for ddp only; ps takes the first worker's buffers"
-        return check_devices(per_node, parallel)
-
-    def launcher(self, run: dict, parallel: dict, python: str) -> list[str]:
-        per_node, _ = processes_per_node(run, parallel, self._extra(run))
-        return torchrun(run, parallel, python, per_node)
-
-    def start(self, run: dict, parallel: dict, threads: int) -> Context:
-        rank, world, device, backend, threads = init_process_group(parallel, threads)
+    def __init__(self, run: dict, parallel: dict):
+        super().__init__(run, parallel)
         self.dedicated = run["placement"] == "dedicated"
-        first_worker = 1 if self.dedicated else 0
-        if rank == SERVER:
-            role = "server" if self.dedicated else "server+worker"
-        else:
-            role = "worker"
-        shard = None if role == "server" else rank - first_worker
-        self.first_worker = first_worker
-        self.workers = list(range(first_worker, world))
-        return Context(rank=rank, world_size=world, device=device, threads=threads,
-                       backend=backend, shard=shard, shards=len(self.workers), role=role)
+        self.extra_processes = 1 if self.dedicated else 0
+        self.first_worker = 1 if self.dedicated else 0
+
+    @classmethod
+    def variant(cls, run: dict) -> str:
+        return run["placement"]  # always named: ps-colocated-w2-b4, ps-dedicated-w2-b4
+
+    def unavailable(self) -> str | None:
+        if self.parallel["sync_batchnorm"]:
+            return "sync_batchnorm is implemented for ddp only; ps takes the first worker's buffers"
+        return super().unavailable()
+
+    def place(self, ctx: Context) -> Context:
+        if ctx.rank == SERVER:
+            ctx.role = "server" if self.dedicated else "server+worker"
+        ctx.shard = None if ctx.role == "server" else ctx.rank - self.first_worker
+        self.workers = list(range(self.first_worker, ctx.processes))
+        ctx.shards = len(self.workers)
+        return ctx
 
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         self.ctx = ctx
@@ -153,14 +147,8 @@ class ParameterServer(Strategy):
         for p, piece in self._pieces(flat, self.params):
             p.grad = piece.clone()
 
-    def traffic(self) -> Traffic:
-        return self._traffic.take()
-
-    def theory_bytes(self, run: dict, ctx: Context, grad_bytes: int) -> dict[str, float]:
+    def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
         if ctx.rank == SERVER:
             remote = len([w for w in self.workers if w != SERVER])
             return {"sent": remote * grad_bytes, "received": remote * grad_bytes}
         return {"sent": grad_bytes, "received": grad_bytes}
-
-    def finish(self, ctx: Context) -> None:
-        destroy_process_group()

@@ -7,3 +7,5 @@ from .base import Strategy
 
 class Single(Strategy):
     name = "single"
+    label = "single process"
+    max_workers = 1

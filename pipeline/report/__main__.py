@@ -1,0 +1,40 @@
+"""The report stage's command line (what it writes: the package docstring).
+
+    python -m pipeline.report --report-config '<report section JSON>' --preset NAME \\
+        --summary results/summary.csv --out-dir results/report [--equivalence FILE] \\
+        RUN_DIR [RUN_DIR ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from .build import build_report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.report",
+        description="Summary table, paper tables, figures and reports of all runs (see the "
+                    "docstring of pipeline/report/__init__.py).")
+    parser.add_argument("--report-config", required=True, help="the report section as JSON")
+    parser.add_argument("--preset", required=True)
+    parser.add_argument("--summary", required=True, help="CSV with one row per run")
+    parser.add_argument("--out-dir", required=True)
+    parser.add_argument("--equivalence", help="results/equivalence.json (pipeline.equivalence)")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    args = parser.parse_args(argv)
+    try:
+        report_cfg = json.loads(args.report_config)
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"error: --report-config is not valid JSON ({err.msg}); pass the report "
+                         "section of params.yaml as JSON") from None
+    try:
+        build_report(args.run_dirs, report_cfg, args.preset, args.summary, args.out_dir,
+                     args.equivalence)
+    except (FileNotFoundError, ValueError) as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""The report's figures, kept in one registry: adding a figure is writing one decorated function.
+
+    @figure("name", "caption")
+    def draw_name(ax, data: ReportData) -> None: ...
+
+FIGURES (name -> Figure) drives everything else: write_figures draws each entry, the reports
+list each caption, and the Snakefile declares each figure file as an output. So that the Snakefile
+can import this module cheaply, matplotlib and seaborn are imported only when drawing starts.
+"""
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from ..files import atomic_path
+from .load import AP_COLUMNS, TIME_SPLIT
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """Everything a figure may draw from: the completed runs and Table 1."""
+    ok: list[dict]
+    table1: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    caption: str
+    draw: Callable[..., None]  # draw(ax, data: ReportData)
+    tall: bool = False  # one bar per run: the figure grows with the number of runs
+
+
+FIGURES: dict[str, Figure] = {}  # in drawing and report order
+
+
+def figure(name: str, caption: str, tall: bool = False):
+    """Register the decorated draw(ax, data) function as figure `name` with `caption`."""
+    def register(draw):
+        if name in FIGURES:
+            raise ValueError(f"figure {name!r} is registered twice")
+        FIGURES[name] = Figure(name, caption, draw, tall)
+        return draw
+    return register
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on cluster nodes or in CI
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _seaborn():
+    _pyplot()  # seaborn imports pyplot: choose the backend first
+    import seaborn as sns
+
+    return sns
+
+
+@figure("loss_vs_time", "Training loss (rolling mean) versus elapsed training seconds")
+def draw_loss_vs_time(ax, data: ReportData) -> None:
+    frames = []
+    for run in data.ok:
+        it = run["iterations"].sort_values("elapsed")
+        # Per-iteration loss is noisy; smooth over ~2% of the run (at least 5 iterations), then
+        # keep at most ~2000 points so a 26-epoch COCO run still gives a light PDF.
+        window = max(5, len(it) // 50)
+        it = it.assign(smoothed=it["loss"].rolling(window, min_periods=1).mean(), run=run["run_id"])
+        frames.append(it.iloc[::max(1, len(it) // 2000)])
+    _seaborn().lineplot(pd.concat(frames), x="elapsed", y="smoothed", hue="run", estimator=None,
+                        ax=ax)
+    ax.set(xlabel="elapsed training time (s)", ylabel="total loss (rolling mean)")
+
+
+@figure("loss_vs_epoch", "Epoch-mean training loss per epoch")
+def draw_loss_vs_epoch(ax, data: ReportData) -> None:
+    rows = [{"run": run["run_id"], "epoch": i + 1, "loss": loss} for run in data.ok
+            for i, loss in enumerate(run["summary"].get("epoch_loss") or [])]
+    _seaborn().lineplot(pd.DataFrame(rows), x="epoch", y="loss", hue="run", marker="o", ax=ax)
+    ax.set(xlabel="epoch", ylabel="epoch-mean total loss")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+
+
+@figure("ap", "COCO box AP, AP50 and AP75 per run, with the published DP and DDP values",
+        tall=True)
+def draw_ap(ax, data: ReportData) -> None:
+    long = data.table1.melt(id_vars=["Method", "Source"], value_vars=AP_COLUMNS,
+                            var_name="metric", value_name="value")
+    # short bar labels: "DP (published)" for the study, the run id for ours
+    long["method"] = [f"{m.split('(')[-1].rstrip(')')} (published)" if src.startswith("published")
+                      else m.split(":")[0] for m, src in zip(long["Method"], long["Source"])]
+    _seaborn().barplot(long, y="method", x="value", hue="metric", orient="h", ax=ax)
+    ax.set(xlabel="COCO box AP", ylabel="")
+
+
+@figure("time_split", "Mean seconds per iteration split into data, compute, communication "
+                      "and optimizer", tall=True)
+def draw_time_split(ax, data: ReportData) -> None:
+    split = pd.DataFrame([{k: (run["summary"].get("time_split") or {}).get(k, math.nan)
+                           for k in TIME_SPLIT} for run in data.ok],
+                         index=[run["run_id"] for run in data.ok])
+    split.plot(kind="barh", stacked=True, ax=ax,
+               color=_seaborn().color_palette(n_colors=len(TIME_SPLIT)))
+    ax.set(xlabel="mean seconds per iteration", ylabel="")
+    ax.invert_yaxis()  # first run on top, as in the tables
+    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1))
+
+
+def _no_runs(ax) -> None:
+    ax.text(0.5, 0.5, "no completed runs", ha="center", va="center", fontsize=14,
+            transform=ax.transAxes)
+    ax.set_axis_off()
+
+
+def write_figures(data: ReportData, out_dir: Path, formats: list[str],
+                  dpi: int) -> dict[str, bytes]:
+    """Draw each registered figure, save it in every format, and return its PNG bytes for the
+    HTML report."""
+    plt = _pyplot()
+    _seaborn().set_theme(style="whitegrid", context="paper")
+    pngs = {}
+    for name, entry in FIGURES.items():
+        fig, ax = plt.subplots(figsize=(6.4, 3.6 + 0.25 * len(data.ok) * entry.tall))
+        try:
+            if data.ok:
+                entry.draw(ax, data)
+            else:
+                _no_runs(ax)
+            ax.set_title(entry.caption, fontsize=9)
+            for fmt in formats:
+                with atomic_path(out_dir / "figures" / f"{name}.{fmt}") as tmp:
+                    fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight")
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+            pngs[name] = buffer.getvalue()
+        finally:
+            plt.close(fig)
+    return pngs

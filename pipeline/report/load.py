@@ -1,0 +1,154 @@
+"""Reading run directories into frames, and the metrics derived from them.
+
+Only pandas here, no plotting: benchmark scripts import one metric from this module without
+paying for matplotlib and seaborn.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from ..files import read_json
+
+SUMMARY_COLUMNS = [
+    "run_id", "preset", "strategy", "variant", "workers", "processes", "images_per_worker",
+    "global_batch", "lr", "device", "backend", "threads", "status", "reason", "images_per_second",
+    "speedup_vs_single", "sec_per_iter_mean", "sec_per_iter_p50", "sec_per_iter_p95",
+    "time_data", "time_compute", "time_communication", "time_optimizer", "communication_share",
+    "busiest_rank_bytes_per_iter", "busiest_rank_theory_bytes_per_iter", "replicas_identical",
+    "progress_per_epoch", "AP", "AP50", "AP75", "APs", "APm", "APl", "train_seconds"]
+INTEGER_COLUMNS = ["workers", "processes", "images_per_worker", "global_batch", "threads"]
+TRAFFIC_COLUMNS = ["run_id", "rank", "role", "sent_per_iter", "received_per_iter",
+                   "theory_sent_per_iter", "theory_received_per_iter", "gradient_bytes"]
+AP_COLUMNS = ["AP", "AP50", "AP75"]
+TIME_SPLIT = ["data", "compute", "communication", "optimizer"]
+# Kept beside progress_per_epoch so the report's definition cannot drift from the code.
+PROGRESS_DEFINITION = (
+    "training progress per epoch = mean decrease of the epoch-mean total training loss per epoch, "
+    "(L_1 - L_E) / (E - 1) for E epochs with epoch-mean losses L_1..L_E; undefined (n/a) for a "
+    "single epoch. The published study did not define its measure, so its values are quoted, "
+    "not recomputed.")
+
+
+def progress_per_epoch(epoch_loss: list[float]) -> float:
+    """Training progress per epoch: the mean per-epoch decrease of the epoch-mean total loss.
+
+    (epoch_loss[0] - epoch_loss[-1]) / (n_epochs - 1); NaN with fewer than two epochs, where no
+    decrease can be measured. Positive means the loss went down.
+    """
+    if len(epoch_loss) < 2:
+        return math.nan
+    return (epoch_loss[0] - epoch_loss[-1]) / (len(epoch_loss) - 1)
+
+
+def _read_input(path: Path) -> dict:
+    """read_json, plus the remedy for a missing file and a check that it holds an object."""
+    try:
+        data = read_json(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: file not found; run the train and evaluate stages for "
+                                "this run first (snakemake --cores all)") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, found {type(data).__name__}; "
+                         "delete it and rerun the stage that writes it")
+    return data
+
+
+def read_iterations(path: Path) -> pd.DataFrame:
+    """iterations.jsonl as a frame, naming the file and line of any broken record."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: file not found; the run says it finished, so delete "
+                                "its run directory and rerun its training")
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}: line {number} is not valid JSON ({err.msg}); delete "
+                                 "the run directory and rerun its training") from err
+    if not records:
+        raise ValueError(f"{path}: no iteration records in a finished run; delete the run "
+                         "directory and rerun its training")
+    return pd.DataFrame.from_records(records)
+
+
+def load_run(run_dir: str | Path) -> dict:
+    """The three inputs of one run directory: train summary, metrics and (if ok) the iterations."""
+    run_dir = Path(run_dir)
+    summary = _read_input(run_dir / "train_summary.json")
+    metrics = _read_input(run_dir / "metrics.json")
+    status, reason = summary.get("status", "failed"), summary.get("reason", "")
+    if status == "ok" and metrics.get("status", "ok") != "ok":  # evaluation failed after training
+        status, reason = metrics["status"], metrics.get("reason", "")
+    if status == "ok" and any(metrics.get(k) is None for k in AP_COLUMNS):
+        raise ValueError(f"{run_dir / 'metrics.json'}: no AP values for a completed run; delete "
+                         "it and rerun the evaluate stage")
+    iterations = read_iterations(run_dir / "iterations.jsonl") if status == "ok" else None
+    return {"dir": run_dir, "run_id": summary.get("run_id", run_dir.name), "status": status,
+            "reason": reason or "", "summary": summary, "metrics": metrics,
+            "iterations": iterations}
+
+
+def workers_of(record: dict):
+    """The run's count of workers; run directories written before the rename say `world_size`."""
+    return record.get("workers", record.get("world_size"))
+
+
+def _number(value) -> float:
+    """NaN for missing values and for COCO's -1 ('no objects of that size'), so means stay honest."""
+    return math.nan if value is None or value == -1 else float(value)
+
+
+def busiest_rank_bytes(summary: dict, key: str) -> float:
+    """Bytes sent plus received per iteration by the rank that moves the most (the server, for
+    a parameter server; any rank, for all-reduce)."""
+    totals = [r[key]["sent"] + r[key]["received"] for r in summary.get("ranks") or []]
+    return max(totals) if totals else math.nan
+
+
+def traffic_frame(runs: list[dict]) -> pd.DataFrame:
+    rows = [{"run_id": run["run_id"], "rank": r["rank"], "role": r["role"],
+             "sent_per_iter": r["bytes_per_iteration"]["sent"],
+             "received_per_iter": r["bytes_per_iteration"]["received"],
+             "theory_sent_per_iter": r["theory_bytes_per_iteration"]["sent"],
+             "theory_received_per_iter": r["theory_bytes_per_iteration"]["received"],
+             "gradient_bytes": r["gradient_bytes"]}
+            for run in runs if run["status"] == "ok" for r in run["summary"].get("ranks") or []]
+    return pd.DataFrame(rows, columns=TRAFFIC_COLUMNS)
+
+
+def summary_frame(runs: list[dict], preset: str) -> pd.DataFrame:
+    rows = []
+    # Speed-up is against `single` at the same global batch: the same work per iteration.
+    single = {r["summary"].get("global_batch"): _number(r["summary"].get("images_per_second"))
+              for r in runs if r["status"] == "ok" and r["summary"].get("strategy") == "single"}
+    for run in runs:
+        s, m = run["summary"], run["metrics"]
+        times = s.get("sec_per_iter") or {}
+        split = s.get("time_split") or {}
+        rows.append({
+            "run_id": run["run_id"], "preset": preset,
+            **{k: s.get(k) for k in ("strategy", "variant", "processes", "images_per_worker",
+                                     "global_batch", "lr", "device", "backend", "threads")},
+            "workers": workers_of(s),
+            "status": run["status"], "reason": run["reason"],
+            "images_per_second": _number(s.get("images_per_second")),
+            "speedup_vs_single": _number(s.get("images_per_second")) / single.get(s.get("global_batch"), math.nan),
+            **{f"sec_per_iter_{k}": _number(times.get(k)) for k in ("mean", "p50", "p95")},
+            **{f"time_{k}": _number(split.get(k)) for k in TIME_SPLIT},
+            "communication_share": _number(s.get("communication_share")),
+            "busiest_rank_bytes_per_iter": busiest_rank_bytes(s, "bytes_per_iteration"),
+            "busiest_rank_theory_bytes_per_iter": busiest_rank_bytes(s, "theory_bytes_per_iteration"),
+            "replicas_identical": s.get("replicas_identical"),
+            "progress_per_epoch": progress_per_epoch(s.get("epoch_loss") or []),
+            **{k: _number(m.get(k)) for k in AP_COLUMNS + ["APs", "APm", "APl"]},
+            "train_seconds": _number(s.get("train_seconds"))})
+    frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)  # the columns fix the order, not the dicts
+    # Integer counts stay integers (2, not 2.0) even when a skipped run leaves them empty
+    for col in INTEGER_COLUMNS:
+        frame[col] = pd.to_numeric(frame[col]).astype("Int64")
+    return frame

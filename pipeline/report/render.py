@@ -1,0 +1,134 @@
+"""The report's content, once (report_sections), laid out as Markdown and as self-contained HTML.
+
+A section is a dict with a title and any of: text (paragraphs), table (a frame), bullets, and
+figures ((name, path, caption) triples, taken from the figure registry).
+"""
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+import pandas as pd
+
+from .figures import FIGURES
+from .load import PROGRESS_DEFINITION, _read_input, workers_of
+from .tables import markdown_table
+
+TITLE = "Data-parallel Faster R-CNN benchmark: report"
+CSS = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;color:#222}"
+       "table{border-collapse:collapse;margin:1em 0}th,td{border-bottom:1px solid #ccc;"
+       "padding:.25em .6em;text-align:left}img{max-width:100%}figcaption{font-size:.9em}")
+
+
+def provenance_bullets(runs: list[dict]) -> list[str]:
+    bullets = []
+    for run in runs:
+        p = run["summary"].get("provenance") or {}
+        if not p:
+            bullets.append(f"{run['run_id']}: no provenance ({run['status']}: {run['reason']})")
+            continue
+        hw = {k: v for k, v in (p.get("hardware") or {}).items() if k != "hostname"}
+        packages = ", ".join(f"{k} {v}" for k, v in (p.get("packages") or {}).items())
+        bullets.append(
+            f"{run['run_id']}: git {p.get('git_revision', 'unknown')}; seed {p.get('seed')}; "
+            f"threads {p.get('threads')}; workers {workers_of(p)}; processes "
+            f"{p.get('processes')}; device {p.get('device')}; backend {p.get('backend')}; "
+            f"packages: {packages}; hardware: " + ", ".join(f"{k} {v}" for k, v in hw.items()))
+    return bullets
+
+
+def report_sections(runs, summary, shown1, shown2, published, preset, figure_ext) -> list[dict]:
+    """The report's content once; render_markdown and render_html only lay it out."""
+    run_cols = ["run_id", "strategy", "variant", "workers", "processes", "images_per_worker",
+                "global_batch", "device", "backend", "threads", "status", "reason"]
+    speed_cols = ["run_id", "images_per_second", "speedup_vs_single", "sec_per_iter_p50",
+                  "sec_per_iter_p95", "communication_share", "busiest_rank_bytes_per_iter",
+                  "busiest_rank_theory_bytes_per_iter", "replicas_identical"]
+    completed = summary[summary["status"] == "ok"]
+    ok = int((summary["status"] == "ok").sum())
+    # Each run records how many warm-up iterations its timing statistics leave out.
+    warmup = sorted({str(run["summary"]["timing_excludes_first_iterations"]) for run in runs
+                     if "timing_excludes_first_iterations" in run["summary"]}) or ["an unrecorded number of"]
+    return [
+        {"title": "What was run", "text": [
+            f"Preset {preset}: {len(runs)} training runs, {ok} completed. Skipped and failed "
+            "runs are listed with their reason and left out of the tables and figures."],
+         "table": summary[run_cols].astype(object).fillna("").astype(str)},
+        {"title": "Table 1: COCO box AP", "text": [
+            "AP at IoU .5:.95, .5 and .75 on the validation split. Published values: "
+            f"{published.get('source', 'the DP-vs-DDP study')}."], "table": shown1},
+        {"title": "Table 2: time per iteration and training progress per epoch",
+         "text": ["Same layout as Table 1."], "table": shown2},
+        {"title": "Throughput and communication", "text": [
+            "Speed-up is images/s over `single` at the same global batch. Bytes are per "
+            "iteration for the rank that moves the most (sent + received), as counted by the "
+            "strategy (DDP: a counting communication hook on the all-reduce buckets; parameter "
+            "server: its point-to-point messages) beside the theory: 2(N-1)/N M per rank for "
+            "ring all-reduce, 2(N-1)M through a co-located server and 2NM through a dedicated "
+            "one, for M bytes of gradients. Per-rank detail: traffic.csv."],
+         "table": completed[speed_cols].astype(object).map(
+             lambda v: f"{v:.4g}" if isinstance(v, float) else str(v))},
+        {"title": "Definitions", "bullets": [
+            f"time per iteration = mean wall-clock seconds per training iteration, excluding the "
+            f"first {' or '.join(warmup)} (warm-up) iterations of the run", PROGRESS_DEFINITION,
+            "time split: data = waiting for the next batch; compute = forward and backward; "
+            "communication = the strategy's own exchange (parameter server: sending gradients "
+            "and receiving weights; DDP: the time backward waits for the last all-reduce bucket "
+            "once its gradients are ready, the rest of the all-reduce overlapping compute); "
+            "optimizer = the weight update",
+            "AP, AP50, AP75 = COCO box average precision (pycocotools); a size-range AP of -1 "
+            "(no objects of that size) is left empty in summary.csv"]},
+        {"title": "Figures", "figures": [(name, f"figures/{name}.{figure_ext}", entry.caption)
+                                         for name, entry in FIGURES.items()]},
+        {"title": "Provenance", "bullets": provenance_bullets(runs)},
+    ]
+
+
+def equivalence_section(path) -> dict:
+    """One step of each strategy against `single` on Faster R-CNN (pipeline/equivalence.py)."""
+    found = _read_input(Path(path))
+    # No '|' in headers: it would split the Markdown table's columns.
+    rows = [{"run": name, "largest weight difference from single after one step": (
+                f"{r['max_abs_difference']:.3g}" if "skipped" not in r else "skipped"),
+             "relative to single's step": (
+                f"{r['relative_to_step']:.3g}" if r.get("relative_to_step") is not None else
+                r.get("skipped", ""))}
+            for name, r in found["strategies"].items()]
+    return {"title": "Equivalence with single", "text": [
+        f"From the same weights and the same global batch, one SGD step of each strategy, "
+        f"compared with {found['reference']} (whose largest weight change was "
+        f"{found['max_abs_step_of_single']:.3g}). Why they differ: {found['why']}"],
+        "table": pd.DataFrame(rows)}
+
+
+def render_markdown(sections: list[dict]) -> str:
+    out = [f"# {TITLE}\n"]
+    for section in sections:
+        out.append(f"## {section['title']}\n")
+        out += [text + "\n" for text in section.get("text", [])]
+        if section.get("table") is not None:
+            out.append(markdown_table(section["table"]))
+        if section.get("bullets"):
+            out.append("".join(f"- {b}\n" for b in section["bullets"]))
+        out += [f"![{caption}]({path})\n" for _, path, caption in section.get("figures", [])]
+    return "\n".join(out)
+
+
+def render_html(sections: list[dict], pngs: dict[str, bytes]) -> str:
+    """The whole report in one file: figures are embedded, nothing is fetched from elsewhere."""
+    esc = html.escape
+    out = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>", f"<title>{TITLE}</title>",
+           f"<style>{CSS}</style></head><body>", f"<h1>{TITLE}</h1>"]
+    for section in sections:
+        out.append(f"<h2>{esc(section['title'])}</h2>")
+        out += [f"<p>{esc(text)}</p>" for text in section.get("text", [])]
+        if section.get("table") is not None:
+            out.append(section["table"].to_html(index=False, escape=True, border=0))
+        if section.get("bullets"):
+            out.append("<ul>" + "".join(f"<li>{esc(b)}</li>" for b in section["bullets"]) + "</ul>")
+        for name, _, caption in section.get("figures", []):
+            data = base64.b64encode(pngs[name]).decode("ascii")
+            out.append(f"<figure><img alt='{esc(caption)}' src='data:image/png;base64,{data}'>"
+                       f"<figcaption>{esc(caption)}</figcaption></figure>")
+    return "\n".join(out + ["</body></html>"]) + "\n"

@@ -1,0 +1,107 @@
+"""The workflow's stages in one table: which config sections each reads, which module it runs,
+and, derived from that module's imports, which source files it executes.
+
+The Snakefile declares `code_files(stage)` as each rule's inputs (so editing any module a stage
+executes reruns that stage and what follows), passes `config_for(cfg, stage)` as its params, and
+training fingerprints its checkpoints with `code_digest("train")`: the rerun decision and the
+resume decision read the same list, so they cannot disagree.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+PACKAGE = "pipeline"
+ROOT = Path(__file__).resolve().parent.parent  # the directory that holds pipeline/
+
+
+@dataclass(frozen=True)
+class Stage:
+    sections: tuple[str, ...]  # the parts of the resolved preset the stage reads
+    modules: tuple[str, ...]   # what it runs with `python -m` (a launcher and what it execs)
+
+
+STAGES = {
+    "data": Stage(("data",), ("pipeline.prepare",)),
+    "train": Stage(("data", "model", "train", "parallel"), ("pipeline.launch", "pipeline.train")),
+    "evaluate": Stage(("data", "model", "parallel", "eval"),
+                      ("pipeline.launch", "pipeline.evaluate")),
+    "equivalence": Stage(("data", "model", "train", "parallel"), ("pipeline.equivalence",)),
+    "report": Stage(("report",), ("pipeline.report",)),
+}
+FETCH_MODULES = ("pipeline.coco_fetch",)  # what dvc.yaml's COCO stages run for the data stage
+
+
+def config_for(cfg: dict, stage: str) -> dict:
+    """The sections of the resolved preset that `stage` reads, and nothing else."""
+    return {section: cfg[section] for section in STAGES[stage].sections}
+
+
+def _module_file(module: str) -> Path | None:
+    """pipeline.x -> pipeline/x.py or pipeline/x/__init__.py; None outside the package."""
+    if module != PACKAGE and not module.startswith(PACKAGE + "."):
+        return None
+    base = ROOT.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Every pipeline module `path` imports, at any depth of its code (a function-level import
+    runs too), with relative imports resolved against `module`."""
+    is_package = path.name == "__init__.py"
+    package_parts = module.split(".") if is_package else module.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package_parts[:len(package_parts) - (node.level - 1)]
+                base = ".".join(parent + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from . import x`
+    return {name for name in found if _module_file(name) is not None}
+
+
+def _with_parents(module: str) -> list[str]:
+    """Importing pipeline.a.b runs pipeline/__init__.py and pipeline/a/__init__.py first."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+@lru_cache(maxsize=None)
+def module_files(*entry_modules: str) -> tuple[str, ...]:
+    """The source files (relative to the repository) that running `entry_modules` executes:
+    the modules themselves, a package's __main__, and their pipeline imports, transitively."""
+    pending = [m for entry in entry_modules for m in _with_parents(entry)]
+    pending += [f"{m}.__main__" for m in entry_modules if _module_file(f"{m}.__main__")]
+    seen: dict[str, Path] = {}
+    while pending:
+        module = pending.pop()
+        path = _module_file(module)
+        if module in seen or path is None:
+            continue
+        seen[module] = path
+        for imported in _imports(path, module):
+            pending += _with_parents(imported)
+    return tuple(sorted(str(p.relative_to(ROOT)) for p in set(seen.values())))
+
+
+def code_files(stage: str, fetch: bool = False) -> list[str]:
+    modules = STAGES[stage].modules + (FETCH_MODULES if fetch else ())
+    return list(module_files(*modules))
+
+
+def code_digest(stage: str) -> str:
+    """SHA-256 over the bytes of every file the stage executes (any edit counts)."""
+    digest = hashlib.sha256()
+    for name in code_files(stage):
+        digest.update(name.encode() + b"\0" + (ROOT / name).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]

@@ -1,0 +1,74 @@
+"""What the multi-process strategies (ddp, ps) share: one process per worker started by torchrun
+(one launcher per node, c10d rendezvous across nodes), a torch.distributed process group, and
+the checks of what this machine can run."""
+from __future__ import annotations
+
+import torch
+
+from .. import distributed
+from .base import Context, Strategy
+
+
+class TorchrunStrategy(Strategy):
+    extra_processes = 0              # processes besides the workers (a dedicated server)
+    evaluates_on_workers = False     # evaluate with as many processes as trained
+
+    def processes(self) -> int:
+        return self.run["workers"] + self.extra_processes
+
+    def per_node(self) -> tuple[int, str | None]:
+        """torchrun's --nproc-per-node, or why the processes do not split over the nodes."""
+        total, nodes = self.processes(), self.parallel["nnodes"]
+        if total % nodes:
+            return 0, f"{total} processes do not split evenly over {nodes} nodes"
+        return total // nodes, None
+
+    def gpus(self) -> int:
+        uses_gpus = self.parallel["backend"] == "nccl" or (
+            self.parallel["backend"] == "auto" and torch.cuda.is_available())
+        return self.per_node()[0] if uses_gpus else 0
+
+    def unavailable(self) -> str | None:
+        per_node, why = self.per_node()
+        if why:
+            return why
+        gpus = torch.cuda.device_count()
+        if self.parallel["backend"] == "nccl" and gpus == 0:
+            return "NCCL needs GPUs and none is visible (set parallel.backend to auto or gloo)"
+        if gpus:
+            return None if per_node <= gpus else f"{per_node} processes per node but {gpus} GPU(s)"
+        cores = distributed.available_cores()
+        return None if per_node <= cores else f"{per_node} processes per node but {cores} CPU core(s)"
+
+    def launcher(self, python: str) -> list[str]:
+        return torchrun(python, self.per_node()[0], self.parallel, f"{self.name}-{self.run['workers']}")
+
+    def evaluation_launcher(self, python: str) -> list[str]:
+        if not self.evaluates_on_workers:
+            return [python]
+        # Evaluation runs on the first node only, one process per worker.
+        return torchrun(python, self.run["workers"], dict(self.parallel, nnodes=1), "")
+
+    def start(self, threads: int) -> Context:
+        member = distributed.init_process_group(self.parallel, threads)
+        ctx = Context(rank=member.rank, processes=member.processes, device=member.device,
+                      threads=member.threads, backend=member.backend,
+                      shard=member.rank, shards=member.processes)
+        return self.place(ctx)
+
+    def place(self, ctx: Context) -> Context:
+        """Each process is a worker with its own shard; a strategy with other roles says so."""
+        return ctx
+
+    def finish(self, ctx: Context) -> None:
+        distributed.destroy_process_group()
+
+
+def torchrun(python: str, per_node: int, parallel: dict, job_id: str) -> list[str]:
+    """The standard launcher: one torchrun per node, c10d rendezvous at parallel.rdzv_endpoint."""
+    command = [python, "-m", "torch.distributed.run", f"--nproc-per-node={per_node}",
+               f"--nnodes={parallel['nnodes']}"]
+    if parallel["nnodes"] == 1:
+        return command + ["--standalone"]
+    return command + ["--rdzv-backend=c10d", f"--rdzv-endpoint={parallel['rdzv_endpoint']}",
+                      f"--rdzv-id={job_id}"]

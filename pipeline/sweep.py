@@ -1,0 +1,103 @@
+"""The sweep: its entries filled from their defaults, checked against their strategy, and named.
+
+An entry names a strategy and its `workers` (the sweep's count of workers: devices or processes
+that train on a shard of the batch); a job may start more processes than workers (a dedicated
+parameter server adds one). `images_per_worker` defaults to train.images_per_worker, and each
+strategy's own options (pipeline/strategies/) default to what the strategy declares.
+"""
+from __future__ import annotations
+
+import difflib
+import warnings
+
+import jsonschema
+
+from . import strategies
+from .params import ParamsError
+
+COMMON_KEYS = ("strategy", "workers", "images_per_worker")
+DEPRECATED = {"world_size": "workers"}  # old name -> new name
+
+
+def _entry_schema(strategy: type[strategies.Strategy]) -> dict:
+    positive = {"type": "integer", "minimum": 1}
+    return {"type": "object", "additionalProperties": False, "required": list(COMMON_KEYS),
+            "properties": {"strategy": {"const": strategy.name}, "workers": positive,
+                           "images_per_worker": positive,
+                           **{k: o.schema for k, o in strategy.options.items()}}}
+
+
+def _renamed(entry: dict, where: str) -> dict:
+    """Accept the deprecated spelling, saying what to write instead."""
+    entry = dict(entry)
+    for old, new in DEPRECATED.items():
+        if old in entry:
+            if new in entry:
+                raise ParamsError(f"{where}: both {old} and {new}; {old} is the old name of "
+                                  f"{new}, keep only {new}")
+            warnings.warn(f"{where}: '{old}' is deprecated; write '{new}: {entry[old]}' (the "
+                          f"number of workers; a job's processes may be more)", FutureWarning,
+                          stacklevel=3)
+            entry[new] = entry.pop(old)
+    return entry
+
+
+def _unknown_key_message(strategy: type[strategies.Strategy], key: str, where: str) -> str:
+    owners = [s.name for s in strategies.STRATEGIES.values() if key in s.options]
+    if owners:
+        return f"{where}: {key} is a {' / '.join(owners)} option, not {strategy.name}'s"
+    allowed = list(COMMON_KEYS) + list(strategy.options)
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"{where}: unknown key '{key}'{hint}; allowed for {strategy.name}: {', '.join(allowed)}"
+
+
+def fill(entry: dict, train: dict, where: str = "sweep entry") -> dict:
+    """One sweep entry with every key present, checked against its strategy's schema."""
+    entry = _renamed(entry, where)
+    try:
+        strategy = strategies.lookup(entry.get("strategy"))
+    except ValueError as err:
+        raise ParamsError(f"{where}: {err}") from None
+    extra = sorted(set(entry) - set(COMMON_KEYS) - set(strategy.options))
+    if extra:
+        raise ParamsError(_unknown_key_message(strategy, extra[0], where))
+    filled = {"images_per_worker": train["images_per_worker"],
+              **{k: o.default for k, o in strategy.options.items()}, **entry}
+    try:
+        jsonschema.validate(filled, _entry_schema(strategy))
+    except jsonschema.ValidationError as err:
+        path = ".".join(map(str, err.absolute_path))
+        raise ParamsError(f"{where}{'.' + path if path else ''}: {err.message}") from None
+    why = strategy.invalid(filled)
+    if why:
+        raise ParamsError(f"{where}: {why}")
+    return filled
+
+
+def variant(run: dict) -> str:
+    return strategies.lookup(run["strategy"]).variant(run)
+
+
+def run_id(run: dict) -> str:
+    """Stable name of one filled sweep entry, used in paths: single-w1-b8, ddp-fp16-w2-b4,
+    ps-dedicated-w2-b4 (the strategy decides what its variant names)."""
+    name = run["strategy"] + (f"-{variant(run)}" if variant(run) else "")
+    return f"{name}-w{run['workers']}-b{run['images_per_worker']}"
+
+
+def identity(run: dict) -> dict:
+    """The fields that say which run a record belongs to, in every summary of it."""
+    return {"run_id": run_id(run), "strategy": run["strategy"], "variant": variant(run),
+            "workers": run["workers"], "images_per_worker": run["images_per_worker"]}
+
+
+def runs(cfg: dict) -> dict[str, dict]:
+    """run id -> filled sweep entry, for the resolved preset `cfg`; duplicates are an error."""
+    where = f"presets.{cfg.get('preset', '?')}.sweep"
+    filled = [fill(entry, cfg["train"], f"{where}[{i}]") for i, entry in enumerate(cfg["sweep"])]
+    ids = [run_id(run) for run in filled]
+    duplicates = sorted({r for r in ids if ids.count(r) > 1})
+    if duplicates:
+        raise ParamsError(f"{where}: duplicate entries {duplicates}; each combination once")
+    return dict(zip(ids, filled))

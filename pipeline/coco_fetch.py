@@ -12,7 +12,10 @@ share the result); the Snakefile's data rule runs DVC. Guarantees:
   * free disk space is checked before each download and extraction;
   * an archive member with an absolute path or '..' is refused before anything is extracted;
   * extraction goes to a hidden staging directory renamed into place when complete, so an
-    interrupted extraction never leaves a dataset that looks complete.
+    interrupted extraction never leaves a dataset that looks complete;
+  * it replaces only a tree it extracted itself (marked with pipeline.files.MARKER): a user's
+    directory or symlink at the output path is refused, untouched (pipeline/prepare.py uses
+    such a directory as it is when it holds COCO 2017, before DVC runs).
 """
 from __future__ import annotations
 
@@ -23,14 +26,13 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from .files import write_json
+from .files import ForeignDirectoryError, replacing_dir, write_json
 from .params import ParamsError, load_resolved
 
 log = logging.getLogger("coco_fetch")
@@ -38,6 +40,8 @@ ANNOTATIONS = "annotations"
 SPLIT_ARCHIVES = {"train": "train2017", "val": "val2017"}
 CHUNK = 1 << 20
 SAFETY_MARGIN = 1.05  # extracted size plus 5% for file-system overhead
+FOREIGN_OUT_REMEDY = ("move it away to extract COCO 2017 there, or point data.root at it and "
+                      "remove data.fetch to use it as it is")
 
 
 class FetchError(RuntimeError):
@@ -143,24 +147,25 @@ def safe_members(archive: zipfile.ZipFile, source: Path) -> list[zipfile.ZipInfo
     return archive.infolist()
 
 
-def extract(archives: dict[str, Path], out: str | Path, subset: int | None = None) -> dict:
+def extract(archives: dict[str, Path], out: str | Path, subset: int | None = None,
+            md5s: dict[str, str | None] | None = None) -> dict:
     """Extract annotation and image archives into `out` (annotations/, train2017/, val2017/),
-    optionally keeping only the first `subset` images (by id) of each split."""
+    optionally keeping only the first `subset` images (by id) of each split. `out` must be
+    absent or a tree this function extracted before; `md5s` (as verified by download) are
+    recorded in its marker."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    provenance = {"made_by": "pipeline.coco_fetch extract", "subset": subset,
+                  "archives": {key: {"file": path.name, "md5": (md5s or {}).get(key)}
+                               for key, path in archives.items()}}
     opened = {key: zipfile.ZipFile(path) for key, path in archives.items()}
     try:
         members = {key: safe_members(z, archives[key]) for key, z in opened.items()}
         needed = sum(i.file_size for m in members.values() for i in m)
-        check_free_space(out.parent, int(needed * SAFETY_MARGIN), f"extracting into {out}")
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.extracting-", dir=out.parent))
-        try:
+        with replacing_dir(out, provenance, remedy=FOREIGN_OUT_REMEDY) as staging:
+            check_free_space(out.parent, int(needed * SAFETY_MARGIN), f"extracting into {out}")
             counts = _extract_into(staging, opened, members, subset)
-            if out.exists():
-                shutil.rmtree(out)
-            staging.rename(out)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+    except ForeignDirectoryError as err:
+        raise FetchError(str(err)) from None
     finally:
         for z in opened.values():
             z.close()
@@ -238,7 +243,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             archives = {name: Path(args.archives) / Path(fetch["archives"][name]["path"]).name
                         for name in names}
-            counts = extract(archives, args.out, fetch["subset"])
+            md5s = {name: fetch["archives"][name].get("md5") for name in names}
+            counts = extract(archives, args.out, fetch["subset"], md5s)
             print(json.dumps(counts))
     except (FetchError, ParamsError) as err:
         raise SystemExit(f"error: {err}") from None

@@ -1,12 +1,54 @@
-"""Atomic file output: write beside the target, then rename, so a crash never leaves half a file."""
+"""Atomic file output: write beside the target, then rename, so a crash never leaves half a file.
+
+Outputs get the modes a plain open() or mkdir() would give them (0o666 or 0o777 less the umask):
+tempfile makes its files 0600 and its directories 0700, and a rename keeps that mode, which
+would leave results private to whoever ran the workflow.
+
+A directory the pipeline writes whole (a generated or extracted dataset) is built in a staging
+directory, marked as ours, and renamed into place. It replaces only a directory that carries that
+mark: anything else at the target (a user's data, a mount, a symlink) is left untouched.
+"""
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
+
+MARKER = ".made-by-frcnn-dp-bench"  # in a directory tree this pipeline wrote whole (JSON: how)
+
+
+class ForeignDirectoryError(FileExistsError):
+    """The pipeline would replace a directory it did not make; it was left untouched."""
+
+
+def _umask_at_import() -> int:
+    # os.umask can only read the mask by setting it: done once, at import, before any worker
+    # threads; 022 (not 0) meanwhile, so a file another thread made then is not world-writable.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_UMASK_AT_IMPORT = _umask_at_import()
+
+
+def umask() -> int:
+    """The process umask now, read without changing it (Linux), else as it was at import."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    return _UMASK_AT_IMPORT
+
+
+def set_usual_mode(path: Path) -> None:
+    """Give a file or directory we created the mode open() or mkdir() would have given it."""
+    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask())
 
 
 @contextlib.contextmanager
@@ -19,6 +61,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp = Path(tmp)
     try:
         yield tmp
+        set_usual_mode(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -49,3 +92,51 @@ def save_torch(obj, path: str | Path) -> None:
 
     with atomic_path(path) as tmp:
         torch.save(obj, tmp)
+
+
+def made_by_pipeline(path: str | Path) -> bool:
+    """A real directory (not a link to one) that carries our marker."""
+    path = Path(path)
+    return path.is_dir() and not path.is_symlink() and (path / MARKER).is_file()
+
+
+def check_replaceable(target: str | Path, remedy: str) -> None:
+    """Refuse, before any work, to replace anything at `target` that the pipeline did not make."""
+    target = Path(target)
+    if (target.exists() or target.is_symlink()) and not made_by_pipeline(target):
+        raise ForeignDirectoryError(
+            f"{target} already exists and was not made by this pipeline (that would be a "
+            f"directory, not a link, holding {MARKER}), so it was left untouched: {remedy}")
+
+
+@contextlib.contextmanager
+def replacing_dir(target: str | Path, provenance: dict, remedy: str) -> Iterator[Path]:
+    """Yield an empty staging directory beside `target`; once the caller has filled it, mark it
+    with `provenance` and put it in place of `target`, which must be absent or ours (see
+    check_replaceable; `remedy` ends its message). An error leaves `target` as it was."""
+    target = Path(target)
+    check_replaceable(target, remedy)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield staging
+        write_json(staging / MARKER, provenance)
+        set_usual_mode(staging)
+        check_replaceable(target, remedy)  # again: something may have appeared there meanwhile
+        _swap(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _swap(staging: Path, target: Path) -> None:
+    """Rename `staging` to `target`, moving our previous tree aside first, deleting it after."""
+    old = staging.with_name(staging.name + ".old")
+    if made_by_pipeline(target):
+        target.rename(old)
+    try:
+        staging.rename(target)
+    except OSError:
+        if old.exists():
+            old.rename(target)  # put the previous tree back
+        raise
+    shutil.rmtree(old, ignore_errors=True)

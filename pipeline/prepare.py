@@ -5,9 +5,12 @@
 
 The synthetic dataset is generated (deterministically) in place. A dataset with `data.fetch`
 (COCO 2017) is brought by DVC: `dvc pull` from data.fetch.remote when that holds it, otherwise
-dvc.yaml's download and extract stages (then pushed to the remote, if one is set). Any other
-dataset must already be in the COCO 2017 layout under data.root. The manifest (annotation checksums, counts, skips)
-is what training depends on.
+dvc.yaml's download and extract stages (then pushed to the remote, if one is set). But when
+data.root already holds a COCO 2017 layout that the pipeline did not make (a mount, a symlink,
+a team copy), that is used as it is and DVC never runs: `dvc repro` and `dvc checkout` delete
+whatever an output directory holds before they write it. Any other dataset must already be in
+the COCO 2017 layout under data.root. The manifest (annotation checksums, counts, skips) is
+what training depends on.
 """
 from __future__ import annotations
 
@@ -20,8 +23,8 @@ import sys
 from pathlib import Path
 
 from . import params, synthetic
-from .dataset import DatasetError, build_manifest
-from .files import write_json
+from .dataset import SPLIT_DIRS, DatasetError, annotation_path, build_manifest
+from .files import ForeignDirectoryError, made_by_pipeline, write_json
 
 
 DVC_STAGE = "coco_extract"  # dvc.yaml: its outputs are the prepared COCO 2017 tree
@@ -62,6 +65,30 @@ def fetch_with_dvc(fetch: dict) -> str:
     return "fetched and extracted"
 
 
+def missing_coco_layout(root: str | Path, splits) -> list[str]:
+    """What `root` lacks of a COCO 2017 layout: both annotation files, the splits' image folders.
+    (Presence only: build_manifest then checks the contents and names what is wrong.)"""
+    needed = [annotation_path(root, split) for split in SPLIT_DIRS]
+    needed += [Path(root) / SPLIT_DIRS[split] for split in splits]
+    return [str(path.relative_to(root)) for path in needed if not path.exists()]
+
+
+def fetch_unless_present(root: str | Path, fetch: dict) -> str:
+    """Fetch through DVC into an absent or pipeline-made data.root; use a user's COCO as it is;
+    refuse anything else at data.root before DVC can delete it."""
+    root = Path(root)
+    if not (root.exists() or root.is_symlink()) or made_by_pipeline(root):
+        return fetch_with_dvc(fetch)
+    missing = missing_coco_layout(root, fetch["splits"])
+    if missing:
+        raise DatasetError(
+            f"{root} already exists, was not made by this pipeline and is not a COCO 2017 layout "
+            f"(it lacks {', '.join(missing)}), so it was left untouched: move it away to let the "
+            "data stage download COCO 2017 there, or complete the layout in it to use it as it is")
+    return ("already holds a COCO 2017 layout (not made by this pipeline): using it as it is, "
+            "without downloading")
+
+
 def prepare(data_cfg: dict, manifest_path: str) -> dict:
     small = data_cfg["synthetic"] is not None
     splits = ("train", "val")
@@ -69,7 +96,8 @@ def prepare(data_cfg: dict, manifest_path: str) -> dict:
         counts = synthetic.generate(data_cfg["root"], data_cfg["synthetic"])
         logging.info("generated %s: %s", data_cfg["root"], counts)
     elif data_cfg["fetch"] is not None:
-        logging.info("%s: %s", data_cfg["root"], fetch_with_dvc(data_cfg["fetch"]))
+        how = fetch_unless_present(data_cfg["root"], data_cfg["fetch"])
+        logging.info("%s %s", data_cfg["root"], how)
         splits = tuple(data_cfg["fetch"]["splits"])
     manifest = build_manifest(data_cfg["root"], decode_images=small, splits=splits)
     write_json(manifest_path, manifest)
@@ -91,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             data_cfg = json.loads(args.config)
         manifest = prepare(data_cfg, args.manifest)
-    except (DatasetError, params.ParamsError) as err:
+    except (DatasetError, ForeignDirectoryError, params.ParamsError) as err:
         raise SystemExit(f"error: {err}") from None
     print(json.dumps(manifest["splits"], indent=1))
 

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .files import write_json
+from .files import ForeignDirectoryError, replacing_dir, write_json
 
 CATEGORIES = ["circle", "square", "triangle", "cross", "ring"]
 SPLITS = {"train2017": 0, "val2017": 1}
@@ -33,6 +31,7 @@ SIZE_CLASSES = {"small": (0.07, 0.20), "medium": (0.28, 0.62), "large": (0.80, 0
 SIZE_WEIGHTS = {"small": 0.40, "medium": 0.45, "large": 0.15}
 EMPTY_IMAGE_FRACTION = 0.03
 MAX_OVERLAP = 0.25  # intersection over the smaller box: objects stay mostly visible
+FOREIGN_ROOT_REMEDY = "move it away, or point data.root at another directory"
 
 
 def _colour(rng: np.random.Generator) -> tuple[int, int, int]:
@@ -132,25 +131,14 @@ def render_image(seed: int, split_index: int, index: int, size: int, max_objects
 
 
 def generate(root: str | Path, settings: dict) -> dict:
-    """Write the dataset to `root` (replacing it whole, atomically) and return counts per split."""
-    root = Path(root)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.", dir=root.parent))
-    counts = {}
-    try:
+    """Write the dataset to `root` (replacing it whole, atomically) and return counts per split.
+    `root` must be absent or a dataset written here before: anything else is refused, untouched."""
+    with replacing_dir(root, {"made_by": "pipeline.synthetic", "settings": settings},
+                       remedy=FOREIGN_ROOT_REMEDY) as staging:
         (staging / "annotations").mkdir()
         sizes = {"train2017": settings["train_images"], "val2017": settings["val_images"]}
-        for split, n_images in sizes.items():
-            counts[split] = _write_split(staging, split, n_images, settings)
-        old = root.with_name(f".{root.name}.old")
-        if root.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            root.rename(old)
-        staging.rename(root)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return counts
+        return {split: _write_split(staging, split, n_images, settings)
+                for split, n_images in sizes.items()}
 
 
 def _write_split(root: Path, split: str, n_images: int, settings: dict) -> dict:
@@ -191,7 +179,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--root", required=True, help="dataset directory to (re)create")
     parser.add_argument("--config", required=True, help="data.synthetic settings as JSON")
     args = parser.parse_args(argv)
-    counts = generate(args.root, json.loads(args.config))
+    try:
+        counts = generate(args.root, json.loads(args.config))
+    except ForeignDirectoryError as err:
+        raise SystemExit(f"error: {err}") from None
     print(f"wrote synthetic dataset to {args.root}: {json.dumps(counts)}")
 
 

@@ -1,5 +1,6 @@
 """COCO 2017 through DVC, against a real HTTP server on 127.0.0.1 serving COCO-layout archives
-built from the embedded dataset: download, verify, resume, refuse, extract, push, pull."""
+built from the embedded dataset: download, verify, resume, refuse, extract, push, pull; and a
+user's directory at data.root is used as it is or refused, never deleted."""
 from __future__ import annotations
 
 import hashlib
@@ -17,6 +18,8 @@ import yaml
 from pipeline import coco_fetch
 from pipeline.coco_fetch import FetchError, check_free_space, download, extract
 from pipeline.dataset import CocoDetection
+from pipeline.files import MARKER, read_json
+from pipeline.params import load_resolved
 
 from .conftest import REPO
 from .http_server import Server
@@ -27,6 +30,16 @@ ARCHIVES = {"annotations": "annotations/annotations_trainval2017.zip",
 
 def md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def snapshot(path: Path) -> dict:
+    """Everything about a tree that a data stage must leave alone: links, bytes, modes."""
+    if path.is_symlink():
+        return {"link": os.readlink(path)}
+    if path.is_file():
+        return {"bytes": path.read_bytes(), "mode": path.stat().st_mode}
+    return {str(p.relative_to(path)): snapshot(p) for p in sorted(path.rglob("*"))} | {
+        ".": path.stat().st_mode}
 
 
 def build_archives(dataset: Path, out: Path) -> dict[str, dict]:
@@ -122,6 +135,33 @@ def test_extract_subset_and_load(served, tmp_path):
     assert len(dataset) == 3 and dataset[2][0].shape[0] == 3
 
 
+def test_extract_replaces_only_its_own_tree(served, tmp_path):
+    server, archives = served
+    paths = {k: server.directory / v["path"] for k, v in archives.items()}
+    md5s = {k: v["md5"] for k, v in archives.items()}
+    out = tmp_path / "coco2017"
+    extract(paths, out, subset=2, md5s=md5s)
+    marker = read_json(out / MARKER)
+    assert marker["archives"]["val2017"] == {"file": "val2017.zip", "md5": md5s["val2017"]}
+    assert marker["subset"] == 2
+    extract(paths, out, subset=3, md5s=md5s)  # its own tree: replaced
+    assert len(list((out / "val2017").iterdir())) == 3 and read_json(out / MARKER)["subset"] == 3
+
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "notes.txt").write_bytes(b"the user's own notes\n")
+    link = tmp_path / "link"
+    link.symlink_to(out)  # even a link to a tree extracted here is the user's link
+    for target in (user, link):
+        before = snapshot(target), snapshot(out)
+        with pytest.raises(FetchError) as refused:
+            extract(paths, target, subset=2)
+        assert str(target) in str(refused.value)
+        assert "move it away" in str(refused.value) and "remove data.fetch" in str(refused.value)
+        assert (snapshot(target), snapshot(out)) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["coco2017", "link", "user"]
+
+
 def test_free_space_is_checked_first(tmp_path):
     with pytest.raises(FetchError, match=r"needs 1000000000.00 GB in .* free space or point"):
         check_free_space(tmp_path / "not-yet", 10**18, "extracting everything")
@@ -137,10 +177,9 @@ def run(command, cwd, **kwargs):
     return result.stdout + result.stderr
 
 
-@pytest.mark.slow
-def test_dvc_fetch_train_push_pull_without_retraining(served, tmp_path):
-    server, archives = served
-    repo = tmp_path / "repo"
+def coco_repo(repo: Path, server, archives) -> None:
+    """A committed copy of the project whose coco2017 preset fetches from `server`, shrunk to
+    seconds."""
     for name in ("Snakefile", "params.yaml", "dvc.yaml", "pipeline", ".dvc", ".dvcignore", ".gitignore"):
         source = REPO / name
         if source.is_dir():
@@ -160,6 +199,60 @@ def test_dvc_fetch_train_push_pull_without_retraining(served, tmp_path):
     run(["git", "init", "-q"], repo)
     run(["git", "add", "-A"], repo)
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"], repo)
+
+
+def test_a_users_directory_at_data_root_is_used_or_refused_never_deleted(served, small_dataset,
+                                                                          tmp_path):
+    """The data stage with real DVC: a user's COCO copy (a directory, or a symlink to one) is
+    used as it is with no download and no DVC command (dvc repro would first delete it); a
+    directory without COCO in it is refused. Either way it stays byte for byte as it was."""
+    server, archives = served
+    repo = tmp_path / "repo"
+    coco_repo(repo, server, archives)
+    root = repo / "data" / "coco2017"
+    team_copy = tmp_path / "team" / "coco2017"
+    shutil.copytree(small_dataset, team_copy, ignore=shutil.ignore_patterns(MARKER))
+    prepare = [sys.executable, "-m", "pipeline.prepare", "--params", "params.yaml",
+               "--preset", "coco2017", "--manifest", "data/coco2017.manifest.json"]
+
+    def data_stage(expect_ok: bool) -> str:
+        requests = len(server.requests)
+        result = subprocess.run(prepare, cwd=repo, capture_output=True, text=True, timeout=300)
+        assert (result.returncode == 0) == expect_ok, result.stderr[-3000:]
+        assert len(server.requests) == requests  # nothing downloaded
+        assert "running dvc" not in result.stderr and not (repo / "dvc.lock").exists()
+        return result.stderr
+
+    shutil.copytree(team_copy, root)  # a copy with a user's file in it
+    (root / "notes.txt").write_bytes(b"the user's own notes\n")
+    before = snapshot(root)
+    log = data_stage(expect_ok=True)
+    assert ("data/coco2017 already holds a COCO 2017 layout (not made by this pipeline): using it "
+            "as it is, without downloading") in log
+    assert snapshot(root) == before
+    assert read_json(repo / "data" / "coco2017.manifest.json")["splits"]["val"]["images"] == 8
+
+    shutil.rmtree(root)
+    root.symlink_to(team_copy)  # a link to a copy elsewhere
+    before = snapshot(root), snapshot(team_copy)
+    assert "using it as it is, without downloading" in data_stage(expect_ok=True)
+    assert (snapshot(root), snapshot(team_copy)) == before
+
+    root.unlink()
+    root.mkdir()
+    (root / "notes.txt").write_bytes(b"the user's own notes\n")  # no COCO in it: refused
+    log = data_stage(expect_ok=False)
+    assert "error: data/coco2017 already exists, was not made by this pipeline" in log
+    assert "annotations/instances_train2017.json" in log and "move it away" in log
+    assert [p.name for p in root.iterdir()] == ["notes.txt"]
+    assert (root / "notes.txt").read_bytes() == b"the user's own notes\n"
+
+
+@pytest.mark.slow
+def test_dvc_fetch_train_push_pull_without_retraining(served, tmp_path):
+    server, archives = served
+    repo = tmp_path / "repo"
+    coco_repo(repo, server, archives)
     snakemake = [sys.executable, "-m", "snakemake", "--cores", "2"]
     dvc = [sys.executable, "-m", "dvc"]
 
@@ -185,7 +278,8 @@ def test_dvc_fetch_train_push_pull_without_retraining(served, tmp_path):
 
     # The data rule itself prefers the remote once one is configured.
     shutil.rmtree(repo / "data" / "coco2017")
-    data_cfg = dict(coco["data"], fetch=dict(coco["data"]["fetch"], remote=str(remote)))
+    data_cfg = load_resolved(repo / "params.yaml", "coco2017")["data"]  # as the Snakefile passes it
+    data_cfg["fetch"]["remote"] = str(remote)
     output = run([sys.executable, "-m", "pipeline.prepare", "--config", json.dumps(data_cfg),
                   "--manifest", "data/coco2017.manifest.json"], repo)
     assert f"pulled from {remote}" in output

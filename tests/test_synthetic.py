@@ -6,12 +6,15 @@ import hashlib
 import io
 import json
 
+import pytest
 from pycocotools.coco import COCO
 
-from pipeline import synthetic
+from pipeline import prepare, synthetic
 from pipeline.dataset import SPLIT_DIRS, annotation_path
+from pipeline.files import ForeignDirectoryError
 
 from .conftest import SMALL_DATA
+from .test_coco_fetch import snapshot
 
 
 def digest(root) -> dict[str, str]:
@@ -67,3 +70,21 @@ def test_regenerating_replaces_the_whole_directory(tmp_path):
     assert not stray.exists()
     assert len(list((root / "train2017").iterdir())) == 3
     assert [p.name for p in tmp_path.iterdir()] == ["d"]  # no staging directories left behind
+
+
+def test_a_directory_it_did_not_write_is_refused_untouched(tmp_path, small_dataset):
+    user = tmp_path / "d"
+    user.mkdir()
+    (user / "notes.txt").write_bytes(b"the user's own notes\n")
+    link = tmp_path / "link"
+    link.symlink_to(small_dataset)  # a link, even to a dataset written here, is the user's
+    for root in (user, link):
+        before = snapshot(root), snapshot(small_dataset)
+        with pytest.raises(ForeignDirectoryError, match=f"{root} already exists and was not made "
+                           "by this pipeline .*: move it away, or point data.root at another"):
+            synthetic.generate(root, SMALL_DATA)
+        data_cfg = {"root": str(root), "synthetic": SMALL_DATA, "fetch": None}
+        with pytest.raises(SystemExit, match=f"error: {root} already exists"):  # the data stage
+            prepare.main(["--config", json.dumps(data_cfg), "--manifest", str(tmp_path / "m.json")])
+        assert (snapshot(root), snapshot(small_dataset)) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "link"]

@@ -1,0 +1,138 @@
+"""Outputs follow the user's umask like any other tool's, and a directory the pipeline writes
+whole replaces only a directory it wrote itself."""
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from pipeline import coco_fetch, files, synthetic
+from pipeline.files import (MARKER, ForeignDirectoryError, atomic_path, replacing_dir, save_torch,
+                            write_json, write_text)
+
+from .conftest import SMALL_DATA
+from .test_coco_fetch import build_archives
+
+TINY_DATA = dict(SMALL_DATA, train_images=2, val_images=1)
+
+
+@pytest.fixture(params=[0o022, 0o027], ids=["umask022", "umask027"])
+def mask(request):
+    """Run the test under this umask, then restore the previous one."""
+    previous = os.umask(request.param)
+    yield request.param
+    os.umask(previous)
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def tree_modes(root: Path) -> dict[str, set[int]]:
+    """The set of modes of the root and the directories below it, and of the files."""
+    found = {"dirs": {mode(root)}, "files": set()}
+    for path in root.rglob("*"):
+        found["dirs" if path.is_dir() else "files"].add(mode(path))
+    return found
+
+
+def test_umask_is_read_without_changing_it(mask):
+    assert files.umask() == mask
+    assert files.umask() == mask
+
+
+def test_written_files_get_the_mode_open_would_give(mask, tmp_path):
+    expected = 0o666 & ~mask  # 0644 under 022, 0640 under 027
+    write_text(tmp_path / "report.html", "<html></html>")
+    write_json(tmp_path / "sub" / "summary.json", {"a": 1})
+    save_torch({"step": 1}, tmp_path / "model_final.pt")
+    with atomic_path(tmp_path / "summary.csv") as tmp:
+        tmp.write_text("a,b\n")
+    for name in ("report.html", "sub/summary.json", "model_final.pt", "summary.csv"):
+        assert mode(tmp_path / name) == expected, name
+    assert mode(tmp_path / "sub") == 0o777 & ~mask
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "model_final.pt", "report.html", "sub", "summary.csv"]  # no temporary files left
+
+
+def test_synthetic_dataset_follows_the_umask(mask, tmp_path):
+    root = tmp_path / "synthetic"
+    synthetic.generate(root, TINY_DATA)
+    assert tree_modes(root) == {"dirs": {0o777 & ~mask}, "files": {0o666 & ~mask}}
+
+
+def test_extracted_coco_follows_the_umask(mask, small_dataset, tmp_path):
+    archives = build_archives(small_dataset, tmp_path / "archives")
+    paths = {key: tmp_path / "archives" / entry["path"] for key, entry in archives.items()}
+    out = tmp_path / "coco2017"
+    coco_fetch.extract(paths, out, subset=2)
+    assert tree_modes(out) == {"dirs": {0o777 & ~mask}, "files": {0o666 & ~mask}}
+
+
+def fill(staging: Path) -> None:
+    (staging / "data.txt").write_text("made here")
+
+
+def test_replacing_dir_creates_marks_and_replaces_its_own(tmp_path):
+    target = tmp_path / "made"
+    with replacing_dir(target, {"made_by": "test", "n": 1}, remedy="move it") as staging:
+        fill(staging)
+        (staging / "stale.txt").write_text("only in the first")
+    assert files.read_json(target / MARKER) == {"made_by": "test", "n": 1}
+    with replacing_dir(target, {"made_by": "test", "n": 2}, remedy="move it") as staging:
+        fill(staging)
+    assert sorted(p.name for p in target.iterdir()) == [MARKER, "data.txt"]
+    assert files.read_json(target / MARKER)["n"] == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["made"]  # no staging or old copy left
+
+
+def test_replacing_dir_leaves_the_target_as_it_was_on_error(tmp_path):
+    target = tmp_path / "made"
+    with replacing_dir(target, {"made_by": "test"}, remedy="move it") as staging:
+        fill(staging)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        with replacing_dir(target, {"made_by": "test"}, remedy="move it") as staging:
+            (staging / "half.txt").write_text("half")
+            raise RuntimeError("interrupted")
+    assert sorted(p.name for p in target.iterdir()) == [MARKER, "data.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["made"]
+
+
+def users(tmp_path: Path) -> dict[str, Path]:
+    """What a user may have at the target: a directory, an empty one, a symlink to a directory
+    (even one the pipeline made), a dangling symlink, a file."""
+    ours = tmp_path / "ours"
+    with replacing_dir(ours, {"made_by": "test"}, remedy="move it") as staging:
+        fill(staging)
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "notes.txt").write_bytes(b"the user's own notes\n")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "link").symlink_to(ours)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "file").write_bytes(b"a file\n")
+    return {name: tmp_path / name for name in ("dir", "empty", "link", "dangling", "file")}
+
+
+def snapshot(path: Path) -> dict:
+    if path.is_symlink():
+        return {"link": os.readlink(path)}
+    if path.is_file():
+        return {"bytes": path.read_bytes(), "mode": mode(path)}
+    return {str(p.relative_to(path)): snapshot(p) for p in sorted(path.rglob("*"))} | {
+        ".": mode(path)}
+
+
+def test_replacing_dir_refuses_what_it_did_not_make(tmp_path):
+    for name, target in users(tmp_path).items():
+        before = snapshot(target)
+        with pytest.raises(ForeignDirectoryError) as refused:
+            with replacing_dir(target, {"made_by": "test"}, remedy="move it away") as staging:
+                fill(staging)
+        message = str(refused.value)
+        assert str(target) in message and "not made by this pipeline" in message, name
+        assert message.endswith("move it away"), name
+        assert snapshot(target) == before, name
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "dangling", "dir", "empty", "file", "link", "ours"]  # no staging left behind

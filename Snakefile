@@ -68,6 +68,11 @@ rule all:
     input:
         "results/summary.csv",
         f"{REPORT}/report.html",
+        # Each run's own results too: a deleted run directory (or a run killed after its
+        # old outputs were removed) is noticed and made again; with only the report asked
+        # for, Snakemake sees the report up to date and does nothing.
+        expand(f"{RUN_DIR}/{{name}}", run=RUNS,
+               name=["train_summary.json", "iterations.jsonl", "metrics.json", "predictions.json"]),
 
 
 rule data:
@@ -110,7 +115,7 @@ rule train:
     benchmark:
         f"logs/benchmarks/train_{PRESET}_{{run}}.tsv"
     shell:
-        "{params.python} -m pipeline.launch --config {params.config:q} --entry {params.run:q}"
+        "exec {params.python} -m pipeline.launch --config {params.config:q} --entry {params.run:q}"
         " --out {params.out} > {log} 2>&1"
 
 
@@ -136,7 +141,7 @@ rule evaluate:
     benchmark:
         f"logs/benchmarks/evaluate_{PRESET}_{{run}}.tsv"
     shell:
-        "{params.python} -m pipeline.launch --stage evaluate --config {params.config:q}"
+        "exec {params.python} -m pipeline.launch --stage evaluate --config {params.config:q}"
         " --entry {params.run:q} --out {params.out} > {log} 2>&1"
 
 
@@ -155,7 +160,8 @@ rule equivalence:
     benchmark:
         "logs/benchmarks/equivalence.tsv"
     shell:
-        "{params.python} -m pipeline.equivalence --config {params.config:q} --out {output} > {log} 2>&1"
+        "exec {params.python} -m pipeline.equivalence --config {params.config:q} --out {output}"
+        " > {log} 2>&1"
 
 
 rule report:

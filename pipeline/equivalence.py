@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from . import strategies, sweep
+from . import lifetime, strategies, sweep
 from .files import write_json
 from .launch import command
 from .model import build_model
@@ -41,7 +43,8 @@ ENTRIES = [{"strategy": "single", "workers": 1, "images_per_worker": 8},
 def one_step(cfg: dict, run: dict, out: Path) -> dict[str, torch.Tensor]:
     name = sweep.run_id(run)
     argv = command(cfg, run, str(out / name)) + ["--max-steps", "1"]
-    result = subprocess.run(argv, capture_output=True, text=True)
+    result = subprocess.run(argv, capture_output=True, text=True,
+                            preexec_fn=functools.partial(lifetime.become_launcher, os.getpid()))
     if result.returncode != 0:
         raise RuntimeError(f"{name}: one step failed:\n{result.stderr[-2000:]}")
     return torch.load(out / name / "model_final.pt", weights_only=False)["model"]
@@ -80,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True, help="resolved preset as JSON")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
+    lifetime.die_with_parent()  # the rule's shell execs us: go with Snakemake
     report = measure(json.loads(args.config))
     write_json(args.out, report)
     print(json.dumps(report["strategies"], indent=1))

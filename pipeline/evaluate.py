@@ -20,7 +20,7 @@ import torch
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from . import distributed, provenance, stages
+from . import distributed, lifetime, provenance, stages
 from .dataset import CocoDetection, annotation_path, collate
 from .files import read_json, write_json
 from .model import build_model
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", required=True, help="resolved preset as JSON")
     parser.add_argument("--run-dir", required=True)
     args = parser.parse_args(argv)
+    lifetime.die_with_parent()  # a worker of torchrun (or the launcher itself): go with it
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     summary = read_json(Path(args.run_dir) / "train_summary.json")
     if summary["status"] != "ok":  # a skipped run has no model; its metrics say why

@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import provenance, stages, strategies, sweep
+from . import lifetime, provenance, stages, strategies, sweep
 from .files import read_json, write_json, write_text
 
 
@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="run directory")
     parser.add_argument("--stage", choices=["train", "evaluate"], default="train")
     args = parser.parse_args(argv)
+    # Killed with its job: the rule's shell execs us, so our parent is Snakemake (or srun's
+    # step daemon); the request survives the exec of torchrun below.
+    lifetime.become_launcher()
     cfg, run = json.loads(args.config), json.loads(args.entry)
     if args.stage == "evaluate":
         argv = evaluation_command(cfg, run, args.out)

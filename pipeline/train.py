@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import distributed, provenance, stages, strategies, sweep
+from . import distributed, lifetime, provenance, stages, strategies, sweep
 from .dataset import CocoDetection, collate
 from .files import atomic_path, save_torch, write_json
 from .model import build_model
@@ -56,9 +56,12 @@ def learning_rate(train: dict, base_lr: float, step: int, epoch: int) -> float:
 
 
 def fingerprint(cfg: dict, run: dict) -> str:
-    """What a checkpoint must match to be resumed: everything that shapes the training."""
-    relevant = {k: cfg[k] for k in ("data", "model", "train")} | {"run": run}
-    return hashlib.sha256(canonical(relevant).encode()).hexdigest()[:16]
+    """What a checkpoint must match to be resumed: the identical run. That is every config
+    section the training stage reads, the sweep entry, and the bytes of every source file the
+    stage executes (the same list the Snakefile declares as the rule's code inputs)."""
+    identity = {"config": stages.config_for(cfg, "train"), "run": run,
+                "code": stages.code_digest("train")}
+    return hashlib.sha256(canonical(identity).encode()).hexdigest()[:16]
 
 
 def seed_everything(seed: int) -> None:
@@ -114,23 +117,26 @@ def truncate_log(path: Path, last_step: int) -> None:
         tmp.write_text("".join(line + "\n" for line in kept))
 
 
-def restore(state_dir: Path, run_fingerprint: str, model, optimizer, ctx) -> tuple[int, int, float]:
-    """Resume from the last epoch's checkpoint if it was made with these settings, else start
-    clean. Returns (first epoch to run, steps done, training seconds so far)."""
-    if ctx.rank == 0 and load_checkpoint(state_dir, run_fingerprint) is None:
+def restore(job: "Job") -> None:
+    """Resume from the last epoch's checkpoint if it is this very run's, else start clean:
+    the weights, the optimizer, the position, the seconds and every rank's traffic so far."""
+    state_dir, ctx = job.state_dir, job.ctx
+    if ctx.rank == 0 and load_checkpoint(state_dir, job.fingerprint) is None:
         shutil.rmtree(state_dir, ignore_errors=True)
     state_dir.mkdir(parents=True, exist_ok=True)
     distributed.barrier()  # nobody reads the state directory while rank 0 may be clearing it
-    checkpoint = load_checkpoint(state_dir, run_fingerprint)
+    checkpoint = load_checkpoint(state_dir, job.fingerprint)
     if checkpoint is None:
-        return 0, 0, 0.0
-    model.load_state_dict(checkpoint["model"])
-    optimizer.load_state_dict(checkpoint["optimizer"])
+        return
+    job.strategy.unwrap(job.model).load_state_dict(checkpoint["model"])
+    job.optimizer.load_state_dict(checkpoint["optimizer"])
+    job.epoch, job.step = checkpoint["epoch"] + 1, checkpoint["step"]
+    job.train_seconds = checkpoint["train_seconds"]
+    job.moved = dict(checkpoint["moved"][ctx.rank])
     if ctx.reports:
         truncate_log(state_dir / "iterations.jsonl", checkpoint["step"])
         log.info("resuming %s after epoch %d (step %d)", state_dir.parent, checkpoint["epoch"],
                  checkpoint["step"])
-    return checkpoint["epoch"] + 1, checkpoint["step"], checkpoint["train_seconds"]
 
 
 def to_device(images, targets, device):
@@ -211,8 +217,7 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
                                 momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"])
     job = Job(cfg, run, out_dir, strategy, ctx, dataset, sampler, loader, loader_seed, model,
               optimizer, base_lr, global_batch, fingerprint(cfg, run))
-    job.epoch, job.step, job.train_seconds = restore(job.state_dir, job.fingerprint,
-                                                     strategy.unwrap(model), optimizer, ctx)
+    restore(job)
     log.info("rank %d (%s): %d images, %d per process x %d shards, lr %.4g, %d threads, %s, %s",
              ctx.rank, ctx.role, len(dataset), per_process, ctx.shards, base_lr, ctx.threads,
              ctx.device, ctx.backend)
@@ -277,9 +282,12 @@ def run_epoch(job: Job, log_file, progress: Progress, max_steps: int | None) -> 
 
 
 def save_checkpoint(job: Job) -> None:
+    """After an epoch: everything `restore` needs, every rank's traffic counters included (so a
+    resumed run reports the bytes of all its iterations, not only of its last session)."""
+    moved = distributed.all_gather(job.moved)
     if job.strategy.saves_checkpoint(job.ctx):
         save_torch({"fingerprint": job.fingerprint, "epoch": job.epoch, "step": job.step,
-                    "train_seconds": job.train_seconds,
+                    "train_seconds": job.train_seconds, "moved": moved,
                     "model": job.strategy.unwrap(job.model).state_dict(),
                     "optimizer": job.optimizer.state_dict()}, job.state_dir / "checkpoint.pt")
 
@@ -299,8 +307,18 @@ def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = Non
             job.epoch += 1
     progress.close()
     summary = summarise(job, live_log)
+    if max_steps is None:
+        forget_state(job)
     job.strategy.finish(job.ctx)
     return summary
+
+
+def forget_state(job: Job) -> None:
+    """A finished run keeps no state: rerunning its job (a forced rerun, a changed input)
+    trains from scratch instead of "resuming" past its last epoch."""
+    distributed.barrier()  # every rank is done with the state directory
+    if job.ctx.rank == 0:
+        shutil.rmtree(job.state_dir, ignore_errors=True)
 
 
 def summarise(job: Job, live_log: Path) -> dict | None:
@@ -371,6 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="run directory")
     parser.add_argument("--max-steps", type=int, help="stop after this many iterations")
     args = parser.parse_args(argv)
+    lifetime.die_with_parent()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         train(json.loads(args.config), json.loads(args.entry), args.out, args.max_steps)

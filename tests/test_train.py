@@ -12,7 +12,8 @@ import pytest
 
 from pipeline.params import canonical
 from pipeline.sweep import runs
-from pipeline.train import learning_rate, train
+from pipeline import stages
+from pipeline.train import fingerprint, learning_rate, train
 
 from .conftest import REPO, small_config
 
@@ -82,14 +83,27 @@ def test_killed_run_resumes_to_the_uninterrupted_result(small_dataset, tmp_path)
 
 
 def test_checkpoint_of_other_settings_is_not_resumed(small_dataset, tmp_path, caplog):
-    cfg = small_config(small_dataset, epochs=1)
-    train(cfg, single_run(cfg), tmp_path / "run")
-    changed = small_config(small_dataset, epochs=1, base_lr=0.01)
+    cfg = small_config(small_dataset, epochs=2)
+    train(cfg, single_run(cfg), tmp_path / "run", max_steps=7)  # stops in epoch 1 (6 an epoch)
+    assert (tmp_path / "run" / "state" / "checkpoint.pt").exists()
+    changed = small_config(small_dataset, epochs=2, base_lr=0.01)
     with caplog.at_level("INFO"):
         train(changed, single_run(changed), tmp_path / "run")
     assert "written with other settings; starting over" in caplog.text
     assert {r["lr"] for r in records(tmp_path / "run" / "iterations.jsonl")} <= {
-        learning_rate(changed["train"], 0.01, s, 0) for s in range(6)}
+        learning_rate(changed["train"], 0.01, s, 0) for s in range(12)}
+    assert not (tmp_path / "run" / "state").exists()  # a finished run keeps no state
+
+
+def test_checkpoint_identity_covers_parallel_and_code(small_dataset):
+    cfg = small_config(small_dataset)
+    run = single_run(cfg)
+    other_parallel = small_config(small_dataset)
+    other_parallel["parallel"]["powersgd_rank"] += 1
+    assert fingerprint(other_parallel, run) != fingerprint(cfg, run)
+    code = stages.code_files("train")
+    assert "pipeline/train.py" in code and "pipeline/strategies/ddp.py" in code
+    assert "pipeline/params.py" in code and "pipeline/evaluate.py" not in code
 
 
 def test_diverging_loss_stops_with_a_clear_error(small_dataset, tmp_path):

@@ -3,12 +3,12 @@
     snakemake --cores all                              # the demo preset (embedded data, CPU)
     snakemake --cores all --config preset=coco2017     # the published recipe
 
-Every value a rule depends on is passed as its `params`, and the pipeline/ modules it imports
-are declared as its inputs, so Snakemake reruns exactly the stages a change affects.
+Every value a rule depends on is passed as its `params` (the config sections pipeline/stages.py
+lists for its stage), and the source files its module executes, derived from its imports, are
+declared as its inputs, so Snakemake reruns exactly the stages a change affects.
 """
 import os
 import re
-from pathlib import Path
 import sys
 
 from snakemake.exceptions import WorkflowError
@@ -49,9 +49,12 @@ def stage_params(stage):
 
 
 def run_resources(wildcards):
-    """What one run's job asks a scheduler for: its processes, and GPUs where it uses them."""
+    """What one run's job asks a scheduler for, per node: its processes, their memory, and GPUs
+    where it uses them (a cluster profile maps these onto the scheduler's options)."""
     strategy = strategies.get(RUNS[wildcards.run], CFG["parallel"])
-    return {"processes": strategy.processes(), "gpus": strategy.gpus()}
+    per_node = max(1, strategy.processes() // CFG["parallel"]["nnodes"])
+    return {"nodes": CFG["parallel"]["nnodes"], "processes": per_node, "gpu": strategy.gpus(),
+            "mem_mb": per_node * CFG["resources"]["memory_mb_per_process"]}
 
 
 # Every rule runs in the locked environment: the image built from the Dockerfile. Snakemake uses
@@ -108,8 +111,10 @@ rule train:
     # Timings are the result: a training run has the machine (or its allocation) to itself.
     threads: workflow.cores
     resources:
+        nodes=lambda wildcards: run_resources(wildcards)["nodes"],
         processes=lambda wildcards: run_resources(wildcards)["processes"],
-        gpu=lambda wildcards: run_resources(wildcards)["gpus"],
+        gpu=lambda wildcards: run_resources(wildcards)["gpu"],
+        mem_mb=lambda wildcards: run_resources(wildcards)["mem_mb"],
     log:
         f"logs/train/{PRESET}/{{run}}.log",
     benchmark:
@@ -134,8 +139,10 @@ rule evaluate:
         python=PYTHON,
     threads: workflow.cores
     resources:
+        nodes=lambda wildcards: run_resources(wildcards)["nodes"],
         processes=lambda wildcards: run_resources(wildcards)["processes"],
-        gpu=lambda wildcards: run_resources(wildcards)["gpus"],
+        gpu=lambda wildcards: run_resources(wildcards)["gpu"],
+        mem_mb=lambda wildcards: run_resources(wildcards)["mem_mb"],
     log:
         f"logs/evaluate/{PRESET}/{{run}}.log",
     benchmark:

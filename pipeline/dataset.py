@@ -25,7 +25,6 @@ from PIL import Image, UnidentifiedImageError
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from .files import write_json
 
 log = logging.getLogger(__name__)
 SPLIT_DIRS = {"train": "train2017", "val": "val2017"}

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import coco_fetch
 from pipeline.coco_fetch import FetchError, check_free_space, download, extract
 from pipeline.dataset import CocoDetection
 from pipeline.files import MARKER, read_json

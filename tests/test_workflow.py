@@ -204,6 +204,11 @@ def test_coco2017_dry_run(tmp_path):
     for run in ("single-w1-b2", "dp-w2-b2", "ddp-w2-b2", "ps-colocated-w2-b2"):
         assert f"results/runs/coco2017/{run}/train_summary.json" in text
     assert "data/coco2017.manifest.json" in text
+    # Each run's job asks for what the run needs (a cluster profile maps these).
+    ddp = text.split("results/runs/coco2017/ddp-w2-b2/train_summary.json", 1)[1].split("resources:", 1)[1]
+    assert "processes=2" in ddp.splitlines()[0] and "mem_mb=32768" in ddp.splitlines()[0]
+    dp = text.split("results/runs/coco2017/dp-w2-b2/train_summary.json", 1)[1].split("resources:", 1)[1]
+    assert "gpu=2" in dp.splitlines()[0]
 
 
 def test_dvc_stage_generates_the_embedded_dataset(workdir):

@@ -55,7 +55,6 @@ class ParameterServer(TorchrunStrategy):
         return ctx
 
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
-        self.ctx = ctx
         self.params = [p for p in model.parameters() if p.requires_grad]
         # Float buffers (BatchNorm running statistics) travel with the parameters; the integer
         # batch counters are the same everywhere anyway.

@@ -7,8 +7,9 @@ Writes, in DIR:
                       into data wait, forward+backward, and the strategy's step
   model_final.pt      the trained weights
   train_summary.json  status, throughput, time per iteration, provenance (written last)
-and keeps DIR/state/ (checkpoint.pt after every epoch, the live iterations log) so that a
-rerun with the same settings resumes from the last finished epoch instead of starting over.
+and, while it runs, DIR/state/ (checkpoint.pt after every epoch, the live iterations log), so
+that a rerun of the identical run (same settings, same code) resumes from the last finished
+epoch instead of starting over; a finished run removes it.
 """
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def load_checkpoint(state_dir: Path, expected: str) -> dict | None:
         return None
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     if checkpoint.get("fingerprint") != expected:
-        log.info("%s was written with other settings; starting over", path)
+        log.info("%s was written with other settings or code; starting over", path)
         return None
     return checkpoint
 
@@ -117,7 +118,7 @@ def truncate_log(path: Path, last_step: int) -> None:
         tmp.write_text("".join(line + "\n" for line in kept))
 
 
-def restore(job: "Job") -> None:
+def restore(job: Job) -> None:
     """Resume from the last epoch's checkpoint if it is this very run's, else start clean:
     the weights, the optimizer, the position, the seconds and every rank's traffic so far."""
     state_dir, ctx = job.state_dir, job.ctx

@@ -89,7 +89,7 @@ def test_checkpoint_of_other_settings_is_not_resumed(small_dataset, tmp_path, ca
     changed = small_config(small_dataset, epochs=2, base_lr=0.01)
     with caplog.at_level("INFO"):
         train(changed, single_run(changed), tmp_path / "run")
-    assert "written with other settings; starting over" in caplog.text
+    assert "written with other settings or code; starting over" in caplog.text
     assert {r["lr"] for r in records(tmp_path / "run" / "iterations.jsonl")} <= {
         learning_rate(changed["train"], 0.01, s, 0) for s in range(12)}
     assert not (tmp_path / "run" / "state").exists()  # a finished run keeps no state

@@ -7,6 +7,7 @@ Every value a rule depends on is passed as its `params` (the config sections pip
 lists for its stage), and the source files its module executes, derived from its imports, are
 declared as its inputs, so Snakemake reruns exactly the stages a change affects.
 """
+import functools
 import os
 import re
 import sys
@@ -48,13 +49,19 @@ def stage_params(stage):
     return P.canonical(stages.config_for(CFG, stage))
 
 
-def run_resources(wildcards):
+@functools.cache
+def run_resources(run):
     """What one run's job asks a scheduler for, per node: its processes, their memory, and GPUs
     where it uses them (a cluster profile maps these onto the scheduler's options)."""
-    strategy = strategies.get(RUNS[wildcards.run], CFG["parallel"])
+    strategy = strategies.get(RUNS[run], CFG["parallel"])
     per_node = max(1, strategy.processes() // CFG["parallel"]["nnodes"])
     return {"nodes": CFG["parallel"]["nnodes"], "processes": per_node, "gpu": strategy.gpus(),
             "mem_mb": per_node * CFG["resources"]["memory_mb_per_process"]}
+
+
+# The resources of a run's training and evaluation jobs, one function of the run each.
+RUN_RESOURCES = {name: (lambda wildcards, name=name: run_resources(wildcards.run)[name])
+                 for name in ("nodes", "processes", "gpu", "mem_mb")}
 
 
 # Every rule runs in the locked environment: the image built from the Dockerfile. Snakemake uses
@@ -111,10 +118,7 @@ rule train:
     # Timings are the result: a training run has the machine (or its allocation) to itself.
     threads: workflow.cores
     resources:
-        nodes=lambda wildcards: run_resources(wildcards)["nodes"],
-        processes=lambda wildcards: run_resources(wildcards)["processes"],
-        gpu=lambda wildcards: run_resources(wildcards)["gpu"],
-        mem_mb=lambda wildcards: run_resources(wildcards)["mem_mb"],
+        **RUN_RESOURCES,
     log:
         f"logs/train/{PRESET}/{{run}}.log",
     benchmark:
@@ -139,10 +143,7 @@ rule evaluate:
         python=PYTHON,
     threads: workflow.cores
     resources:
-        nodes=lambda wildcards: run_resources(wildcards)["nodes"],
-        processes=lambda wildcards: run_resources(wildcards)["processes"],
-        gpu=lambda wildcards: run_resources(wildcards)["gpu"],
-        mem_mb=lambda wildcards: run_resources(wildcards)["mem_mb"],
+        **RUN_RESOURCES,
     log:
         f"logs/evaluate/{PRESET}/{{run}}.log",
     benchmark:

@@ -9,12 +9,11 @@ Writes, in DIR:
   train_summary.json  status, throughput, time per iteration, provenance (written last)
 and, while it runs, DIR/state/ (checkpoint.pt after every epoch, the live iterations log), so
 that a rerun of the identical run (same settings, same code) resumes from the last finished
-epoch instead of starting over; a finished run removes it.
+epoch instead of starting over; a finished run removes it (pipeline/checkpoint.py).
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import json
 import logging
@@ -30,10 +29,11 @@ import numpy as np
 import torch
 
 from . import distributed, lifetime, provenance, stages, strategies, sweep
+from .checkpoint import fingerprint, forget_state, restore, save_checkpoint
 from .dataset import CocoDetection, collate
 from .files import atomic_path, save_torch, write_json
 from .model import build_model
-from .params import canonical, scaled_lr
+from .params import scaled_lr
 from .sampler import ShardedBatchSampler, aspect_ratio_groups
 from .strategies.base import gradient_bytes
 
@@ -54,15 +54,6 @@ def learning_rate(train: dict, base_lr: float, step: int, epoch: int) -> float:
         warmup = train["warmup_factor"] * (1 - alpha) + alpha
     decays = sum(1 for milestone in train["lr_steps"] if epoch >= milestone)
     return base_lr * warmup * train["lr_gamma"] ** decays
-
-
-def fingerprint(cfg: dict, run: dict) -> str:
-    """What a checkpoint must match to be resumed: the identical run. That is every config
-    section the training stage reads, the sweep entry, and the bytes of every source file the
-    stage executes (the same list the Snakefile declares as the rule's code inputs)."""
-    identity = {"config": stages.config_for(cfg, "train"), "run": run,
-                "code": stages.code_digest("train")}
-    return hashlib.sha256(canonical(identity).encode()).hexdigest()[:16]
 
 
 def seed_everything(seed: int) -> None:
@@ -95,49 +86,6 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-
-
-def load_checkpoint(state_dir: Path, expected: str) -> dict | None:
-    path = state_dir / "checkpoint.pt"
-    if not path.exists():
-        return None
-    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-    if checkpoint.get("fingerprint") != expected:
-        log.info("%s was written with other settings or code; starting over", path)
-        return None
-    return checkpoint
-
-
-def truncate_log(path: Path, last_step: int) -> None:
-    """Keep the records up to the checkpoint; later ones belong to the interrupted epoch."""
-    if not path.exists():
-        return
-    kept = [line for line in path.read_text().splitlines()
-            if line.strip() and json.loads(line)["step"] <= last_step]
-    with atomic_path(path) as tmp:
-        tmp.write_text("".join(line + "\n" for line in kept))
-
-
-def restore(job: Job) -> None:
-    """Resume from the last epoch's checkpoint if it is this very run's, else start clean:
-    the weights, the optimizer, the position, the seconds and every rank's traffic so far."""
-    state_dir, ctx = job.state_dir, job.ctx
-    if ctx.rank == 0 and load_checkpoint(state_dir, job.fingerprint) is None:
-        shutil.rmtree(state_dir, ignore_errors=True)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    distributed.barrier()  # nobody reads the state directory while rank 0 may be clearing it
-    checkpoint = load_checkpoint(state_dir, job.fingerprint)
-    if checkpoint is None:
-        return
-    job.strategy.unwrap(job.model).load_state_dict(checkpoint["model"])
-    job.optimizer.load_state_dict(checkpoint["optimizer"])
-    job.epoch, job.step = checkpoint["epoch"] + 1, checkpoint["step"]
-    job.train_seconds = checkpoint["train_seconds"]
-    job.moved = dict(checkpoint["moved"][ctx.rank])
-    if ctx.reports:
-        truncate_log(state_dir / "iterations.jsonl", checkpoint["step"])
-        log.info("resuming %s after epoch %d (step %d)", state_dir.parent, checkpoint["epoch"],
-                 checkpoint["step"])
 
 
 def to_device(images, targets, device):
@@ -282,17 +230,6 @@ def run_epoch(job: Job, log_file, progress: Progress, max_steps: int | None) -> 
     job.train_seconds += time.perf_counter() - epoch_start
 
 
-def save_checkpoint(job: Job) -> None:
-    """After an epoch: everything `restore` needs, every rank's traffic counters included (so a
-    resumed run reports the bytes of all its iterations, not only of its last session)."""
-    moved = distributed.all_gather(job.moved)
-    if job.strategy.saves_checkpoint(job.ctx):
-        save_torch({"fingerprint": job.fingerprint, "epoch": job.epoch, "step": job.step,
-                    "train_seconds": job.train_seconds, "moved": moved,
-                    "model": job.strategy.unwrap(job.model).state_dict(),
-                    "optimizer": job.optimizer.state_dict()}, job.state_dir / "checkpoint.pt")
-
-
 def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = None) -> dict | None:
     """Train one sweep entry; `max_steps` stops early (the equivalence check's single step).
     Returns the run summary in the process that writes it, None in the others."""
@@ -312,14 +249,6 @@ def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = Non
         forget_state(job)
     job.strategy.finish(job.ctx)
     return summary
-
-
-def forget_state(job: Job) -> None:
-    """A finished run keeps no state: rerunning its job (a forced rerun, a changed input)
-    trains from scratch instead of "resuming" past its last epoch."""
-    distributed.barrier()  # every rank is done with the state directory
-    if job.ctx.rank == 0:
-        shutil.rmtree(job.state_dir, ignore_errors=True)
 
 
 def summarise(job: Job, live_log: Path) -> dict | None:

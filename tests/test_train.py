@@ -13,7 +13,8 @@ import pytest
 from pipeline.params import canonical
 from pipeline.sweep import runs
 from pipeline import stages
-from pipeline.train import fingerprint, learning_rate, train
+from pipeline.checkpoint import fingerprint
+from pipeline.train import learning_rate, train
 
 from .conftest import REPO, small_config
 

@@ -182,7 +182,8 @@ rule report:
         summary="results/summary.csv",
         html=f"{REPORT}/report.html",
         markdown=f"{REPORT}/report.md",
-        tables=expand(f"{REPORT}/table{{n}}.{{ext}}", n=[1, 2], ext=["md", "csv", "tex"]),
+        tables=expand(f"{REPORT}/{{name}}.{{ext}}", name=["table1", "table2", "scaling"],
+                      ext=["md", "csv", "tex"]),
         traffic=f"{REPORT}/traffic.csv",
         # paper/paper.tex inputs the .tex tables and the PDF figures
         figures=expand(f"{REPORT}/figures/{{name}}.{{ext}}", name=FIGURES,

@@ -41,7 +41,7 @@ def provenance(workers: int) -> dict:
             "processes": workers,
             "device": "cpu", "backend": "gloo", "packages": {"python": "3.11.9", "torch": "2.14.1"},
             "hardware": {"machine": "x86_64", "cpu_count": 2, "hostname": "secret-node"},
-            "params": {}, "argv": []}
+            "params": {"data": {"name": "synthetic"}}, "argv": []}
 
 
 def make_ok_run(root: Path, strategy: str, workers: int, per_worker: int,
@@ -287,3 +287,44 @@ def test_a_new_figure_is_one_function(runs, tmp_path, extra_figure):
     page = (out / "report.html").read_text()
     assert "<figcaption>Completed runs per strategy</figcaption>" in page
     assert page.count("data:image/png;base64,") == len(FIGURES) + 1
+
+
+def test_scaling_table_and_figure(report):
+    out, summary = report
+    scaling = pd.read_csv(out / "report" / "scaling.csv").set_index("strategy")
+    assert list(scaling.index) == ["ddp", "single"]  # completed runs only, by strategy
+    # both runs do 8 images in 0.5 s: no speed-up from 2 workers, so 50 % efficiency
+    assert scaling.loc["ddp", "speedup_vs_single"] == pytest.approx(1.0)
+    assert scaling.loc["ddp", "efficiency"] == pytest.approx(0.5)
+    assert scaling.loc["single", "efficiency"] == pytest.approx(1.0)
+    md = (out / "report" / "report.md").read_text()
+    section = md.split("## Scaling", 1)[1].split("\n## ", 1)[0]
+    assert "| ddp | 2 | 8 | 16.00 | 1.000 | 0.500 |" in section
+    assert (out / "report" / "figures" / "scaling.png").stat().st_size > 1000
+    assert "derived from the size of each bucket" in md  # DDP's bytes are labelled as derived
+
+
+def test_scaling_frame_names_variants_and_drops_skipped():
+    from pipeline.report.load import scaling_frame
+
+    summary = pd.DataFrame({
+        "status": ["ok", "ok", "skipped"], "strategy": ["ps", "ps", "dp"],
+        "variant": ["dedicated", "dedicated", ""], "workers": [2, 1, 2],
+        "global_batch": [8, 8, 8], "images_per_second": [30.0, 20.0, float("nan")],
+        "speedup_vs_single": [1.5, 1.0, float("nan")]})
+    frame = scaling_frame(summary)
+    assert frame["strategy"].tolist() == ["ps-dedicated", "ps-dedicated"]
+    assert frame["workers"].tolist() == [1, 2]
+    assert frame["efficiency"].tolist() == pytest.approx([1.0, 0.75])
+
+
+def test_rows_say_which_data_they_come_from(report):
+    from pipeline.report.tables import source_label
+
+    out, _ = report
+    table1 = (out / "report" / "table1.md").read_text()
+    assert "this benchmark, synthetic data, not COCO (demo)" in table1
+    assert "reproduced" not in table1
+    assert source_label("coco2017", "coco2017") == "this benchmark, COCO 2017 (coco2017)"
+    md = (out / "report" / "report.md").read_text()
+    assert "torchvision's published box AP of 0.37" in md and "cannot have measured" in md

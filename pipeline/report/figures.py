@@ -23,9 +23,10 @@ from .load import AP_COLUMNS, TIME_SPLIT
 
 @dataclass(frozen=True)
 class ReportData:
-    """Everything a figure may draw from: the completed runs and Table 1."""
+    """Everything a figure may draw from: the completed runs, Table 1 and the scaling table."""
     ok: list[dict]
     table1: pd.DataFrame
+    scaling: pd.DataFrame
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,22 @@ def draw_time_split(ax, data: ReportData) -> None:
                color=_seaborn().color_palette(n_colors=len(TIME_SPLIT)))
     ax.set(xlabel="mean seconds per iteration", ylabel="")
     ax.invert_yaxis()  # first run on top, as in the tables
+    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1))
+
+
+@figure("scaling", "Speed-up over single (same global batch) against the number of workers, "
+                   "per strategy; dashed: linear scaling")
+def draw_scaling(ax, data: ReportData) -> None:
+    scaling = data.scaling.astype({"workers": float})
+    _seaborn().lineplot(scaling, x="workers", y="speedup_vs_single", hue="strategy",
+                        marker="o", ax=ax)
+    top = max(2.0, float(scaling["workers"].max()))
+    ax.plot([1, top], [1, top], linestyle="--", color="grey", label="linear")
+    for _, row in scaling.iterrows():  # the efficiency beside each point
+        ax.annotate(f"{row['efficiency']:.0%}", (row["workers"], row["speedup_vs_single"]),
+                    textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.set(xlabel="workers", ylabel="speed-up over single (images/s)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1))
 
 

@@ -121,6 +121,30 @@ def traffic_frame(runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TRAFFIC_COLUMNS)
 
 
+def dataset_of(runs: list[dict]) -> str:
+    """The data the runs trained on (data.name in their provenance); 'unknown' if none says."""
+    names = {((run["summary"].get("provenance") or {}).get("params") or {}).get("data", {}).get("name")
+             for run in runs}
+    names.discard(None)
+    return ", ".join(sorted(names)) or "unknown"
+
+
+def scaling_frame(summary: pd.DataFrame) -> pd.DataFrame:
+    """Throughput against the number of workers, per strategy (and variant): images/s, the
+    speed-up over `single` at the same global batch (the same work per iteration), and the
+    scaling efficiency, speed-up / workers (1.0 is linear)."""
+    done = summary[summary["status"] == "ok"]
+    frame = pd.DataFrame({
+        "strategy": [s + (f"-{v}" if isinstance(v, str) and v else "")
+                     for s, v in zip(done["strategy"], done["variant"])],
+        "workers": done["workers"].astype("Int64"),
+        "global_batch": done["global_batch"].astype("Int64"),
+        "images_per_second": done["images_per_second"],
+        "speedup_vs_single": done["speedup_vs_single"],
+        "efficiency": done["speedup_vs_single"] / done["workers"].astype(float)})
+    return frame.sort_values(["strategy", "workers"], kind="stable").reset_index(drop=True)
+
+
 def summary_frame(runs: list[dict], preset: str) -> pd.DataFrame:
     rows = []
     # Speed-up is against `single` at the same global batch: the same work per iteration.

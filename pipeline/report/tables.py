@@ -20,6 +20,7 @@ AP_DECIMALS = {col: 3 for col in AP_COLUMNS}
 TIME_TABLE = {"Time per iteration (s)": ("sec_per_iter", "sec_per_iter_mean"),
               "Progress per epoch": ("progress_per_epoch", "progress_per_epoch")}
 TIME_DECIMALS = {col: 4 for col in TIME_TABLE}
+SCALING_DECIMALS = {"images_per_second": 2, "speedup_vs_single": 3, "efficiency": 3}
 
 
 def _method(row) -> str:
@@ -30,8 +31,17 @@ def _method(row) -> str:
     return f"{row['run_id']}: {strategy}, {workers} worker{'' if workers == 1 else 's'}"
 
 
+def source_label(dataset: str, preset: str) -> str:
+    """What our rows are: measured by this benchmark on `dataset`. Only COCO 2017 rows are
+    comparable with the study's; the others say which data they come from."""
+    if dataset == "coco2017":
+        return f"this benchmark, COCO 2017 ({preset})"
+    return f"this benchmark, {dataset} data, not COCO ({preset})"
+
+
 def comparison_table(summary: pd.DataFrame, published: dict,
-                     columns: dict[str, tuple[str, str]], preset: str) -> pd.DataFrame:
+                     columns: dict[str, tuple[str, str]], preset: str,
+                     dataset: str) -> pd.DataFrame:
     """Rows are methods: the published ones first, then one per completed run (the study's layout).
 
     `columns` maps a table column to its key in the published values and its summary.csv column.
@@ -43,7 +53,7 @@ def comparison_table(summary: pd.DataFrame, published: dict,
              **{col: _number(published[key].get(key_pub)) for col, (key_pub, _) in columns.items()}}
             for key in methods]
     for _, row in summary[summary["status"] == "ok"].iterrows():
-        rows.append({"Method": _method(row), "Source": f"reproduced ({preset})",
+        rows.append({"Method": _method(row), "Source": source_label(dataset, preset),
                      **{col: row[key_csv] for col, (_, key_csv) in columns.items()}})
     return pd.DataFrame(rows, columns=["Method", "Source", *columns])
 

@@ -311,11 +311,19 @@ def test_scaling_frame_names_variants_and_drops_skipped():
         "status": ["ok", "ok", "skipped"], "strategy": ["ps", "ps", "dp"],
         "variant": ["dedicated", "dedicated", ""], "workers": [2, 1, 2],
         "global_batch": [8, 8, 8], "images_per_second": [30.0, 20.0, float("nan")],
-        "speedup_vs_single": [1.5, 1.0, float("nan")]})
-    frame = scaling_frame(summary)
-    assert frame["strategy"].tolist() == ["ps-dedicated", "ps-dedicated"]
-    assert frame["workers"].tolist() == [1, 2]
-    assert frame["efficiency"].tolist() == pytest.approx([1.0, 0.75])
+        "images_per_worker": [4, 8, 4]})
+    with_single = pd.concat([summary, pd.DataFrame({
+        "status": ["ok"], "strategy": ["single"], "variant": [""], "workers": [1],
+        "global_batch": [4], "images_per_second": [20.0], "images_per_worker": [4]})])
+    frame = scaling_frame(with_single).set_index("strategy")
+    ps = frame.loc["ps-dedicated"]
+    assert ps["workers"].tolist() == [1, 2]
+    # single does 4 images an iteration. ps w1 (8 images, 8 per worker) has no single to
+    # compare with; ps w2 (8 images, 4 per worker) is compared with it as weak scaling.
+    assert ps["baseline"].tolist() == ["no single run", "same images per worker"]
+    assert ps["speedup_vs_single"].tolist()[1] == pytest.approx(1.5)
+    assert ps["efficiency"].tolist()[1] == pytest.approx(0.75)
+    assert frame.loc["single", "baseline"] == "same global batch"
 
 
 def test_rows_say_which_data_they_come_from(report):

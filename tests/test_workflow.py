@@ -199,9 +199,11 @@ def test_coco2017_dry_run(tmp_path):
     result = subprocess.run(SNAKEMAKE + ["--cores", "2", "--dry-run", "--config", "preset=coco2017"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert jobs(result) == {"all": 1, "data": 1, "train": 4, "evaluate": 4, "equivalence": 1, "report": 1}
+    assert jobs(result) == {"all": 1, "data": 1, "train": 10, "evaluate": 10, "equivalence": 1,
+                            "report": 1}
     text = result.stdout + result.stderr
-    for run in ("single-w1-b2", "dp-w2-b2", "ddp-w2-b2", "ps-colocated-w2-b2"):
+    runs = ["single-w1-b2"] + [f"{s}-w{n}-b2" for s in ("dp", "ddp", "ps-colocated") for n in (2, 4, 8)]
+    for run in runs:
         assert f"results/runs/coco2017/{run}/train_summary.json" in text
     assert "data/coco2017.manifest.json" in text
     # Each run's job asks for what the run needs (a cluster profile maps these).

@@ -131,17 +131,28 @@ def dataset_of(runs: list[dict]) -> str:
 
 def scaling_frame(summary: pd.DataFrame) -> pd.DataFrame:
     """Throughput against the number of workers, per strategy (and variant): images/s, the
-    speed-up over `single` at the same global batch (the same work per iteration), and the
-    scaling efficiency, speed-up / workers (1.0 is linear)."""
+    speed-up over `single`, and the scaling efficiency, speed-up / workers (1.0 is linear).
+    The baseline is the `single` run at the same global batch where there is one (strong
+    scaling: the same work per iteration, the demo's sweep), else the one with the same images
+    per worker (weak scaling: the batch grows with the workers, the COCO recipe's sweep)."""
     done = summary[summary["status"] == "ok"]
+    single = done[done["strategy"] == "single"]
+    by_batch = dict(zip(single["global_batch"], single["images_per_second"]))
+    by_per_worker = dict(zip(single["images_per_worker"], single["images_per_second"]))
+    baselines = [("same global batch", by_batch[batch]) if batch in by_batch else
+                 ("same images per worker", by_per_worker[per]) if per in by_per_worker else
+                 ("no single run", math.nan)
+                 for batch, per in zip(done["global_batch"], done["images_per_worker"])]
+    speedup = done["images_per_second"].to_numpy() / [value for _, value in baselines]
     frame = pd.DataFrame({
         "strategy": [s + (f"-{v}" if isinstance(v, str) and v else "")
                      for s, v in zip(done["strategy"], done["variant"])],
-        "workers": done["workers"].astype("Int64"),
-        "global_batch": done["global_batch"].astype("Int64"),
-        "images_per_second": done["images_per_second"],
-        "speedup_vs_single": done["speedup_vs_single"],
-        "efficiency": done["speedup_vs_single"] / done["workers"].astype(float)})
+        "workers": done["workers"].astype("Int64").to_numpy(),
+        "global_batch": done["global_batch"].astype("Int64").to_numpy(),
+        "images_per_second": done["images_per_second"].to_numpy(),
+        "speedup_vs_single": speedup,
+        "efficiency": speedup / done["workers"].astype(float).to_numpy(),
+        "baseline": [name for name, _ in baselines]})
     return frame.sort_values(["strategy", "workers"], kind="stable").reset_index(drop=True)
 
 

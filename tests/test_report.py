@@ -15,7 +15,7 @@ from pipeline.report import SUMMARY_COLUMNS, build_report, progress_per_epoch
 from pipeline.report.figures import FIGURES as REGISTERED_FIGURES
 from pipeline.report.figures import ReportData, figure
 from pipeline.report.load import load_run, summary_frame
-from pipeline.report.render import provenance_bullets
+from pipeline.report.render import provenance_table
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -173,7 +173,7 @@ def test_reports(report):
     assert "(epoch_loss" in md or "mean decrease of the epoch-mean total training loss" in md
     assert "figures/loss_vs_time.png" in md
     assert "0123abc" in md and "secret-node" not in md
-    assert "ddp-w2-b4: git 0123abc; seed 0; threads 2; workers 2; processes 2;" in md
+    assert "| ddp-w2-b4 | 0123abc | 0 | 2 | 2 | 2 | cpu | gloo | x86_64 x2 | none |" in md
     page = (out / "report" / "report.html").read_text()
     assert page.count("data:image/png;base64,") == len(FIGURES)
     assert not re.search(r"(src|href)=['\"]?https?:", page)
@@ -251,7 +251,7 @@ def test_run_directories_from_before_the_rename_still_load(tmp_path):
     path.write_text(json.dumps(old))
     loaded = load_run(run)
     assert summary_frame([loaded], "demo").loc[0, "workers"] == 2
-    assert "; workers 2;" in provenance_bullets([loaded])[0]
+    assert provenance_table([loaded]).loc[0, "workers"] == "2"
 
 
 def test_loading_and_the_figure_registry_import_no_plotting():

@@ -24,21 +24,31 @@ CSS = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;color:#222}"
        "padding:.25em .6em;text-align:left}img{max-width:100%}figcaption{font-size:.9em}")
 
 
-def provenance_bullets(runs: list[dict]) -> list[str]:
-    bullets = []
+PROVENANCE_PACKAGES = ("python", "torch", "torchvision", "pycocotools", "numpy")
+
+
+def _cpu(hardware: dict) -> str:
+    if not hardware:
+        return ""
+    return f"{hardware.get('processor') or hardware.get('machine', '?')} x{hardware.get('cpu_count', '?')}"
+
+
+def provenance_table(runs: list[dict]) -> pd.DataFrame:
+    """One row per run: where its numbers came from (the host name is left out)."""
+    rows = []
     for run in runs:
         p = run["summary"].get("provenance") or {}
-        if not p:
-            bullets.append(f"{run['run_id']}: no provenance ({run['status']}: {run['reason']})")
-            continue
-        hw = {k: v for k, v in (p.get("hardware") or {}).items() if k != "hostname"}
-        packages = ", ".join(f"{k} {v}" for k, v in (p.get("packages") or {}).items())
-        bullets.append(
-            f"{run['run_id']}: git {p.get('git_revision', 'unknown')}; seed {p.get('seed')}; "
-            f"threads {p.get('threads')}; workers {workers_of(p)}; processes "
-            f"{p.get('processes')}; device {p.get('device')}; backend {p.get('backend')}; "
-            f"packages: {packages}; hardware: " + ", ".join(f"{k} {v}" for k, v in hw.items()))
-    return bullets
+        hardware, packages = p.get("hardware") or {}, p.get("packages") or {}
+        rows.append({
+            "run_id": run["run_id"], "git": p.get("git_revision", "none recorded"),
+            "seed": p.get("seed", ""), "workers": workers_of(p) or "",
+            "processes": p.get("processes", ""), "threads": p.get("threads", ""),
+            "device": p.get("device", ""), "backend": p.get("backend", ""),
+            "cpu": _cpu(hardware),
+            "gpus": ", ".join(hardware.get("gpus") or []) or ("none" if hardware else ""),
+            "cuda": hardware.get("cuda", ""),
+            **{name: packages.get(name, "") for name in PROVENANCE_PACKAGES}})
+    return pd.DataFrame(rows).astype(str)
 
 
 def report_sections(runs, summary, shown1, shown2, published, preset, figure_ext,
@@ -98,7 +108,11 @@ def report_sections(runs, summary, shown1, shown2, published, preset, figure_ext
             "(no objects of that size) is left empty in summary.csv"]},
         {"title": "Figures", "figures": [(name, f"figures/{name}.{figure_ext}", entry.caption)
                                          for name, entry in FIGURES.items()]},
-        {"title": "Provenance", "bullets": provenance_bullets(runs)},
+        {"title": "Provenance", "text": [
+            "Per run: the code revision, seed, workers, processes, threads, device, backend, "
+            "hardware and package versions it was made with; its train_summary.json holds the "
+            "full record, its parameters included. A skipped run records its machine too."],
+         "table": provenance_table(runs)},
     ]
 
 

@@ -6,6 +6,7 @@ Writes, in DIR:
   iterations.jsonl    one record per iteration: step, epoch, losses, lr, images, seconds split
                       into data wait, forward+backward, and the strategy's step
   model_final.pt      the trained weights
+  utilisation.jsonl   every process's CPU, memory and GPU use over time (pipeline/monitor.py)
   train_summary.json  status, throughput, time per iteration, provenance (written last)
 and, while it runs, DIR/state/ (checkpoint.pt after every epoch, the live iterations log), so
 that a rerun of the identical run (same settings, same code) resumes from the last finished
@@ -31,8 +32,9 @@ import torch
 from . import distributed, lifetime, provenance, stages, strategies, sweep
 from .checkpoint import fingerprint, forget_state, restore, save_checkpoint
 from .dataset import CocoDetection, collate
-from .files import atomic_path, save_torch, write_json
+from .files import atomic_path, save_torch, write_json, write_text
 from .model import build_model
+from .monitor import Monitor
 from .params import scaled_lr
 from .sampler import ShardedBatchSampler, aspect_ratio_groups
 from .strategies.base import gradient_bytes
@@ -131,6 +133,7 @@ class Job:
     step: int = 0             # iterations done
     train_seconds: float = 0.0
     moved: dict = field(default_factory=lambda: {"sent": 0, "received": 0, "iterations": 0})
+    monitor: Monitor | None = None  # utilisation sampling while the loop runs
 
     @property
     def state_dir(self) -> Path:
@@ -234,6 +237,8 @@ def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = Non
     """Train one sweep entry; `max_steps` stops early (the equivalence check's single step).
     Returns the run summary in the process that writes it, None in the others."""
     job = setup(cfg, run, Path(out_dir))
+    job.monitor = Monitor(job.ctx.rank, cfg["train"]["monitor_interval_s"],
+                          job.strategy.gpus_in_use(job.ctx)).start()
     progress = Progress(job.total_steps, job.step, cfg["train"]["print_every"], job.ctx.reports)
     job.model.train()
     live_log = job.state_dir / "iterations.jsonl"
@@ -255,10 +260,14 @@ def summarise(job: Job, live_log: Path) -> dict | None:
     """Gather every rank's report; the first worker writes the weights, the iteration log and
     the summary (last, so that its presence means the run finished)."""
     ranks = rank_report(job)
+    samples = [s for rank in distributed.all_gather(job.monitor.stop()) for s in rank]
     if not job.ctx.reports:
         return None
     cfg, ctx = job.cfg, job.ctx
     summary = summary_of(live_log, job, ranks)
+    write_text(job.out_dir / "utilisation.jsonl", "".join(json.dumps(s) + "\n" for s in samples))
+    summary["utilisation"] = {"interval_s": job.monitor.interval, "samples": len(samples),
+                              "gpus": job.monitor.gpu_reason or "sampled through NVML"}
     save_torch({"model": job.strategy.unwrap(job.model).state_dict(),
                 "num_classes": job.dataset.num_classes, "model_cfg": cfg["model"]},
                job.out_dir / "model_final.pt")

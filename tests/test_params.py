@@ -146,7 +146,8 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
     before = json.loads((REPO / "tests" / "data" / "presets_before_extends.json").read_text())
     resolved = params.validate(raw)
     # Changed on purpose since: `resources` came later (scheduler requests only; no stage reads
-    # it), and the coco2017 sweep now scales to 8 workers (the snapshot carries that sweep).
+    # it), the coco2017 sweep now scales to 8 workers and train.monitor_interval_s samples
+    # utilisation (the snapshot carries both).
     assert {name: {k: v for k, v in preset.items() if k != "resources"}
             for name, preset in resolved.items()} == before
 

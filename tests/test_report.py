@@ -336,3 +336,14 @@ def test_rows_say_which_data_they_come_from(report):
     assert source_label("coco2017", "coco2017") == "this benchmark, COCO 2017 (coco2017)"
     md = (out / "report" / "report.md").read_text()
     assert "torchvision's published box AP of 0.37" in md and "cannot have measured" in md
+
+
+def test_utilisation_figure_draws_recorded_samples(tmp_path):
+    run = make_ok_run(tmp_path / "runs", "ddp", 2, 4, [2.0, 1.0], ap=0.1)
+    samples = [{"t": 0.5 * i, "rank": rank, "cpu_percent": 90.0 + rank, "rss_mb": 500.0,
+                "gpus": [{"index": rank, "util_percent": 70.0, "memory_mb": 900.0}]}
+               for i in range(1, 6) for rank in (0, 1)]
+    (run / "utilisation.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    assert load_run(run)["utilisation"] == samples
+    build_report([run], REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "r")
+    assert (tmp_path / "r" / "figures" / "utilisation.png").stat().st_size > 1000

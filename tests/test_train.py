@@ -48,6 +48,9 @@ def test_training_lowers_the_loss_and_writes_its_outputs(small_dataset, tmp_path
     assert provenance["threads"] >= 1 and provenance["packages"]["torch"].startswith("2.14.1")
     assert provenance["params"]["train"]["epochs"] == 4 and provenance["git_revision"]
     assert (tmp_path / "run" / "model_final.pt").stat().st_size > 0
+    samples = [json.loads(line) for line in (tmp_path / "run" / "utilisation.jsonl").read_text().splitlines()]
+    assert samples and saved["utilisation"]["samples"] == len(samples)  # every 0.5 s of training
+    assert all(s["rank"] == 0 and s["rss_mb"] > 0 for s in samples)
 
 
 def test_same_seed_same_losses_on_cpu(small_dataset, tmp_path):

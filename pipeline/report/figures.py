@@ -115,6 +115,26 @@ def draw_time_split(ax, data: ReportData) -> None:
     ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1))
 
 
+@figure("utilisation", "Utilisation over training time: each training process's CPU (100 % = "
+                       "one core) and, where used, each GPU (NVML)")
+def draw_utilisation(ax, data: ReportData) -> None:
+    rows = []
+    for run in data.ok:
+        for s in run.get("utilisation") or []:
+            rows.append({"t": s["t"], "util": s["cpu_percent"],
+                         "line": f"{run['run_id']} rank {s['rank']} CPU"})
+            rows += [{"t": s["t"], "util": g["util_percent"],
+                      "line": f"{run['run_id']} rank {s['rank']} GPU {g['index']}"}
+                     for g in s["gpus"]]
+    if not rows:
+        ax.text(0.5, 0.5, "no utilisation samples", ha="center", va="center",
+                transform=ax.transAxes)
+        return
+    _seaborn().lineplot(pd.DataFrame(rows), x="t", y="util", hue="line", estimator=None, ax=ax)
+    ax.set(xlabel="seconds since training started", ylabel="utilisation (%)")
+    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=6)
+
+
 @figure("scaling", "Speed-up over single (same global batch) against the number of workers, "
                    "per strategy; dashed: linear scaling")
 def draw_scaling(ax, data: ReportData) -> None:

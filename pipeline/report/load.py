@@ -88,9 +88,12 @@ def load_run(run_dir: str | Path) -> dict:
         raise ValueError(f"{run_dir / 'metrics.json'}: no AP values for a completed run; delete "
                          "it and rerun the evaluate stage")
     iterations = read_iterations(run_dir / "iterations.jsonl") if status == "ok" else None
+    utilisation = run_dir / "utilisation.jsonl"  # absent for runs made before the sampler
+    samples = ([json.loads(line) for line in utilisation.read_text().splitlines() if line.strip()]
+               if status == "ok" and utilisation.exists() else [])
     return {"dir": run_dir, "run_id": summary.get("run_id", run_dir.name), "status": status,
             "reason": reason or "", "summary": summary, "metrics": metrics,
-            "iterations": iterations}
+            "iterations": iterations, "utilisation": samples}
 
 
 def workers_of(record: dict):

@@ -147,6 +147,10 @@ class Strategy:
         """Bytes per iteration this process should send and receive, by the algorithm's analysis."""
         return {"sent": 0.0, "received": 0.0}
 
+    def gpus_in_use(self, ctx: Context) -> list[int]:
+        """The GPU indices this process computes on (sampled by pipeline/monitor.py)."""
+        return [ctx.device.index or 0] if ctx.device.type == "cuda" else []
+
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return getattr(model, "module", model)
 

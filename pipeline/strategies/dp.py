@@ -84,6 +84,9 @@ class DataParallel(Strategy):
             return "DataParallel runs in one process on one machine (parallel.nnodes must be 1)"
         return None
 
+    def gpus_in_use(self, ctx: Context) -> list[int]:
+        return list(range(self.run["workers"]))  # GPU 0 and the replicas' GPUs
+
     def batch_per_process(self) -> int:
         return self.run["images_per_worker"] * self.run["workers"]  # split by scatter_by_sample
 

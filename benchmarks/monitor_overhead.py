@@ -1,0 +1,63 @@
+"""The utilisation sampler's cost: images/s of the same training with sampling on and off.
+
+    .venv/bin/python benchmarks/monitor_overhead.py [--repeats 5] [--train-images 160]
+
+Trains the demo model (params.yaml's demo preset, one epoch, `single` and `ddp` w2) with
+train.monitor_interval_s at its default and at 0 (off), alternating on and off --repeats
+times in this one invocation, and prints the median images/s of each and their ratio.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from statistics import median
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pipeline import params, sweep, synthetic  # noqa: E402
+from pipeline.launch import command  # noqa: E402
+
+ENTRIES = [{"strategy": "single", "workers": 1}, {"strategy": "ddp", "workers": 2, "images_per_worker": 4}]
+
+
+def images_per_second(cfg: dict, run: dict, out: Path) -> float:
+    result = subprocess.run(command(cfg, run, str(out)), cwd=REPO, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"{sweep.run_id(run)} failed:\n{result.stderr[-2000:]}")
+    return json.loads((out / "train_summary.json").read_text())["images_per_second"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--train-images", type=int, default=160)
+    args = parser.parse_args()
+    cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
+    work = Path(tempfile.mkdtemp(prefix="monitor-bench-"))
+    cfg["data"].update(root=str(work / "data"),
+                       synthetic=dict(cfg["data"]["synthetic"], train_images=args.train_images))
+    cfg["train"].update(epochs=1, lr_steps=[])
+    synthetic.generate(cfg["data"]["root"], cfg["data"]["synthetic"])
+    interval = cfg["train"]["monitor_interval_s"]
+    print(f"demo model, 1 epoch of {args.train_images} images, sampling every {interval} s vs off, "
+          f"{args.repeats} alternating passes; median images/s")
+    for entry in ENTRIES:
+        run = sweep.fill(entry, cfg["train"])
+        speeds = {"on": [], "off": []}
+        for repeat in range(args.repeats):
+            for mode, seconds in (("on", interval), ("off", 0)):
+                cfg["train"]["monitor_interval_s"] = seconds
+                out = work / f"{sweep.run_id(run)}-{mode}-{repeat}"
+                speeds[mode].append(images_per_second(cfg, run, out))
+        on, off = median(speeds["on"]), median(speeds["off"])
+        print(f"{sweep.run_id(run):<14} on {on:7.2f}  off {off:7.2f}  on/off {on / off:.4f}  "
+              f"(overhead {100 * (1 - on / off):+.2f} %)")
+
+
+if __name__ == "__main__":
+    main()

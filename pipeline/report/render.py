@@ -19,9 +19,12 @@ TITLE = "Data-parallel Faster R-CNN benchmark: report"
 # torchvision's published box AP@[.5:.95] of fasterrcnn_resnet50_fpn (COCO_V1 weights) on COCO
 # val2017, trained with its reference recipe (26 epochs): the model card's "box_map": 37.0.
 TORCHVISION_BOX_AP = 0.370
+# A wide table (the runs, the provenance) scrolls inside its own box instead of pushing the
+# page wider than the window; long cells (a skipped run's reason) wrap.
 CSS = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;color:#222}"
-       "table{border-collapse:collapse;margin:1em 0}th,td{border-bottom:1px solid #ccc;"
-       "padding:.25em .6em;text-align:left}img{max-width:100%}figcaption{font-size:.9em}")
+       "table{border-collapse:collapse;margin:1em 0;display:block;max-width:100%;overflow-x:auto}"
+       "th,td{border-bottom:1px solid #ccc;padding:.25em .6em;text-align:left;"
+       "overflow-wrap:anywhere;min-width:4em}img{max-width:100%}figcaption{font-size:.9em}")
 
 
 PROVENANCE_PACKAGES = ("python", "torch", "torchvision", "pycocotools", "numpy")

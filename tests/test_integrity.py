@@ -27,7 +27,8 @@ from .test_workflow import SNAKEMAKE, copy_workflow, edit_params, jobs, snakemak
 pytestmark = pytest.mark.slow
 DDP = "ddp-w2-b2"
 TIMING_KEYS = {"train_seconds", "images_per_second", "sec_per_iter", "time_split",
-               "communication_share", "provenance"}
+               "communication_share", "provenance",
+               "utilisation"}  # how many samples fit in the run's seconds
 
 
 def two_runs(raw: dict) -> None:

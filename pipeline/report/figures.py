@@ -135,8 +135,8 @@ def draw_utilisation(ax, data: ReportData) -> None:
     ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=6)
 
 
-@figure("scaling", "Speed-up over single (same global batch) against the number of workers, "
-                   "per strategy; dashed: linear scaling")
+@figure("scaling", "Speed-up over single (at the same global batch, else the same images per "
+                   "worker) against the number of workers, per strategy; dashed: linear")
 def draw_scaling(ax, data: ReportData) -> None:
     scaling = data.scaling.astype({"workers": float})
     _seaborn().lineplot(scaling, x="workers", y="speedup_vs_single", hue="strategy",

@@ -54,8 +54,8 @@ def run_resources(run):
     """What one run's job asks a scheduler for, per node: its processes, their memory, and GPUs
     where it uses them (a cluster profile maps these onto the scheduler's options)."""
     strategy = strategies.get(RUNS[run], CFG["parallel"])
-    per_node = max(1, strategy.processes() // CFG["parallel"]["nnodes"])
-    return {"nodes": CFG["parallel"]["nnodes"], "processes": per_node, "gpu": strategy.gpus(),
+    per_node = strategy.processes_per_node()
+    return {"nodes": strategy.nodes(), "processes": per_node, "gpu": strategy.gpus(),
             "mem_mb": per_node * CFG["resources"]["memory_mb_per_process"]}
 
 

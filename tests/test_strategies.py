@@ -289,3 +289,12 @@ def test_ddp_sync_batchnorm_on_gpus(detection_cfg, tmp_path):
     run = next(iter(runs(cfg).values()))
     summary = torchrun_train(cfg, run, tmp_path / "run")
     assert summary["status"] == "ok" and summary["replicas_identical"] and summary["backend"] == "nccl"
+
+
+def test_what_a_job_asks_for_per_node():
+    two_nodes = dict(PARALLEL, nnodes=2)
+    single = strategies.get({"strategy": "single", "workers": 1, "images_per_worker": 8}, two_nodes)
+    assert (single.nodes(), single.processes_per_node()) == (1, 1)  # never spread over nodes
+    ps = strategies.get({"strategy": "ps", "workers": 3, "images_per_worker": 2,
+                         "placement": "dedicated"}, two_nodes)
+    assert (ps.nodes(), ps.processes(), ps.processes_per_node()) == (2, 4, 2)

@@ -105,6 +105,13 @@ class Strategy:
         """How many processes the job starts (over all nodes)."""
         return 1
 
+    def nodes(self) -> int:
+        """Machines the job spans (one process, or one DataParallel process: one machine)."""
+        return 1
+
+    def processes_per_node(self) -> int:
+        return self.processes()
+
     def gpus(self) -> int:
         """GPUs the job needs on one node (0: runs on CPU, or uses a GPU where one is visible)."""
         return 0

@@ -23,6 +23,12 @@ class TorchrunStrategy(Strategy):
             return 0, f"{total} processes do not split evenly over {nodes} nodes"
         return total // nodes, None
 
+    def nodes(self) -> int:
+        return self.parallel["nnodes"]
+
+    def processes_per_node(self) -> int:
+        return max(1, self.per_node()[0])  # an uneven split is skipped; ask for one process
+
     def gpus(self) -> int:
         uses_gpus = self.parallel["backend"] == "nccl" or (
             self.parallel["backend"] == "auto" and torch.cuda.is_available())

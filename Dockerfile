@@ -23,6 +23,13 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends python3.11 python3.11-venv git ca-certificates \
     && rm -rf /var/lib/apt/lists/*
 
+# The LaTeX toolchain that compiles the paper (rule paper), from the list the README uses.
+COPY apt/paper.txt /tmp/apt-paper.txt
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && xargs -a /tmp/apt-paper.txt apt-get install -y --no-install-recommends \
+    && rm -rf /var/lib/apt/lists/* /tmp/apt-paper.txt
+
 COPY requirements.lock /tmp/requirements.lock
 RUN python3.11 -m venv "$VIRTUAL_ENV" \
     && pip install --no-cache-dir -r /tmp/requirements.lock \

@@ -1,4 +1,4 @@
-"""Data-parallel Faster R-CNN benchmark: data -> train (one job per sweep entry) -> evaluate -> report.
+"""Data-parallel Faster R-CNN benchmark: data -> train (one job per run) -> evaluate -> report -> paper.
 
     snakemake --cores all                              # the demo preset (embedded data, CPU)
     snakemake --cores all --config preset=coco2017     # the published recipe
@@ -10,13 +10,16 @@ declared as its inputs, so Snakemake reruns exactly the stages a change affects.
 import functools
 import os
 import re
+import shutil
 import sys
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version
 
 from pipeline import params as P
-from pipeline import stages, strategies, sweep
+from pipeline import paper, stages, strategies, sweep
+from pipeline.report.build import FILES as REPORT_FILES
+from pipeline.report.build import TABLES
 from pipeline.report.figures import FIGURES
 
 min_version("9.0")
@@ -37,6 +40,12 @@ DATA = CFG["data"]
 RUN_DIR = f"results/runs/{PRESET}/{{run}}"
 MANIFEST = f"data/{DATA['name']}.manifest.json"
 REPORT = "results/report"
+PAPER = "results/paper/paper.pdf"
+# The paper needs a LaTeX toolchain; without one the workflow says so and stops at the report.
+MISSING_TEX = paper.missing_tools()
+if MISSING_TEX:
+    print(f"Not building {PAPER}: {', '.join(MISSING_TEX)} not found; {paper.INSTALL}.",
+          file=sys.stderr)
 
 
 def code(stage):
@@ -78,6 +87,7 @@ rule all:
     input:
         "results/summary.csv",
         f"{REPORT}/report.html",
+        [] if MISSING_TEX else PAPER,
         # Each run's own results too: a deleted run directory (or a run killed after its
         # old outputs were removed) is noticed and made again; with only the report asked
         # for, Snakemake sees the report up to date and does nothing.
@@ -181,11 +191,9 @@ rule report:
     output:
         summary="results/summary.csv",
         html=f"{REPORT}/report.html",
-        markdown=f"{REPORT}/report.md",
-        tables=expand(f"{REPORT}/{{name}}.{{ext}}", name=["table1", "table2", "scaling"],
-                      ext=["md", "csv", "tex"]),
-        traffic=f"{REPORT}/traffic.csv",
-        # paper/paper.tex inputs the .tex tables and the PDF figures
+        files=expand(f"{REPORT}/{{name}}", name=[f for f in REPORT_FILES if f != "report.html"]),
+        tables=expand(f"{REPORT}/{{name}}.{{ext}}", name=TABLES, ext=["md", "csv", "tex"]),
+        # paper/paper.tex inputs numbers.tex, figures.tex, the .tex tables and the figures
         figures=expand(f"{REPORT}/figures/{{name}}.{{ext}}", name=FIGURES,
                        ext=CFG["report"]["figure_formats"]),
     params:
@@ -202,3 +210,21 @@ rule report:
         "{params.python} -m pipeline.report --report-config {params.report:q} --preset {params.preset}"
         " --summary {output.summary} --equivalence {input.equivalence} --out-dir {params.out}"
         " {params.runs} > {log} 2>&1"
+
+
+rule paper:
+    input:
+        rules.report.output,
+        source="paper/paper.tex",
+        bibliography="paper/references.bib",
+        code=code("paper"),
+    output:
+        PAPER,
+    params:
+        python=PYTHON,
+    log:
+        "logs/paper.log",
+    benchmark:
+        "logs/benchmarks/paper.tsv"
+    shell:
+        "{params.python} -m pipeline.paper --source {input.source} --out {output} > {log} 2>&1"

@@ -55,7 +55,7 @@ def main() -> None:
     for repeat in range(args.repeats):
         summaries = {}
         for entry in SWEEP:
-            run = sweep.fill(entry, cfg["train"])
+            run = sweep.fill(entry, cfg)
             out = work / f"{sweep.run_id(run)}-{repeat}"
             result = subprocess.run(command(copy.deepcopy(cfg), run, str(out)), cwd=REPO,
                                     capture_output=True, text=True)

@@ -47,7 +47,7 @@ def main() -> None:
     print(f"demo model, 1 epoch of {args.train_images} images, sampling every {interval} s vs off, "
           f"{args.repeats} alternating passes; median images/s")
     for entry in ENTRIES:
-        run = sweep.fill(entry, cfg["train"])
+        run = sweep.fill(entry, cfg)
         speeds = {"on": [], "off": []}
         for repeat in range(args.repeats):
             for mode, seconds in (("on", interval), ("off", 0)):

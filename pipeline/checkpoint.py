@@ -72,6 +72,7 @@ def restore(job: Job) -> None:
     job.optimizer.load_state_dict(checkpoint["optimizer"])
     job.epoch, job.step = checkpoint["epoch"] + 1, checkpoint["step"]
     job.train_seconds = checkpoint["train_seconds"]
+    job.evaluation_seconds = checkpoint.get("evaluation_seconds", 0.0)
     job.moved = dict(checkpoint["moved"][ctx.rank])
     if ctx.reports:
         truncate_log(state_dir / "iterations.jsonl", checkpoint["step"])
@@ -86,6 +87,7 @@ def save_checkpoint(job: Job) -> None:
     if job.strategy.saves_checkpoint(job.ctx):
         save_torch({"fingerprint": job.fingerprint, "epoch": job.epoch, "step": job.step,
                     "train_seconds": job.train_seconds, "moved": moved,
+                    "evaluation_seconds": job.evaluation_seconds,
                     "model": job.strategy.unwrap(job.model).state_dict(),
                     "optimizer": job.optimizer.state_dict()}, job.state_dir / "checkpoint.pt")
 

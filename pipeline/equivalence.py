@@ -55,7 +55,8 @@ def measure(cfg: dict) -> dict:
     # The same pixels for every strategy (no random flips), and the full learning rate.
     cfg["data"]["horizontal_flip"] = 0.0
     cfg["train"].update(warmup_iters=0, epochs=1)
-    runs = {sweep.run_id(r): r for r in (sweep.fill(e, cfg["train"]) for e in ENTRIES)}
+    cfg["eval"] = {"every_epochs": 0}  # one step: nothing to evaluate during training
+    runs = {sweep.run_id(r): r for r in (sweep.fill(e, cfg) for e in ENTRIES)}
     skipped = {name: why for name, r in runs.items()
                if (why := strategies.get(r, cfg["parallel"]).unavailable())}
     with tempfile.TemporaryDirectory(prefix="equivalence-") as work:

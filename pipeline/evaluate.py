@@ -9,83 +9,18 @@ Reads DIR/model_final.pt, predicts on the validation split, and writes
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import logging
 import time
 from pathlib import Path
 
 import torch
-from pycocotools.coco import COCO
-from pycocotools.cocoeval import COCOeval
 
 from . import distributed, lifetime, provenance, stages
-from .dataset import CocoDetection, annotation_path, collate
+from .dataset import CocoDetection, annotation_path
 from .files import read_json, write_json
 from .model import build_model
-
-log = logging.getLogger("evaluate")
-# The order of COCOeval.stats for bounding boxes.
-METRICS = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
-
-
-def coco_metrics(ground_truth_file: str | Path, detections: list[dict],
-                 image_ids: list[int] | None = None) -> dict[str, float]:
-    """COCOeval's twelve bbox numbers. No detections at all scores 0 (pycocotools would fail);
-    -1 means the ground truth has no object of that size, as in COCOeval."""
-    with contextlib.redirect_stdout(io.StringIO()):
-        coco_gt = COCO(str(ground_truth_file))
-    if not detections:
-        ids = image_ids or coco_gt.getImgIds()
-        has = {size: any(True for a in coco_gt.loadAnns(coco_gt.getAnnIds(imgIds=ids))
-                         if not a.get("iscrowd", 0) and lo <= a["area"] < hi)
-               for size, (lo, hi) in {"s": (0, 32**2), "m": (32**2, 96**2), "l": (96**2, 1e10)}.items()}
-        zero = {name: 0.0 for name in METRICS}
-        for size in "sml":
-            if not has[size]:
-                zero[f"AP{size}"] = zero[f"AR{size}"] = -1.0
-        return zero
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output):
-        coco_dt = coco_gt.loadRes(detections)
-        evaluator = COCOeval(coco_gt, coco_dt, iouType="bbox")
-        if image_ids is not None:
-            evaluator.params.imgIds = sorted(image_ids)
-        evaluator.evaluate()
-        evaluator.accumulate()
-        evaluator.summarize()
-    log.info("COCOeval:\n%s", output.getvalue())
-    return {name: float(value) for name, value in zip(METRICS, evaluator.stats)}
-
-
-def to_coco_results(image_id: int, output: dict, score_threshold: float) -> list[dict]:
-    """torchvision's xyxy boxes -> COCO results entries with xywh boxes."""
-    results = []
-    for box, score, label in zip(output["boxes"].tolist(), output["scores"].tolist(),
-                                 output["labels"].tolist()):
-        if score < score_threshold:
-            continue
-        x0, y0, x1, y1 = box
-        results.append({"image_id": image_id, "category_id": int(label),
-                        "bbox": [round(x0, 2), round(y0, 2), round(x1 - x0, 2), round(y1 - y0, 2)],
-                        "score": round(float(score), 5)})
-    return results
-
-
-@torch.no_grad()
-def predict(model, dataset, batch_size: int, device: torch.device,
-            score_threshold: float) -> list[dict]:
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate)
-    model.eval()
-    detections = []
-    for images, targets in loader:
-        outputs = model([image.to(device) for image in images])
-        for target, output in zip(targets, outputs):
-            output = {k: v.cpu() for k, v in output.items()}
-            detections += to_coco_results(target["image_id"], output, score_threshold)
-    return detections
-
+from .scoring import METRICS, coco_metrics, not_evaluated, predict
 
 def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
     """Predict and score. Under torchrun (a ddp run) every rank predicts its share of the
@@ -132,11 +67,12 @@ def main(argv: list[str] | None = None) -> None:
     lifetime.die_with_parent()  # a worker of torchrun (or the launcher itself): go with it
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     summary = read_json(Path(args.run_dir) / "train_summary.json")
-    if summary["status"] != "ok":  # a skipped run has no model; its metrics say why
+    why_not = not_evaluated(summary)
+    if why_not:  # a skipped run has no model, a synthetic one learnt noise; metrics say why
         write_json(Path(args.run_dir) / "predictions.json", [])
         write_json(Path(args.run_dir) / "metrics.json",
-                   {"run_id": Path(args.run_dir).name, "status": summary["status"],
-                    "reason": summary["reason"], **{name: None for name in METRICS}})
+                   {"run_id": Path(args.run_dir).name, "status": why_not[0],
+                    "reason": why_not[1], **{name: None for name in METRICS}})
         return
     record = evaluate(json.loads(args.config), args.run_dir)
     if record is not None:

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from . import lifetime, provenance, stages, strategies, sweep
+from .scoring import not_evaluated
 from .files import read_json, write_json, write_text
 
 
@@ -34,9 +35,9 @@ def command(cfg: dict, run: dict, out: str, python: str = sys.executable) -> lis
 
 def evaluation_command(cfg: dict, run: dict, run_dir: str, python: str = sys.executable) -> list[str]:
     """A run is evaluated the way its strategy says (a ddp run on as many processes as it
-    trained with); a run that did not train, by one process that records why."""
+    trained with); a run that is not scored, by one process that records why."""
     launcher = [python]
-    if read_json(Path(run_dir) / "train_summary.json")["status"] == "ok":
+    if not_evaluated(read_json(Path(run_dir) / "train_summary.json")) is None:
         launcher = strategies.get(run, cfg["parallel"]).evaluation_launcher(python)
     return launcher + ["-m", "pipeline.evaluate", "--config", json.dumps(cfg), "--run-dir", run_dir]
 

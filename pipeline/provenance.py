@@ -33,8 +33,35 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux), else what platform knows."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gpu_driver() -> str | None:
+    """The NVIDIA driver's version through NVML, None where there is no driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        return version.decode() if isinstance(version, bytes) else version
+    except Exception:  # no library, no driver, no GPU: nothing to record
+        return None
+
+
 def hardware() -> dict:
-    info = {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+    info = {"machine": platform.machine(), "processor": cpu_model(),
             "cpu_count": os.cpu_count(), "hostname": platform.node(), "os": platform.platform()}
     if "torch" in sys.modules or _importable("torch"):
         import torch
@@ -43,6 +70,7 @@ def hardware() -> dict:
         if torch.cuda.is_available():
             info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
             info["cuda"] = torch.version.cuda
+            info["driver"] = gpu_driver()
     return info
 
 

@@ -20,24 +20,35 @@ ROOT = Path(__file__).resolve().parent.parent  # the directory that holds pipeli
 
 @dataclass(frozen=True)
 class Stage:
-    sections: tuple[str, ...]  # the parts of the resolved preset the stage reads
+    sections: tuple[str, ...]  # the parts of the resolved preset the stage reads (section.key: one key)
     modules: tuple[str, ...]   # what it runs with `python -m` (a launcher and what it execs)
 
 
 STAGES = {
     "data": Stage(("data",), ("pipeline.prepare",)),
-    "train": Stage(("data", "model", "train", "parallel"), ("pipeline.launch", "pipeline.train")),
+    # Training evaluates as it goes (time-to-accuracy) with COCO's standard settings, so of
+    # `eval` it reads only how often: the final evaluation's knobs do not retrain anything.
+    "train": Stage(("data", "model", "train", "parallel", "eval.every_epochs"),
+                   ("pipeline.launch", "pipeline.train")),
     "evaluate": Stage(("data", "model", "parallel", "eval"),
                       ("pipeline.launch", "pipeline.evaluate")),
     "equivalence": Stage(("data", "model", "train", "parallel"), ("pipeline.equivalence",)),
     "report": Stage(("report",), ("pipeline.report",)),
+    "paper": Stage((), ("pipeline.paper",)),
 }
 FETCH_MODULES = ("pipeline.coco_fetch",)  # what dvc.yaml's COCO stages run for the data stage
 
 
 def config_for(cfg: dict, stage: str) -> dict:
-    """The sections of the resolved preset that `stage` reads, and nothing else."""
-    return {section: cfg[section] for section in STAGES[stage].sections}
+    """The sections (or single keys) of the resolved preset that `stage` reads, nothing else."""
+    picked: dict = {}
+    for name in STAGES[stage].sections:
+        section, _, key = name.partition(".")
+        if key:
+            picked.setdefault(section, {})[key] = cfg[section][key]
+        else:
+            picked[section] = cfg[section]
+    return picked
 
 
 def _module_file(module: str) -> Path | None:

@@ -2,8 +2,14 @@
 
 An entry names a strategy and its `workers` (the sweep's count of workers: devices or processes
 that train on a shard of the batch); a job may start more processes than workers (a dedicated
-parameter server adds one). `images_per_worker` defaults to train.images_per_worker, and each
-strategy's own options (pipeline/strategies/) default to what the strategy declares.
+parameter server adds one). `images_per_worker` defaults to train.images_per_worker, `data_mode`
+to data.mode (real: the loader decodes and augments; synthetic: in-memory tensors, no loader),
+`repeats` to 1, and each strategy's own options (pipeline/strategies/) default to what the
+strategy declares.
+
+An entry with `repeats: n` is n runs with seeds train.seed, train.seed + 1, ...: the run-to-run
+spread the report compares strategies against. A run's id names its seed (ddp-w2-b4-s1); the
+entry's id, shared by its repeats, does not (ddp-w2-b4).
 """
 from __future__ import annotations
 
@@ -15,7 +21,8 @@ import jsonschema
 from . import strategies
 from .params import ParamsError
 
-COMMON_KEYS = ("strategy", "workers", "images_per_worker")
+COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "repeats")
+DATA_MODES = ("real", "synthetic")
 DEPRECATED = {"world_size": "workers"}  # old name -> new name
 
 
@@ -23,7 +30,8 @@ def _entry_schema(strategy: type[strategies.Strategy]) -> dict:
     positive = {"type": "integer", "minimum": 1}
     return {"type": "object", "additionalProperties": False, "required": list(COMMON_KEYS),
             "properties": {"strategy": {"const": strategy.name}, "workers": positive,
-                           "images_per_worker": positive,
+                           "images_per_worker": positive, "repeats": positive,
+                           "data_mode": {"enum": list(DATA_MODES)},
                            **{k: o.schema for k, o in strategy.options.items()}}}
 
 
@@ -52,8 +60,9 @@ def _unknown_key_message(strategy: type[strategies.Strategy], key: str, where: s
     return f"{where}: unknown key '{key}'{hint}; allowed for {strategy.name}: {', '.join(allowed)}"
 
 
-def fill(entry: dict, train: dict, where: str = "sweep entry") -> dict:
-    """One sweep entry with every key present, checked against its strategy's schema."""
+def fill(entry: dict, cfg: dict, where: str = "sweep entry") -> dict:
+    """One sweep entry of the resolved preset `cfg` with every key present, checked against its
+    strategy's schema, with the seed of its first repeat."""
     entry = _renamed(entry, where)
     try:
         strategy = strategies.lookup(entry.get("strategy"))
@@ -62,7 +71,8 @@ def fill(entry: dict, train: dict, where: str = "sweep entry") -> dict:
     extra = sorted(set(entry) - set(COMMON_KEYS) - set(strategy.options))
     if extra:
         raise ParamsError(_unknown_key_message(strategy, extra[0], where))
-    filled = {"images_per_worker": train["images_per_worker"],
+    filled = {"images_per_worker": cfg["train"]["images_per_worker"],
+              "data_mode": cfg["data"]["mode"], "repeats": 1,
               **{k: o.default for k, o in strategy.options.items()}, **entry}
     try:
         jsonschema.validate(filled, _entry_schema(strategy))
@@ -72,32 +82,49 @@ def fill(entry: dict, train: dict, where: str = "sweep entry") -> dict:
     why = strategy.invalid(filled)
     if why:
         raise ParamsError(f"{where}: {why}")
-    return filled
+    return {**filled, "seed": cfg["train"]["seed"]}
 
 
 def variant(run: dict) -> str:
     return strategies.lookup(run["strategy"]).variant(run)
 
 
-def run_id(run: dict) -> str:
-    """Stable name of one filled sweep entry, used in paths: single-w1-b8, ddp-fp16-w2-b4,
-    ps-dedicated-w2-b4 (the strategy decides what its variant names)."""
+def entry_id(run: dict) -> str:
+    """Stable name of a sweep entry, shared by its repeats: single-w1-b8, ddp-fp16-w2-b4,
+    ps-dedicated-w2-b4 (the strategy decides what its variant names), ddp-w2-b4-synthetic."""
     name = run["strategy"] + (f"-{variant(run)}" if variant(run) else "")
-    return f"{name}-w{run['workers']}-b{run['images_per_worker']}"
+    mode = "" if run["data_mode"] == "real" else f"-{run['data_mode']}"
+    return f"{name}-w{run['workers']}-b{run['images_per_worker']}{mode}"
+
+
+def run_id(run: dict) -> str:
+    """Stable name of one run, used in paths: its entry's id and its seed (ddp-w2-b4-s0)."""
+    return f"{entry_id(run)}-s{run['seed']}"
 
 
 def identity(run: dict) -> dict:
     """The fields that say which run a record belongs to, in every summary of it."""
-    return {"run_id": run_id(run), "strategy": run["strategy"], "variant": variant(run),
-            "workers": run["workers"], "images_per_worker": run["images_per_worker"]}
+    return {"run_id": run_id(run), "entry": entry_id(run), "strategy": run["strategy"],
+            "variant": variant(run), "workers": run["workers"],
+            "images_per_worker": run["images_per_worker"], "data_mode": run["data_mode"],
+            "seed": run["seed"]}
+
+
+def repeated(filled: dict) -> list[dict]:
+    """The runs of one filled entry, one per seed. `repeats` itself is left out of each run, so
+    that asking for more repeats adds runs without changing (and rerunning) the existing ones."""
+    base = {k: v for k, v in filled.items() if k != "repeats"}
+    return [{**base, "seed": filled["seed"] + i} for i in range(filled["repeats"])]
 
 
 def runs(cfg: dict) -> dict[str, dict]:
-    """run id -> filled sweep entry, for the resolved preset `cfg`; duplicates are an error."""
+    """run id -> run (a filled sweep entry with its seed), for the resolved preset `cfg`;
+    duplicates are an error."""
     where = f"presets.{cfg.get('preset', '?')}.sweep"
-    filled = [fill(entry, cfg["train"], f"{where}[{i}]") for i, entry in enumerate(cfg["sweep"])]
-    ids = [run_id(run) for run in filled]
+    entries = [fill(entry, cfg, f"{where}[{i}]") for i, entry in enumerate(cfg["sweep"])]
+    ids = [entry_id(entry) for entry in entries]
     duplicates = sorted({r for r in ids if ids.count(r) > 1})
     if duplicates:
-        raise ParamsError(f"{where}: duplicate entries {duplicates}; each combination once")
-    return dict(zip(ids, filled))
+        raise ParamsError(f"{where}: duplicate entries {duplicates}; each combination once "
+                          "(more seeds of one: its repeats)")
+    return {run_id(run): run for entry in entries for run in repeated(entry)}

@@ -7,7 +7,9 @@ Writes, in DIR:
                       into data wait, forward+backward, and the strategy's step
   model_final.pt      the trained weights
   utilisation.jsonl   every process's CPU, memory and GPU use over time (pipeline/monitor.py)
-  train_summary.json  status, throughput, time per iteration, provenance (written last)
+  train_summary.json  status, throughput, time per iteration, provenance (written last), and
+                      `evaluations`: AP on the validation split every eval.every_epochs against
+                      training seconds (which exclude the evaluations) and iterations
 and, while it runs, DIR/state/ (checkpoint.pt after every epoch, the live iterations log), so
 that a rerun of the identical run (same settings, same code) resumes from the last finished
 epoch instead of starting over; a finished run removes it (pipeline/checkpoint.py).
@@ -29,9 +31,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import distributed, lifetime, provenance, stages, strategies, sweep
+from . import distributed, lifetime, provenance, scoring, stages, strategies, sweep
 from .checkpoint import fingerprint, forget_state, restore, save_checkpoint
-from .dataset import CocoDetection, collate
+from .dataset import CocoDetection, InMemory, collate
 from .files import atomic_path, save_torch, write_json, write_text
 from .model import build_model
 from .monitor import Monitor
@@ -132,12 +134,17 @@ class Job:
     epoch: int = 0            # the next epoch to run
     step: int = 0             # iterations done
     train_seconds: float = 0.0
+    evaluation_seconds: float = 0.0  # evaluations during training, kept out of train_seconds
     moved: dict = field(default_factory=lambda: {"sent": 0, "received": 0, "iterations": 0})
     monitor: Monitor | None = None  # utilisation sampling while the loop runs
 
     @property
     def state_dir(self) -> Path:
         return self.out_dir / "state"
+
+    @property
+    def seed(self) -> int:
+        return self.run["seed"]
 
     @property
     def total_steps(self) -> int:
@@ -154,15 +161,19 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
     global_batch = per_process * ctx.shards
     if ctx.device.type == "cpu":
         torch.use_deterministic_algorithms(True)
-    seed_everything(train_cfg["seed"])  # the same initial weights in every process
+    seed_everything(run["seed"])  # the same initial weights in every process
     dataset = CocoDetection(data_cfg["root"], "train", train=True,
                             horizontal_flip=data_cfg["horizontal_flip"])
+    in_memory = run["data_mode"] == "synthetic"
+    if in_memory:
+        dataset = InMemory(dataset, per_process, run["seed"] + 1000 * (ctx.shard or 0))
     groups = aspect_ratio_groups(dataset.aspect_ratios(), data_cfg["aspect_ratio_groups"])
-    sampler = ShardedBatchSampler(len(dataset), per_process, train_cfg["seed"], ctx.shard or 0,
+    sampler = ShardedBatchSampler(len(dataset), per_process, run["seed"], ctx.shard or 0,
                                   ctx.shards, groups)
     loader_seed = torch.Generator()
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate,
-                                         num_workers=data_cfg["workers"], generator=loader_seed)
+                                         num_workers=0 if in_memory else data_cfg["workers"],
+                                         generator=loader_seed)
     model = strategy.wrap(build_model(cfg["model"], dataset.num_classes).to(ctx.device), ctx)
     base_lr = scaled_lr(train_cfg, global_batch)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=base_lr,
@@ -213,7 +224,7 @@ def timed_iteration(job: Job, batch, epoch: int, tick: float) -> dict:
 
 def run_epoch(job: Job, log_file, progress: Progress, max_steps: int | None) -> None:
     """One pass over this process's shard, replayable: seeds derive from (seed, shard, epoch)."""
-    epoch, seed = job.epoch, job.cfg["train"]["seed"]
+    epoch, seed = job.epoch, job.seed
     seed_everything(seed + 1000 * (job.ctx.shard or 0) + 7919 * epoch)
     job.loader_seed.manual_seed(seed + epoch)
     job.sampler.set_epoch(epoch)
@@ -246,6 +257,7 @@ def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = Non
         while job.epoch < cfg["train"]["epochs"] and job.step != max_steps:
             run_epoch(job, log_file, progress, max_steps)
             if job.step != max_steps:
+                evaluate_during_training(job)
                 save_checkpoint(job)
             job.epoch += 1
     progress.close()
@@ -254,6 +266,44 @@ def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = Non
         forget_state(job)
     job.strategy.finish(job.ctx)
     return summary
+
+
+def evaluate_during_training(job: Job) -> None:
+    """After every eval.every_epochs-th epoch of a run on real data, the first worker scores
+    the weights on the validation split, as one record of AP against training seconds; the
+    other processes wait, and the whole pause is kept out of the training time."""
+    every = job.cfg["eval"]["every_epochs"]
+    if not every or (job.epoch + 1) % every or job.run["data_mode"] != "real":
+        return
+    start = time.perf_counter()
+    if job.ctx.reports:
+        val = CocoDetection(job.cfg["data"]["root"], "val", train=False)
+        metrics = scoring.score(job.strategy.unwrap(job.model), val,
+                                 job.run["images_per_worker"], job.ctx.device)
+        record = {"epoch": job.epoch + 1, "step": job.step, "train_seconds": job.train_seconds,
+                  **{k: metrics[k] for k in ("AP", "AP50", "AP75")},
+                  "seconds": time.perf_counter() - start}
+        with open(job.state_dir / "evaluations.jsonl", "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        log.info("epoch %d: AP %.4f AP50 %.4f after %.1f s of training (evaluation %.1f s)",
+                 record["epoch"], record["AP"], record["AP50"], job.train_seconds, record["seconds"])
+    distributed.barrier()
+    job.model.train()
+    job.evaluation_seconds += time.perf_counter() - start
+
+
+def evaluations(state_dir: Path) -> list[dict]:
+    """The run's evaluations during training, one per epoch (a resumed run may have scored
+    an epoch twice, before and after the interruption: the later record counts)."""
+    path = state_dir / "evaluations.jsonl"
+    if not path.exists():
+        return []
+    by_epoch = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            by_epoch[record["epoch"]] = record
+    return [by_epoch[e] for e in sorted(by_epoch)]
 
 
 def summarise(job: Job, live_log: Path) -> dict | None:
@@ -274,7 +324,7 @@ def summarise(job: Job, live_log: Path) -> dict | None:
     with atomic_path(job.out_dir / "iterations.jsonl") as tmp:
         shutil.copyfile(live_log, tmp)
     summary["provenance"] = provenance.collect(
-        stages.config_for(cfg, "train"), run=job.run, seed=cfg["train"]["seed"],
+        stages.config_for(cfg, "train"), run=job.run, seed=job.seed,
         workers=job.run["workers"], processes=ctx.processes, threads=ctx.threads,
         device=str(ctx.device), backend=ctx.backend)
     write_json(job.out_dir / "train_summary.json", summary)
@@ -309,6 +359,7 @@ def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
         "lr": job.base_lr, "device": str(ctx.device), "backend": ctx.backend, "threads": ctx.threads,
         "processes": ctx.processes, "status": "ok", "reason": "",
         "epochs": len(epochs), "iterations": len(records), "train_seconds": job.train_seconds,
+        "evaluation_seconds": job.evaluation_seconds, "evaluations": evaluations(job.state_dir),
         "images_per_second": float(sum(r["images"] for r in steady) / times.sum()),
         "sec_per_iter": {"mean": float(times.mean()), "p50": float(np.percentile(times, 50)),
                          "p95": float(np.percentile(times, 95))},

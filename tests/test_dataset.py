@@ -149,3 +149,26 @@ def test_sampler_is_deterministic_sharded_and_even():
     batches = list(ShardedBatchSampler(200, 4, seed=3, group_ids=many))
     mixed = [b for b in batches if len({many[i] for i in b}) > 1]
     assert len(batches) == 50 and len(mixed) <= 3
+
+
+def test_in_memory_data_has_the_shapes_and_targets_without_reading_images(small_dataset, tmp_path):
+    import shutil
+
+    from pipeline.dataset import InMemory
+
+    root = tmp_path / "copy"
+    shutil.copytree(small_dataset, root)
+    real = CocoDetection(root, "train", train=True)
+    memory = InMemory(real, pool=3, seed=5)
+    shutil.rmtree(root / "train2017")  # made once: nothing is decoded afterwards
+    assert len(memory) == len(real) and memory.num_classes == real.num_classes
+    assert memory.aspect_ratios() == real.aspect_ratios()
+    for index in range(len(memory)):
+        image, target = memory[index]
+        source, _ = real.images[index % 3]
+        assert image.shape == (3, source["height"], source["width"]) and image.dtype == torch.float32
+        expected = real.target(index % 3)
+        assert torch.equal(target["boxes"], expected["boxes"].as_subclass(torch.Tensor))
+        assert torch.equal(target["labels"], expected["labels"])
+    again = InMemory(CocoDetection(small_dataset, "train", train=True), pool=3, seed=5)
+    assert torch.equal(again[0][0], memory[0][0])  # the same pixels from the same seed

@@ -68,7 +68,12 @@ def test_ci_runs_the_readme_test_command():
     workflow_command = next(c for c in readme if c.endswith("snakemake --cores all"))
     ci = (REPO / ".ci" / "run").read_text().strip().splitlines()
     assert ci[-1] == test_command
-    assert workflow_command.split("&&")[:2] == test_command.split("&&")[:2]  # one set-up for both
+    # One set-up for both: the same environment from the same lock, the same paper toolchain
+    # (the Dockerfile installs it from the same list).
+    assert workflow_command.split("&&")[-3:-1] == test_command.split("&&")[-3:-1]
+    assert "apt/paper.txt" in workflow_command and "apt/paper.txt" in test_command
+    assert "apt/tests.txt" in test_command
+    assert "apt/paper.txt" in (REPO / "Dockerfile").read_text()
 
 
 def test_dockerfile_installs_the_lock_and_passes_hadolint():

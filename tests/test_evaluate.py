@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pipeline.evaluate import coco_metrics, to_coco_results
+from pipeline.scoring import coco_metrics, to_coco_results
 
 from .conftest import write_coco
 

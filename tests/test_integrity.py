@@ -22,10 +22,11 @@ import pytest
 
 from pipeline import files
 
-from .test_workflow import SNAKEMAKE, copy_workflow, edit_params, jobs, snakemake, tiny_params
+from .test_workflow import (PAPER_JOB, SNAKEMAKE, copy_workflow, edit_params, jobs, snakemake,
+                            tiny_params)
 
 pytestmark = pytest.mark.slow
-DDP = "ddp-w2-b2"
+DDP = "ddp-w2-b2-s0"
 TIMING_KEYS = {"train_seconds", "images_per_second", "sec_per_iter", "time_split",
                "communication_share", "provenance",
                "utilisation"}  # how many samples fit in the run's seconds
@@ -74,14 +75,14 @@ def edit(workdir: Path, module: str, old: str, new: str) -> None:
 
 
 def test_finished_runs_keep_no_state(workdir):
-    for run in ("single-w1-b4", DDP):
+    for run in ("single-w1-b4-s0", DDP):
         assert not (run_dir(workdir, run) / "state").exists()
 
 
 def test_outputs_follow_the_umask(workdir):
     """Files 0666 & ~umask, directories 0777 & ~umask, as open() and mkdir() make them."""
     mask = files.umask()
-    single = run_dir(workdir, "single-w1-b4")
+    single = run_dir(workdir, "single-w1-b4-s0")
     for path in [workdir / "results" / "report" / "report.html", workdir / "results" / "summary.csv",
                  single / "train_summary.json", single / "model_final.pt", single / "metrics.json",
                  workdir / "data" / "synthetic", workdir / "data" / "synthetic" / "val2017"]:
@@ -90,7 +91,7 @@ def test_outputs_follow_the_umask(workdir):
 
 
 def test_comment_only_edit_retrains_to_the_fresh_result(workdir):
-    fresh = {run: summary(workdir, run) for run in ("single-w1-b4", DDP)}
+    fresh = {run: summary(workdir, run) for run in ("single-w1-b4-s0", DDP)}
     edit(workdir, "strategies/ddp.py", '"""`ddp`:', '# an edit that changes nothing\n"""`ddp`:')
     assert jobs(snakemake(workdir))["train"] == 2
     for run, before in fresh.items():
@@ -191,7 +192,7 @@ def test_ddp_killed_in_its_second_epoch_resumes_with_its_bytes(workdir):
     kill_and_count_survivors(workdir, snake, "group")
     assert not (run_dir(workdir, DDP) / "train_summary.json").exists()
     result = snakemake(workdir)  # the same command as before the kill: nothing forced
-    assert jobs(result) == {"all": 1, "train": 1, "evaluate": 1, "report": 1}
+    assert jobs(result) == {"all": 1, "train": 1, "evaluate": 1, "report": 1, **PAPER_JOB}
     assert "resuming" in train_log(workdir, DDP)
     resumed = summary(workdir, DDP)
     assert [step for step, _ in losses(workdir, DDP)] == list(range(1, resumed["iterations"] + 1))
@@ -202,8 +203,8 @@ def test_ddp_killed_in_its_second_epoch_resumes_with_its_bytes(workdir):
 
 
 def test_a_deleted_run_is_trained_and_reported_again(workdir):
-    shutil.rmtree(run_dir(workdir, "single-w1-b4"))
+    shutil.rmtree(run_dir(workdir, "single-w1-b4-s0"))
     result = snakemake(workdir)
-    assert jobs(result) == {"all": 1, "train": 1, "evaluate": 1, "report": 1}
-    assert summary(workdir, "single-w1-b4")["status"] == "ok"
-    assert "single-w1-b4" in (workdir / "results" / "summary.csv").read_text()
+    assert jobs(result) == {"all": 1, "train": 1, "evaluate": 1, "report": 1, **PAPER_JOB}
+    assert summary(workdir, "single-w1-b4-s0")["status"] == "ok"
+    assert "single-w1-b4-s0" in (workdir / "results" / "summary.csv").read_text()

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from .conftest import REPO
-from .test_workflow import copy_workflow, edit_params, jobs, snakemake, tiny_params
+from .test_workflow import PAPER_JOB, copy_workflow, edit_params, jobs, snakemake, tiny_params
 
 pytestmark = pytest.mark.slow
 REGISTRY = REPO / "pipeline" / "strategies" / "__init__.py"
@@ -52,15 +52,15 @@ def test_a_new_strategy_is_its_module_and_a_registry_entry(tmp_path):
     edit_params(tmp_path, sweep)
     result = snakemake(tmp_path)
     assert jobs(result) == {"all": 1, "data": 1, "train": 2, "evaluate": 2, "equivalence": 1,
-                            "report": 1}
+                            "report": 1, **PAPER_JOB}
     rows = {row["run_id"]: row for row in csv.DictReader((tmp_path / "results" / "summary.csv").open())}
-    new = rows["allgather-w2-b2"]
+    new = rows["allgather-w2-b2-s0"]
     assert new["status"] == "ok" and new["replicas_identical"] == "True" and new["processes"] == "2"
     assert 0 <= float(new["AP"]) <= 1
     assert float(new["busiest_rank_bytes_per_iter"]) == pytest.approx(
         float(new["busiest_rank_theory_bytes_per_iter"]), rel=1e-6)
     report = (tmp_path / "results" / "report" / "report.md").read_text()
-    assert "allgather-w2-b2: gradient all-gather, 2 workers" in report
-    metrics = json.loads((tmp_path / "results" / "runs" / "demo" / "allgather-w2-b2" /
+    assert "allgather-w2-b2-s0: gradient all-gather, 2 workers" in report
+    metrics = json.loads((tmp_path / "results" / "runs" / "demo" / "allgather-w2-b2-s0" /
                           "metrics.json").read_text())
     assert metrics["images"] > 0 and metrics["processes"] == 1  # it did not ask to evaluate on its workers

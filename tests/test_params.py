@@ -99,8 +99,8 @@ def test_runs_fill_images_per_worker(raw):
                     {"strategy": "single", "workers": 1, "images_per_worker": 2}]
     runs = sweep.runs(cfg)
     per_worker = cfg["train"]["images_per_worker"]
-    assert list(runs) == [f"single-w1-b{per_worker}", "single-w1-b2"]
-    assert runs["single-w1-b2"]["images_per_worker"] == 2
+    assert list(runs) == [f"single-w1-b{per_worker}-s0", "single-w1-b2-s0"]
+    assert runs["single-w1-b2-s0"]["images_per_worker"] == 2
 
 
 def test_schema_is_closed_everywhere():
@@ -136,20 +136,37 @@ def test_strategy_options_belong_to_their_strategy(raw):
                      {"strategy": "dp", "workers": 2, "images_per_worker": 2}]
     per_worker = demo["train"]["images_per_worker"]
     assert list(sweep.runs(params.resolve(raw))) == [
-        f"ddp-w2-b{per_worker}", f"ddp-powersgd-w2-b{per_worker}", f"ps-colocated-w2-b{per_worker}",
-        f"ps-dedicated-w1-b{per_worker}", "dp-w2-b2"]
+        f"ddp-w2-b{per_worker}-s0", f"ddp-powersgd-w2-b{per_worker}-s0",
+        f"ps-colocated-w2-b{per_worker}-s0", f"ps-dedicated-w1-b{per_worker}-s0", "dp-w2-b2-s0"]
 
 
 def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
     """The presets now say only what differs from `defaults`; resolved, they are unchanged
-    (tests/data holds them as they were written out in full, with `workers` for world_size)."""
+    (tests/data holds them as they were written out in full, with `workers` for world_size),
+    but for what changed on purpose since, each named here."""
     before = json.loads((REPO / "tests" / "data" / "presets_before_extends.json").read_text())
     resolved = params.validate(raw)
-    # Changed on purpose since: `resources` came later (scheduler requests only; no stage reads
-    # it), the coco2017 sweep now scales to 8 workers and train.monitor_interval_s samples
-    # utilisation (the snapshot carries both).
-    assert {name: {k: v for k, v in preset.items() if k != "resources"}
-            for name, preset in resolved.items()} == before
+    added = {"data": ["mode"], "eval": ["every_epochs"]}  # data modes, time-to-accuracy
+
+    def without(preset: dict, *sections: str) -> dict:
+        # `resources` came later (scheduler requests only; no stage reads it); the sweeps
+        # gained repeats (seeds) and data modes.
+        kept = {k: copy.deepcopy(v) for k, v in preset.items()
+                if k not in ("resources", "sweep") + sections}
+        for section, keys in added.items():
+            for key in keys:
+                kept.get(section, {}).pop(key, None)
+        return kept
+
+    assert without(resolved["coco2017"]) == without(before["coco2017"])
+    assert resolved["coco2017"]["data"]["mode"] == "real"
+    # The demo's recipe as it was lives on as demo-parity (issue 15's accuracy check runs on
+    # it); its data has its own name and directory, so the two never share a dataset.
+    parity, old_demo = without(resolved["demo-parity"]), without(before["demo"])
+    for name in ("name", "root"):
+        parity["data"].pop(name), old_demo["data"].pop(name)
+    assert parity == old_demo
+    assert resolved["demo"]["train"]["epochs"] < old_demo["train"]["epochs"]
 
 
 def test_a_preset_extends_another_with_only_what_differs(raw):
@@ -193,3 +210,37 @@ def test_sweep_entries_are_closed_by_their_strategy(raw):
         sweep.runs(cfg)
     for strategy in strategies.STRATEGIES.values():  # every option is in a closed schema
         assert sweep._entry_schema(strategy)["additionalProperties"] is False
+
+
+def test_the_demo_sweep_measures_noise_scaling_and_the_loader():
+    """What the default report needs from its sweep: 3+ seeds of every multi-worker run, two
+    worker counts per multi-process strategy, and single and ddp-w2 in both data modes."""
+    cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
+    all_runs = list(sweep.runs(cfg).values())
+    seeds: dict[str, set] = {}
+    for run in all_runs:
+        seeds.setdefault(sweep.entry_id(run), set()).add(run["seed"])
+    for run in all_runs:
+        if run["workers"] > 1:
+            assert len(seeds[sweep.entry_id(run)]) >= 3, sweep.entry_id(run)
+    for strategy in ("ddp", "ps"):
+        assert {r["workers"] for r in all_runs if r["strategy"] == strategy} >= {1, 2}
+    modes = {(r["strategy"], r["workers"], r["data_mode"]) for r in all_runs}
+    assert {("single", 1, "real"), ("single", 1, "synthetic"), ("ddp", 2, "real"),
+            ("ddp", 2, "synthetic")} <= modes
+    assert cfg["eval"]["every_epochs"] >= 1 and cfg["preset"] in cfg["report"]["target_ap"]
+
+
+def test_more_repeats_add_runs_without_changing_the_others(raw):
+    cfg = params.resolve(raw)
+    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "repeats": 2}]
+    two = sweep.runs(cfg)
+    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "repeats": 3}]
+    three = sweep.runs(cfg)
+    per_worker = cfg["train"]["images_per_worker"]
+    assert list(three) == [f"ddp-w2-b{per_worker}-s{seed}" for seed in (0, 1, 2)]
+    assert all(three[run_id] == run for run_id, run in two.items())  # same params: no rerun
+    assert [run["seed"] for run in three.values()] == [0, 1, 2] and "repeats" not in three[list(three)[0]]
+    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "data_mode": "sintetic"}]
+    with pytest.raises(params.ParamsError, match="sintetic"):
+        sweep.runs(cfg)

@@ -299,7 +299,7 @@ def test_scaling_table_and_figure(report):
     assert scaling.loc["single", "efficiency"] == pytest.approx(1.0)
     md = (out / "report" / "report.md").read_text()
     section = md.split("## Scaling", 1)[1].split("\n## ", 1)[0]
-    assert "| ddp | 2 | 8 | 16.00 | 1.000 | 0.500 |" in section
+    assert "| ddp | 2 | 8 | 1 | 16.00 | 1.000 | 0.500 |" in section  # n = 1 run
     assert (out / "report" / "figures" / "scaling.png").stat().st_size > 1000
     assert "derived from the size of each bucket" in md  # DDP's bytes are labelled as derived
 
@@ -308,11 +308,15 @@ def test_scaling_frame_names_variants_and_drops_skipped():
     from pipeline.report.load import scaling_frame
 
     summary = pd.DataFrame({
+        "run_id": ["ps-dedicated-w2-b4-s0", "ps-dedicated-w1-b8-s0", "dp-w2-b4-s0"],
+        "entry": ["ps-dedicated-w2-b4", "ps-dedicated-w1-b8", "dp-w2-b4"],
+        "data_mode": ["real"] * 3,
         "status": ["ok", "ok", "skipped"], "strategy": ["ps", "ps", "dp"],
         "variant": ["dedicated", "dedicated", ""], "workers": [2, 1, 2],
         "global_batch": [8, 8, 8], "images_per_second": [30.0, 20.0, float("nan")],
         "images_per_worker": [4, 8, 4]})
     with_single = pd.concat([summary, pd.DataFrame({
+        "run_id": ["single-w1-b4-s0"], "entry": ["single-w1-b4"], "data_mode": ["real"],
         "status": ["ok"], "strategy": ["single"], "variant": [""], "workers": [1],
         "global_batch": [4], "images_per_second": [20.0], "images_per_worker": [4]})])
     frame = scaling_frame(with_single).set_index("strategy")

@@ -245,7 +245,7 @@ def test_two_nodes_on_localhost_match_one_node(detection_cfg, tmp_path):
 
 def test_launch_records_a_skipped_run(detection_cfg, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
-    run = {"strategy": "dp", "workers": 2, "images_per_worker": 2}
+    run = {"strategy": "dp", "workers": 2, "images_per_worker": 2, "data_mode": "real", "seed": 0}
     result = subprocess.run([sys.executable, "-m", "pipeline.launch", "--config", canonical(cfg),
                              "--entry", canonical(run), "--out", str(tmp_path / "dp")],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -260,8 +260,8 @@ def test_launch_records_a_skipped_run(detection_cfg, tmp_path):
 def test_faster_rcnn_one_step_difference_from_single_is_measured(detection_cfg):
     """Not zero (per-batch sampling and normalisation), but small next to the step itself."""
     result = measure(copy.deepcopy(detection_cfg))
-    assert result["reference"] == "single-w1-b8" and result["max_abs_step_of_single"] > 0
-    for name in ("ddp-w2-b4", "ps-colocated-w2-b4"):
+    assert result["reference"] == "single-w1-b8-s0" and result["max_abs_step_of_single"] > 0
+    for name in ("ddp-w2-b4-s0", "ps-colocated-w2-b4-s0"):
         relative = result["strategies"][name]["relative_to_step"]
         assert 0 < relative < 1, (name, relative)
     assert "per image batch" in result["why"]

@@ -63,8 +63,14 @@ def test_same_seed_same_losses_on_cpu(small_dataset, tmp_path):
     assert records(tmp_path / "c" / "iterations.jsonl") != records(tmp_path / "a" / "iterations.jsonl")
 
 
+def scores(summary: dict) -> list[tuple]:
+    """The evaluations during training, without their timings."""
+    return [(e["epoch"], e["step"], e["AP"], e["AP50"]) for e in summary["evaluations"]]
+
+
 def test_killed_run_resumes_to_the_uninterrupted_result(small_dataset, tmp_path):
     cfg = small_config(small_dataset, epochs=4)
+    cfg["eval"]["every_epochs"] = 1  # an evaluation before every checkpoint
     run = single_run(cfg)
     train(cfg, run, tmp_path / "whole")
 
@@ -84,6 +90,9 @@ def test_killed_run_resumes_to_the_uninterrupted_result(small_dataset, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "resuming" in result.stderr
     assert records(out / "iterations.jsonl") == records(tmp_path / "whole" / "iterations.jsonl")
+    whole, resumed = (json.loads((d / "train_summary.json").read_text())
+                      for d in (tmp_path / "whole", out))
+    assert scores(resumed) == scores(whole) and [e[0] for e in scores(whole)] == [1, 2, 3, 4]
 
 
 def test_checkpoint_of_other_settings_is_not_resumed(small_dataset, tmp_path, caplog):
@@ -128,3 +137,32 @@ def test_learning_rate_schedule():
     assert learning_rate(train_cfg, 1.0, 10, 1) == pytest.approx(1.0)
     assert learning_rate(train_cfg, 1.0, 99, 2) == pytest.approx(0.1)
     assert learning_rate(train_cfg, 1.0, 99, 3) == pytest.approx(0.01)
+
+
+def test_evaluations_during_training_are_kept_out_of_its_time(small_dataset, tmp_path):
+    cfg = small_config(small_dataset, epochs=3)
+    cfg["eval"]["every_epochs"] = 2
+    summary = train(cfg, single_run(cfg), tmp_path / "run")
+    assert [(e["epoch"], e["step"]) for e in summary["evaluations"]] == [(2, 12)]
+    assert all(0 <= e["AP"] <= e["AP50"] <= 1 for e in summary["evaluations"])
+    assert summary["evaluation_seconds"] >= summary["evaluations"][0]["seconds"] > 0
+    # Training seconds are the sum of the epochs' iterations: the evaluation is not in them.
+    last = json.loads((tmp_path / "run" / "iterations.jsonl").read_text().splitlines()[-1])
+    assert summary["train_seconds"] == pytest.approx(last["elapsed"], abs=0.05)
+    assert summary["evaluations"][0]["train_seconds"] < summary["train_seconds"]
+    cfg["eval"]["every_epochs"] = 0
+    assert train(cfg, single_run(cfg), tmp_path / "off")["evaluations"] == []
+
+
+def test_synthetic_data_mode_trains_without_the_loader(small_dataset, tmp_path):
+    cfg = small_config(small_dataset, epochs=2)
+    cfg["eval"]["every_epochs"] = 1
+    cfg["sweep"] = [{"strategy": "single", "workers": 1, "data_mode": "synthetic"}]
+    run = single_run(cfg)
+    assert run["data_mode"] == "synthetic"
+    summary = train(cfg, run, tmp_path / "run")
+    assert summary["run_id"].endswith("-synthetic-s0") and summary["data_mode"] == "synthetic"
+    assert summary["iterations"] == 2 * 6  # the same iterations as on the real data
+    assert summary["evaluations"] == []  # noise pixels: nothing to score
+    lines = records(tmp_path / "run" / "iterations.jsonl")
+    assert lines[-1]["loss"] < lines[0]["loss"]  # it learns the pool it is given

@@ -4,6 +4,7 @@ before any job, lints clean, and the coco2017 preset dry-runs to the expected jo
 from __future__ import annotations
 
 import csv
+import html as html_module
 import json
 import os
 import re
@@ -12,15 +13,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 import yaml
+
+import pipeline.paper
+from pipeline.report.figures import FIGURES
+from pipeline.report.findings import MACRO_COLUMNS, parse_numbers
 
 from .conftest import REPO, SMALL_DATA
 
 pytestmark = pytest.mark.slow
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-COPIED = ["Snakefile", "params.yaml", "dvc.yaml", "pipeline", ".dvc", ".dvcignore", ".gitignore"]
+COPIED = ["Snakefile", "params.yaml", "dvc.yaml", "pipeline", "paper", ".dvc", ".dvcignore",
+          ".gitignore"]
 
 
 def tiny_params(raw: dict) -> dict:
@@ -37,7 +44,8 @@ def tiny_params(raw: dict) -> dict:
     return raw
 
 
-RUNS = 4
+RUNS = 7  # in the module's workdir: single x2 seeds, ddp x2, ps, dp, ddp on in-memory data
+PAPER_JOB = {} if pipeline.paper.missing_tools() else {"paper": 1}  # with a LaTeX toolchain
 
 
 def edit_params(workdir: Path, change) -> None:
@@ -58,11 +66,24 @@ def copy_workflow(root: Path) -> Path:
     return root
 
 
+def with_repeats_and_modes(raw: dict) -> dict:
+    """tiny_params, plus what the report compares: seeds of one entry, and one entry on
+    in-memory data, with evaluations during training."""
+    tiny_params(raw)
+    demo = raw["presets"]["demo"]
+    demo["eval"]["every_epochs"] = 1
+    demo["sweep"][0]["repeats"] = 2
+    demo["sweep"][1]["repeats"] = 2
+    demo["sweep"].append({"strategy": "ddp", "workers": 2, "images_per_worker": 2,
+                          "data_mode": "synthetic"})
+    return raw
+
+
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     """A copy of the repository's workflow with the demo preset shrunk to seconds."""
     root = copy_workflow(tmp_path_factory.mktemp("workflow"))
-    edit_params(root, tiny_params)
+    edit_params(root, with_repeats_and_modes)
     return root
 
 
@@ -86,38 +107,137 @@ def jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
 def test_workflow_runs_end_to_end(workdir):
     result = snakemake(workdir)
     assert jobs(result) == {"all": 1, "data": 1, "train": RUNS, "evaluate": RUNS, "equivalence": 1,
-                            "report": 1}
-    run_dir = workdir / "results" / "runs" / "demo" / "single-w1-b4"
+                            "report": 1, **PAPER_JOB}
+    run_dir = workdir / "results" / "runs" / "demo" / "single-w1-b4-s0"
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0.0 <= metrics["AP"] <= 1.0 and metrics["images"] == SMALL_DATA["val_images"]
     predictions = json.loads((run_dir / "predictions.json").read_text())
     assert all(set(p) == {"image_id", "category_id", "bbox", "score"} for p in predictions)
     summary = {row["run_id"]: row for row in csv.DictReader((workdir / "results" / "summary.csv").open())}
-    assert set(summary) == {"single-w1-b4", "ddp-w2-b2", "ps-colocated-w2-b2", "dp-w2-b2"}
-    for run in ("single-w1-b4", "ddp-w2-b2", "ps-colocated-w2-b2"):
+    assert set(summary) == {"single-w1-b4-s0", "single-w1-b4-s1", "ddp-w2-b2-s0", "ddp-w2-b2-s1",
+                            "ps-colocated-w2-b2-s0", "dp-w2-b2-s0", "ddp-w2-b2-synthetic-s0"}
+    for run in ("single-w1-b4-s0", "ddp-w2-b2-s0", "ps-colocated-w2-b2-s0"):
         assert summary[run]["status"] == "ok" and summary[run]["replicas_identical"] == "True"
         assert 0 <= float(summary[run]["AP"]) <= 1
-    assert float(summary["ddp-w2-b2"]["busiest_rank_bytes_per_iter"]) > 0
-    ddp_metrics = json.loads((run_dir.parent / "ddp-w2-b2" / "metrics.json").read_text())
+    assert float(summary["ddp-w2-b2-s0"]["busiest_rank_bytes_per_iter"]) > 0
+    ddp_metrics = json.loads((run_dir.parent / "ddp-w2-b2-s0" / "metrics.json").read_text())
     assert ddp_metrics["processes"] == 2  # evaluated on its own 2 ranks, gathered into one COCOeval
     assert ddp_metrics["images"] == SMALL_DATA["val_images"]
     if torch.cuda.device_count() < 2:
-        assert summary["dp-w2-b2"]["status"] == "skipped" and "2 GPUs" in summary["dp-w2-b2"]["reason"]
-        assert summary["dp-w2-b2"]["AP"] == ""
-        assert "dp-w2-b2" in (workdir / "results" / "report" / "report.md").read_text()
+        assert summary["dp-w2-b2-s0"]["status"] == "skipped" and "2 GPUs" in summary["dp-w2-b2-s0"]["reason"]
+        assert summary["dp-w2-b2-s0"]["AP"] == ""
+        assert "dp-w2-b2-s0" in (workdir / "results" / "report" / "report.md").read_text()
     report_md = (workdir / "results" / "report" / "report.md").read_text()
     assert "Equivalence with single" in report_md and "proposals" in report_md
     report = workdir / "results" / "report"
     assert "data:image/png;base64" in (report / "report.html").read_text()
     for name in ("table1", "table2"):
         assert all((report / f"{name}.{ext}").stat().st_size > 0 for ext in ("md", "csv", "tex"))
-    # The paper inputs exactly what the report writes.
-    paper = (REPO / "paper" / "paper.tex").read_text()
-    referenced = set(re.findall(r"\.\./(results/report/[\w./]+\.(?:tex|pdf))", paper))
-    assert len(referenced) >= 6
-    assert all((workdir / path).is_file() for path in referenced), referenced
-    assert (workdir / "logs" / "train" / "demo" / "single-w1-b4.log").stat().st_size > 0
-    assert (workdir / "logs" / "benchmarks" / "train_demo_single-w1-b4.tsv").exists()
+    assert (workdir / "logs" / "train" / "demo" / "single-w1-b4-s0.log").stat().st_size > 0
+    assert (workdir / "logs" / "benchmarks" / "train_demo_single-w1-b4-s0.tsv").exists()
+
+
+def entry_means(summary_csv: Path, column: str) -> dict[str, float]:
+    frame = pd.read_csv(summary_csv)
+    return frame[frame["status"] == "ok"].groupby("entry")[column].mean().dropna().to_dict()
+
+
+def test_tables_and_macros_are_the_summary_of_the_recorded_runs(workdir):
+    """Tables 1 and 2 and numbers.tex say what results/summary.csv says (means over seeds),
+    and the runs recorded what the report reads: evaluations during training, seeds, modes."""
+    report, summary_csv = workdir / "results" / "report", workdir / "results" / "summary.csv"
+    ap = entry_means(summary_csv, "AP")
+    assert set(ap) == {"single-w1-b4", "ddp-w2-b2", "ps-colocated-w2-b2"}  # synthetic: unscored
+    table1 = pd.read_csv(report / "table1.csv").set_index("Method")
+    ours = {method.split(":")[0]: row for method, row in table1.iterrows() if ":" in method}
+    assert set(ours) == set(ap)
+    for entry, mean in ap.items():
+        assert ours[entry]["AP"] == pytest.approx(round(mean, 3), abs=1e-9)
+    assert ours["single-w1-b4"]["n"] == 2 and ours["ps-colocated-w2-b2"]["n"] == 1
+    table2 = pd.read_csv(report / "table2.csv").set_index("Method")
+    for entry, mean in entry_means(summary_csv, "sec_per_iter_mean").items():
+        if entry in ap:
+            row = next(r for m, r in table2.iterrows() if m.startswith(entry + ":"))
+            assert row["Time per iteration (s)"] == pytest.approx(round(mean, 4), abs=1e-9)
+    macros = parse_numbers((report / "numbers.tex").read_text())
+    for column, places in MACRO_COLUMNS.items():
+        for entry, mean in entry_means(summary_csv, column).items():
+            assert macros[(entry, column)] == f"{mean:.{places}f}", (entry, column)
+    assert macros[("single-w1-b4", "n")] == "2"
+    # Evaluations during training (every epoch here), none on in-memory data.
+    runs = workdir / "results" / "runs" / "demo"
+    real = json.loads((runs / "ddp-w2-b2-s1" / "train_summary.json").read_text())
+    assert [e["epoch"] for e in real["evaluations"]] == [1, 2] and real["seed"] == 1
+    memory = json.loads((runs / "ddp-w2-b2-synthetic-s0" / "train_summary.json").read_text())
+    assert memory["evaluations"] == [] and memory["data_mode"] == "synthetic"
+    metrics = json.loads((runs / "ddp-w2-b2-synthetic-s0" / "metrics.json").read_text())
+    assert metrics["status"] == "not evaluated" and "synthetic" in metrics["reason"]
+    modes = pd.read_csv(report / "data_modes.csv")
+    assert modes["strategy"].tolist() == ["ddp"] and modes["real n"].tolist() == [2]
+    compared = pd.read_csv(report / "comparisons.csv")
+    assert {("ddp-w2-b2", "ps-colocated-w2-b2")} == set(zip(compared["a"], compared["b"]))
+
+
+def test_every_figure_is_in_the_html_and_the_paper(workdir):
+    report = workdir / "results" / "report"
+    html = (report / "report.html").read_text()
+    figures_tex = (report / "figures.tex").read_text()
+    for name, entry in FIGURES.items():
+        assert all((report / "figures" / f"{name}.{ext}").stat().st_size > 0 for ext in ("png", "pdf"))
+        assert f"alt='{entry.caption}'" in html.replace("&#x27;", "'")
+        assert f"\\reportdir/figures/{name}.pdf" in figures_tex
+    # Everything paper.tex inputs is written by the report stage.
+    paper = (workdir / "paper" / "paper.tex").read_text()
+    inputs = set(re.findall(r"\\reportdir/([\w./]+)", paper))
+    assert {"numbers.tex", "figures.tex", "table1.tex", "table2.tex"} <= inputs
+    assert all((report / name).is_file() for name in inputs), inputs
+
+
+@pytest.mark.skipif(not PAPER_JOB or not shutil.which("pdftoppm"),
+                    reason="needs a LaTeX toolchain and poppler-utils (apt/paper.txt, apt/tests.txt; "
+                           ".ci/run installs them)")
+def test_the_paper_is_compiled_from_the_report(workdir, tmp_path):
+    pdf = workdir / "results" / "paper" / "paper.pdf"
+    info = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True, check=True).stdout
+    pages = int(re.search(r"^Pages:\s+(\d+)", info, re.M).group(1))
+    subprocess.run(["pdftoppm", "-r", "30", "-png", str(pdf), str(tmp_path / "page")], check=True)
+    rendered = sorted(tmp_path.glob("page-*.png"))
+    assert len(rendered) == pages and 5 <= pages <= 20
+    from PIL import Image
+
+    assert all(Image.open(page).convert("L").getextrema()[0] < 200 for page in rendered)  # ink
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True,
+                          check=True).stdout
+    assert len(re.findall(r"^Figure \d+:", text, re.M)) == len(FIGURES)
+    assert len(re.findall(r"^Table \d+:", text, re.M)) == 5
+    assert "??" not in text and "TODO" not in text  # every reference and citation resolved
+    macros = parse_numbers((workdir / "results" / "report" / "numbers.tex").read_text())
+    assert macros[("ddp-w2-b2", "images_per_second")] in text  # a generated number, typeset
+    assert "within the noise" in text or "beyond the noise" in text or "not judged" in text
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="needs headless Chromium (apt/tests.txt; .ci/run installs it)")
+def test_the_html_report_reads_well_in_a_browser(workdir, tmp_path):
+    """Opened as users open it: at 1280 px nothing runs off the right edge, every figure loads."""
+    probe = ("<script>window.addEventListener('load', () => { const images = [...document.images];"
+             " document.body.setAttribute('data-probe', JSON.stringify({width:"
+             " document.documentElement.scrollWidth, viewport: window.innerWidth, images:"
+             " images.length, loaded: images.filter(i => i.complete && i.naturalWidth > 0).length"
+             "})); });</script></body>")
+    page = tmp_path / "report.html"
+    page.write_text((workdir / "results" / "report" / "report.html").read_text()
+                    .replace("</body>", probe))
+    chromium = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"]
+    dom = subprocess.run(chromium + ["--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    found = json.loads(html_module.unescape(re.search(r'data-probe="([^"]*)"', dom).group(1)))
+    assert found["viewport"] == 1280 and found["width"] <= found["viewport"], found
+    assert found["images"] == found["loaded"] == len(FIGURES), found
+    shot = tmp_path / "report.png"
+    subprocess.run(chromium + [f"--screenshot={shot}", page.as_uri()], capture_output=True,
+                   timeout=120)
+    assert shot.stat().st_size > 10_000
 
 
 def test_no_change_runs_nothing(workdir):
@@ -126,41 +246,41 @@ def test_no_change_runs_nothing(workdir):
 
 def test_evaluation_value_reruns_evaluation_and_report(workdir):
     edit_params(workdir, lambda raw: raw["presets"]["demo"]["eval"].update(score_threshold=0.05))
-    assert jobs(snakemake(workdir)) == {"all": 1, "evaluate": RUNS, "report": 1}
+    assert jobs(snakemake(workdir)) == {"all": 1, "evaluate": RUNS, "report": 1, **PAPER_JOB}
 
 
 def test_training_value_reruns_training_onwards(workdir):
     edit_params(workdir, lambda raw: raw["presets"]["demo"]["train"].update(base_lr=0.03))
     assert jobs(snakemake(workdir)) == {"all": 1, "train": RUNS, "evaluate": RUNS, "equivalence": 1,
-                                        "report": 1}
+                                        "report": 1, **PAPER_JOB}
 
 
 def test_report_value_reruns_report_only(workdir):
     edit_params(workdir, lambda raw: raw["report"].update(dpi=100))
-    assert jobs(snakemake(workdir)) == {"all": 1, "report": 1}
+    assert jobs(snakemake(workdir)) == {"all": 1, "report": 1, **PAPER_JOB}
 
 
 def test_code_change_reruns_the_stages_using_the_module(workdir):
     with (workdir / "pipeline" / "evaluate.py").open("a") as handle:
         handle.write("\n# an edit\n")
-    assert jobs(snakemake(workdir, "--dry-run")) == {"all": 1, "evaluate": RUNS, "report": 1}
+    assert jobs(snakemake(workdir, "--dry-run")) == {"all": 1, "evaluate": RUNS, "report": 1, **PAPER_JOB}
     with (workdir / "pipeline" / "strategies" / "ps.py").open("a") as handle:
         handle.write("\n# an edit\n")
     assert jobs(snakemake(workdir, "--dry-run")) == {"all": 1, "train": RUNS, "evaluate": RUNS,
-                                                     "equivalence": 1, "report": 1}
+                                                     "equivalence": 1, "report": 1, **PAPER_JOB}
 
 
 def test_editing_a_module_every_stage_imports_reruns_them_all(workdir):
     """params.py is imported by every stage (the scaling rule sets every run's learning rate):
     no list names it; the imports do."""
-    summary = workdir / "results" / "runs" / "demo" / "single-w1-b4" / "train_summary.json"
+    summary = workdir / "results" / "runs" / "demo" / "single-w1-b4-s0" / "train_summary.json"
     before = summary.stat().st_mtime_ns
     path = workdir / "pipeline" / "params.py"
     path.write_text(path.read_text().replace(
         'return train["base_lr"] * global_batch / train["base_batch"]',
         'return train["base_lr"] * (global_batch / train["base_batch"])'))
     assert jobs(snakemake(workdir)) == {"all": 1, "data": 1, "train": RUNS, "evaluate": RUNS,
-                                        "equivalence": 1, "report": 1}
+                                        "equivalence": 1, "report": 1, **PAPER_JOB}
     assert summary.stat().st_mtime_ns > before
 
 
@@ -170,7 +290,7 @@ def test_editing_a_figure_reruns_the_report_only(workdir):
     path = workdir / "pipeline" / "report" / "figures.py"
     path.write_text(path.read_text().replace('ax.set(xlabel="COCO box AP", ylabel="")',
                                              'ax.set(xlabel="COCO box AP (bbox)", ylabel="")'))
-    assert jobs(snakemake(workdir)) == {"all": 1, "report": 1}
+    assert jobs(snakemake(workdir)) == {"all": 1, "report": 1, **PAPER_JOB}
     assert figure.stat().st_mtime_ns > before
 
 
@@ -199,17 +319,19 @@ def test_coco2017_dry_run(tmp_path):
     result = subprocess.run(SNAKEMAKE + ["--cores", "2", "--dry-run", "--config", "preset=coco2017"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert jobs(result) == {"all": 1, "data": 1, "train": 10, "evaluate": 10, "equivalence": 1,
-                            "report": 1}
+    assert jobs(result) == {"all": 1, "data": 1, "train": 16, "evaluate": 16, "equivalence": 1,
+                            "report": 1, **PAPER_JOB}
     text = result.stdout + result.stderr
-    runs = ["single-w1-b2"] + [f"{s}-w{n}-b2" for s in ("dp", "ddp", "ps-colocated") for n in (2, 4, 8)]
+    # Three seeds of each 2-GPU entry (the study's setting), one of the larger ones.
+    runs = ["single-w1-b2-s0"] + [f"{s}-w{n}-b2-s{seed}" for s in ("dp", "ddp", "ps-colocated")
+                                  for n, seeds in ((2, 3), (4, 1), (8, 1)) for seed in range(seeds)]
     for run in runs:
         assert f"results/runs/coco2017/{run}/train_summary.json" in text
     assert "data/coco2017.manifest.json" in text
     # Each run's job asks for what the run needs (a cluster profile maps these).
-    ddp = text.split("results/runs/coco2017/ddp-w2-b2/train_summary.json", 1)[1].split("resources:", 1)[1]
+    ddp = text.split("results/runs/coco2017/ddp-w2-b2-s0/train_summary.json", 1)[1].split("resources:", 1)[1]
     assert "processes=2" in ddp.splitlines()[0] and "mem_mb=32768" in ddp.splitlines()[0]
-    dp = text.split("results/runs/coco2017/dp-w2-b2/train_summary.json", 1)[1].split("resources:", 1)[1]
+    dp = text.split("results/runs/coco2017/dp-w2-b2-s0/train_summary.json", 1)[1].split("resources:", 1)[1]
     assert "gpu=2" in dp.splitlines()[0]
 
 
@@ -233,3 +355,29 @@ def test_dvc_stage_generates_the_embedded_dataset(workdir):
     assert lock["stages"]["synthetic"]["params"]["params.yaml"]["presets.demo.data"]["synthetic"] == SMALL_DATA
     assert "Data and pipelines are up to date" in run(dvc, "status", "synthetic")
     assert "val" in run(dvc, "metrics", "show")
+
+
+def test_without_latex_the_workflow_says_so_and_still_plans_the_report(tmp_path, monkeypatch):
+    """No latexmk on PATH: the paper is left out with the reason and the remedy, the rest runs."""
+    hidden = set(pipeline.paper.TOOLS)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for directory in os.environ["PATH"].split(os.pathsep):
+        if not os.path.isdir(directory) or Path(directory) == Path(sys.executable).parent:
+            continue
+        for tool in os.listdir(directory):
+            if tool not in hidden and not (bin_dir / tool).exists():
+                (bin_dir / tool).symlink_to(Path(directory) / tool)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{bin_dir}"}
+    result = subprocess.run(SNAKEMAKE + ["--cores", "2", "--dry-run"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    planned = jobs(result)
+    assert "paper" not in planned and planned["report"] == 1
+    assert "Not building results/paper/paper.pdf: latexmk, pdflatex, bibtex not found" in result.stderr
+    assert "apt-get install latexmk" in result.stderr
+    # The stage itself, asked for the paper anyway, says the same and writes nothing.
+    monkeypatch.setenv("PATH", str(bin_dir))
+    with pytest.raises(SystemExit, match="latexmk, pdflatex, bibtex not found.*report.html"):
+        pipeline.paper.build(REPO / "paper" / "paper.tex", tmp_path / "paper.pdf")
+    assert not (tmp_path / "paper.pdf").exists()

@@ -6,11 +6,33 @@ from pathlib import Path
 import pandas as pd
 
 from ..files import atomic_path, write_text
-from .figures import ReportData, write_figures
+from .figures import FIGURES, ReportData, write_figures
+from .findings import numbers_tex
 from .load import dataset_of, load_run, scaling_frame, summary_frame, traffic_frame
-from .render import equivalence_section, render_html, render_markdown, report_sections
-from .tables import (AP_DECIMALS, AP_TABLE, SCALING_DECIMALS, TIME_DECIMALS, TIME_TABLE,
-                     comparison_table, write_table)
+from .noise import comparisons
+from .render import (TORCHVISION_BOX_AP, equivalence_section, render_html, render_markdown,
+                     report_sections)
+from .tables import (AP_DECIMALS, AP_TABLE, DATA_MODE_DECIMALS, SCALING_DECIMALS, TIME_DECIMALS,
+                     TIME_TABLE, TIME_TO_ACCURACY_DECIMALS, _tex_escape, comparison_table,
+                     data_mode_table, time_to_accuracy_table, write_table)
+
+# What the report stage writes into its directory besides the figures (the Snakefile declares
+# them): each table as .md, .csv and .tex, and these files.
+TABLES = ("table1", "table2", "scaling", "time_to_accuracy", "data_modes")
+FILES = ("report.html", "report.md", "traffic.csv", "comparisons.csv", "numbers.tex",
+         "figures.tex")
+# The metrics every pair of entries is compared on, with the decimals their sentences show.
+COMPARED = {"images_per_second": 2, "AP": 3}
+
+
+def figures_tex(figure_ext: str = "pdf") -> str:
+    """A figure environment per registered figure, for paper/paper.tex to \\input: the paper
+    shows every figure the report draws, with the same caption."""
+    return "".join(
+        "\\begin{figure}[htbp]\n  \\centering\n"
+        f"  \\includegraphics[width=\\linewidth]{{\\reportdir/figures/{name}.{figure_ext}}}\n"
+        f"  \\caption{{{_tex_escape(entry.caption)}}}\n  \\label{{fig:{name}}}\n"
+        "\\end{figure}\n" for name, entry in FIGURES.items())
 
 
 def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
@@ -18,7 +40,7 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
     """Read every run directory, write summary.csv and the whole report; return the summary."""
     out_dir = Path(out_dir)
     runs = [load_run(d) for d in run_dirs]
-    summary = summary_frame(runs, preset)
+    summary = summary_frame(runs, preset, (report_cfg.get("target_ap") or {}).get(preset))
     with atomic_path(summary_path) as tmp:
         summary.to_csv(tmp, index=False)
     with atomic_path(out_dir / "traffic.csv") as tmp:
@@ -28,17 +50,29 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
     dataset = dataset_of(runs)
     table1 = comparison_table(summary, published, AP_TABLE, preset, dataset)
     table2 = comparison_table(summary, published, TIME_TABLE, preset, dataset)
-    shown1 = write_table(table1, AP_DECIMALS, n_published, out_dir, "table1")
-    shown2 = write_table(table2, TIME_DECIMALS, n_published, out_dir, "table2")
-    formats = list(report_cfg.get("figure_formats") or ["png"])
-    ok = [run for run in runs if run["status"] == "ok"]
+    shown = {"table1": write_table(table1, AP_DECIMALS, n_published, out_dir, "table1"),
+             "table2": write_table(table2, TIME_DECIMALS, n_published, out_dir, "table2")}
     scaling = scaling_frame(summary)
-    shown_scaling = write_table(scaling, SCALING_DECIMALS, 0, out_dir, "scaling")
-    pngs = write_figures(ReportData(ok, table1, scaling), out_dir, formats,
+    shown["scaling"] = write_table(scaling, SCALING_DECIMALS, 0, out_dir, "scaling")
+    shown["time_to_accuracy"] = write_table(time_to_accuracy_table(summary),
+                                            TIME_TO_ACCURACY_DECIMALS, 0, out_dir,
+                                            "time_to_accuracy")
+    data_modes = data_mode_table(summary)
+    shown["data_modes"] = write_table(data_modes, DATA_MODE_DECIMALS, 0, out_dir, "data_modes")
+    compared = comparisons(summary, COMPARED)
+    with atomic_path(out_dir / "comparisons.csv") as tmp:
+        compared.to_csv(tmp, index=False)
+    write_text(out_dir / "numbers.tex",
+               numbers_tex(runs, summary, compared, scaling, data_modes, preset, dataset,
+                           published, TORCHVISION_BOX_AP))
+    formats = list(report_cfg.get("figure_formats") or ["png"])
+    write_text(out_dir / "figures.tex", figures_tex("pdf" if "pdf" in formats else formats[0]))
+    ok = [run for run in runs if run["status"] == "ok"]
+    pngs = write_figures(ReportData(ok, table1, scaling, summary, data_modes), out_dir, formats,
                          int(report_cfg.get("dpi", 150)))
     figure_ext = "png" if "png" in formats else formats[0]
-    sections = report_sections(runs, summary, shown1, shown2, published, preset, figure_ext,
-                               shown_scaling)
+    sections = report_sections(runs, summary, shown, published, preset, figure_ext, compared,
+                               scaling, data_modes)
     if equivalence:
         results_end = [s["title"] for s in sections].index("Definitions")
         sections.insert(results_end, equivalence_section(equivalence))  # after the results

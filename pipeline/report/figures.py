@@ -10,7 +10,6 @@ can import this module cheaply, matplotlib and seaborn are imported only when dr
 from __future__ import annotations
 
 import io
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -23,10 +22,23 @@ from .load import AP_COLUMNS, TIME_SPLIT
 
 @dataclass(frozen=True)
 class ReportData:
-    """Everything a figure may draw from: the completed runs, Table 1 and the scaling table."""
+    """Everything a figure may draw from: the completed runs, one row per run (summary.csv),
+    Table 1 and the scaling and data-mode tables."""
     ok: list[dict]
     table1: pd.DataFrame
     scaling: pd.DataFrame
+    summary: pd.DataFrame
+    data_modes: pd.DataFrame
+
+    @property
+    def first_seeds(self) -> list[dict]:
+        """One run per sweep entry (its first seed): for figures that draw a run's every line."""
+        seen, runs = set(), []
+        for run in self.ok:
+            if run["entry"] not in seen:
+                seen.add(run["entry"])
+                runs.append(run)
+        return runs
 
 
 @dataclass(frozen=True)
@@ -66,32 +78,34 @@ def _seaborn():
     return sns
 
 
-@figure("loss_vs_time", "Training loss (rolling mean) versus elapsed training seconds")
+@figure("loss_vs_time", "Training loss (rolling mean) versus elapsed training seconds, "
+                        "one line per run (the first seed of each sweep entry)")
 def draw_loss_vs_time(ax, data: ReportData) -> None:
     frames = []
-    for run in data.ok:
+    for run in data.first_seeds:
         it = run["iterations"].sort_values("elapsed")
         # Per-iteration loss is noisy; smooth over ~2% of the run (at least 5 iterations), then
         # keep at most ~2000 points so a 26-epoch COCO run still gives a light PDF.
         window = max(5, len(it) // 50)
-        it = it.assign(smoothed=it["loss"].rolling(window, min_periods=1).mean(), run=run["run_id"])
+        it = it.assign(smoothed=it["loss"].rolling(window, min_periods=1).mean(), run=run["entry"])
         frames.append(it.iloc[::max(1, len(it) // 2000)])
     _seaborn().lineplot(pd.concat(frames), x="elapsed", y="smoothed", hue="run", estimator=None,
                         ax=ax)
     ax.set(xlabel="elapsed training time (s)", ylabel="total loss (rolling mean)")
 
 
-@figure("loss_vs_epoch", "Epoch-mean training loss per epoch")
+@figure("loss_vs_epoch", "Epoch-mean training loss per epoch: mean over each sweep entry's "
+                         "seeds, band: 95% interval")
 def draw_loss_vs_epoch(ax, data: ReportData) -> None:
-    rows = [{"run": run["run_id"], "epoch": i + 1, "loss": loss} for run in data.ok
+    rows = [{"entry": run["entry"], "epoch": i + 1, "loss": loss} for run in data.ok
             for i, loss in enumerate(run["summary"].get("epoch_loss") or [])]
-    _seaborn().lineplot(pd.DataFrame(rows), x="epoch", y="loss", hue="run", marker="o", ax=ax)
+    _seaborn().lineplot(pd.DataFrame(rows), x="epoch", y="loss", hue="entry", marker="o", ax=ax)
     ax.set(xlabel="epoch", ylabel="epoch-mean total loss")
     ax.xaxis.get_major_locator().set_params(integer=True)
 
 
-@figure("ap", "COCO box AP, AP50 and AP75 per run, with the published DP and DDP values",
-        tall=True)
+@figure("ap", "COCO box AP, AP50 and AP75 per sweep entry (mean over its seeds), with the "
+              "published DP and DDP values", tall=True)
 def draw_ap(ax, data: ReportData) -> None:
     long = data.table1.melt(id_vars=["Method", "Source"], value_vars=AP_COLUMNS,
                             var_name="metric", value_name="value")
@@ -102,12 +116,13 @@ def draw_ap(ax, data: ReportData) -> None:
     ax.set(xlabel="COCO box AP", ylabel="")
 
 
-@figure("time_split", "Mean seconds per iteration split into data, compute, communication "
-                      "and optimizer", tall=True)
+@figure("time_split", "Mean seconds per iteration split into data wait, compute, communication "
+                      "and optimizer, per sweep entry (mean over its seeds)", tall=True)
 def draw_time_split(ax, data: ReportData) -> None:
-    split = pd.DataFrame([{k: (run["summary"].get("time_split") or {}).get(k, math.nan)
-                           for k in TIME_SPLIT} for run in data.ok],
-                         index=[run["run_id"] for run in data.ok])
+    done = data.summary[data.summary["status"] == "ok"]
+    columns = [f"time_{k}" for k in TIME_SPLIT]
+    split = done.groupby("entry", sort=False)[columns].mean()
+    split.columns = list(TIME_SPLIT)
     split.plot(kind="barh", stacked=True, ax=ax,
                color=_seaborn().color_palette(n_colors=len(TIME_SPLIT)))
     ax.set(xlabel="mean seconds per iteration", ylabel="")
@@ -116,15 +131,15 @@ def draw_time_split(ax, data: ReportData) -> None:
 
 
 @figure("utilisation", "Utilisation over training time: each training process's CPU (100 % = "
-                       "one core) and, where used, each GPU (NVML)")
+                       "one core) and, where used, each GPU (NVML); the first seed of each entry")
 def draw_utilisation(ax, data: ReportData) -> None:
     rows = []
-    for run in data.ok:
+    for run in data.first_seeds:
         for s in run.get("utilisation") or []:
             rows.append({"t": s["t"], "util": s["cpu_percent"],
-                         "line": f"{run['run_id']} rank {s['rank']} CPU"})
+                         "line": f"{run['entry']} rank {s['rank']} CPU"})
             rows += [{"t": s["t"], "util": g["util_percent"],
-                      "line": f"{run['run_id']} rank {s['rank']} GPU {g['index']}"}
+                      "line": f"{run['entry']} rank {s['rank']} GPU {g['index']}"}
                      for g in s["gpus"]]
     if not rows:
         ax.text(0.5, 0.5, "no utilisation samples", ha="center", va="center",
@@ -133,6 +148,23 @@ def draw_utilisation(ax, data: ReportData) -> None:
     _seaborn().lineplot(pd.DataFrame(rows), x="t", y="util", hue="line", estimator=None, ax=ax)
     ax.set(xlabel="seconds since training started", ylabel="utilisation (%)")
     ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=6)
+
+
+@figure("throughput", "Images/s against the number of workers, per strategy (mean over seeds, "
+                      "bars: 95% interval); dashed: linear scaling of single")
+def draw_throughput(ax, data: ReportData) -> None:
+    done = data.summary[data.summary["status"] == "ok"].astype({"workers": float})
+    done = done.assign(strategy=[s + ("" if m == "real" else f" ({m} data)")
+                                 for s, m in zip(done["strategy"], done["data_mode"])])
+    _seaborn().lineplot(done, x="workers", y="images_per_second", hue="strategy", marker="o",
+                        err_style="bars", ax=ax)
+    single = done[(done["strategy"] == "single")]["images_per_second"].mean()
+    top = max(2.0, float(done["workers"].max()))
+    if single == single:  # not NaN
+        ax.plot([1, top], [single, single * top], linestyle="--", color="grey", label="linear")
+    ax.set(xlabel="workers", ylabel="images/s")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1))
 
 
 @figure("scaling", "Speed-up over single (at the same global batch, else the same images per "
@@ -149,6 +181,44 @@ def draw_scaling(ax, data: ReportData) -> None:
     ax.set(xlabel="workers", ylabel="speed-up over single (images/s)")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1))
+
+
+@figure("ap_vs_time", "Time to accuracy: COCO box AP on the validation split during training "
+                      "against training seconds (evaluations excluded); dotted: the target")
+def draw_ap_vs_time(ax, data: ReportData) -> None:
+    rows = [{"run": run["run_id"], "entry": run["entry"], "seconds": e["train_seconds"],
+             "AP": e["AP"]}
+            for run in data.ok for e in run["summary"].get("evaluations") or []]
+    if not rows:
+        ax.text(0.5, 0.5, "no evaluations during training (eval.every_epochs: 0)",
+                ha="center", va="center", transform=ax.transAxes)
+        return
+    _seaborn().lineplot(pd.DataFrame(rows), x="seconds", y="AP", hue="entry", units="run",
+                        estimator=None, marker="o", ax=ax)
+    targets = data.summary["target_ap"].dropna()
+    if len(targets):
+        ax.axhline(float(targets.iloc[0]), linestyle=":", color="grey", label="target")
+    ax.set(xlabel="training seconds", ylabel="COCO box AP")
+    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1))
+
+
+@figure("data_modes", "Images/s with the real loader and with in-memory tensors (no loader), "
+                      "per strategy and workers (mean over seeds)")
+def draw_data_modes(ax, data: ReportData) -> None:
+    table = data.data_modes
+    if table.empty:
+        ax.text(0.5, 0.5, "no entry ran in both data modes", ha="center", va="center",
+                transform=ax.transAxes)
+        return
+    labels = [f"{s}, {w} worker(s)" for s, w in zip(table["strategy"], table["workers"])]
+    long = pd.DataFrame({
+        "run": labels * 2, "mode": ["real loader"] * len(table) + ["in-memory"] * len(table),
+        "images/s": list(table["real images/s"]) + list(table["synthetic images/s"])})
+    _seaborn().barplot(long, y="run", x="images/s", hue="mode", orient="h", ax=ax)
+    for label, share in zip(labels, table["loader share"]):
+        ax.annotate(f"loader {share:.0%}", (0, labels.index(label)), xytext=(4, 0),
+                    textcoords="offset points", va="center", fontsize=7, color="white")
+    ax.set(xlabel="images/s", ylabel="")
 
 
 def _no_runs(ax) -> None:

@@ -14,13 +14,16 @@ import pandas as pd
 from ..files import read_json
 
 SUMMARY_COLUMNS = [
-    "run_id", "preset", "strategy", "variant", "workers", "processes", "images_per_worker",
+    "run_id", "entry", "seed", "data_mode", "preset", "strategy", "variant", "workers",
+    "processes", "images_per_worker",
     "global_batch", "lr", "device", "backend", "threads", "status", "reason", "images_per_second",
     "speedup_vs_single", "sec_per_iter_mean", "sec_per_iter_p50", "sec_per_iter_p95",
     "time_data", "time_compute", "time_communication", "time_optimizer", "communication_share",
     "busiest_rank_bytes_per_iter", "busiest_rank_theory_bytes_per_iter", "replicas_identical",
-    "progress_per_epoch", "AP", "AP50", "AP75", "APs", "APm", "APl", "train_seconds"]
-INTEGER_COLUMNS = ["workers", "processes", "images_per_worker", "global_batch", "threads"]
+    "progress_per_epoch", "AP", "AP50", "AP75", "APs", "APm", "APl", "train_seconds",
+    "evaluation_seconds", "target_ap", "seconds_to_target", "iterations_to_target"]
+INTEGER_COLUMNS = ["seed", "workers", "processes", "images_per_worker", "global_batch", "threads",
+                   "iterations_to_target"]
 TRAFFIC_COLUMNS = ["run_id", "rank", "role", "sent_per_iter", "received_per_iter",
                    "theory_sent_per_iter", "theory_received_per_iter", "gradient_bytes"]
 AP_COLUMNS = ["AP", "AP50", "AP75"]
@@ -82,18 +85,22 @@ def load_run(run_dir: str | Path) -> dict:
     summary = _read_input(run_dir / "train_summary.json")
     metrics = _read_input(run_dir / "metrics.json")
     status, reason = summary.get("status", "failed"), summary.get("reason", "")
-    if status == "ok" and metrics.get("status", "ok") != "ok":  # evaluation failed after training
-        status, reason = metrics["status"], metrics.get("reason", "")
-    if status == "ok" and any(metrics.get(k) is None for k in AP_COLUMNS):
+    # A run trained on in-memory tensors is timed, not scored: it stays a completed run.
+    evaluated = metrics.get("status", "ok") == "ok"
+    if status == "ok" and not evaluated and summary.get("data_mode") != "synthetic":
+        status, reason = metrics["status"], metrics.get("reason", "")  # evaluation failed
+    if status == "ok" and evaluated and any(metrics.get(k) is None for k in AP_COLUMNS):
         raise ValueError(f"{run_dir / 'metrics.json'}: no AP values for a completed run; delete "
                          "it and rerun the evaluate stage")
     iterations = read_iterations(run_dir / "iterations.jsonl") if status == "ok" else None
     utilisation = run_dir / "utilisation.jsonl"  # absent for runs made before the sampler
     samples = ([json.loads(line) for line in utilisation.read_text().splitlines() if line.strip()]
                if status == "ok" and utilisation.exists() else [])
-    return {"dir": run_dir, "run_id": summary.get("run_id", run_dir.name), "status": status,
-            "reason": reason or "", "summary": summary, "metrics": metrics,
-            "iterations": iterations, "utilisation": samples}
+    run_id = summary.get("run_id", run_dir.name)
+    return {"dir": run_dir, "run_id": run_id, "entry": summary.get("entry", run_id),
+            "status": status, "reason": reason or "", "evaluated": status == "ok" and evaluated,
+            "summary": summary, "metrics": metrics, "iterations": iterations,
+            "utilisation": samples}
 
 
 def workers_of(record: dict):
@@ -104,6 +111,10 @@ def workers_of(record: dict):
 def _number(value) -> float:
     """NaN for missing values and for COCO's -1 ('no objects of that size'), so means stay honest."""
     return math.nan if value is None or value == -1 else float(value)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
 
 
 def busiest_rank_bytes(summary: dict, key: str) -> float:
@@ -133,49 +144,84 @@ def dataset_of(runs: list[dict]) -> str:
 
 
 def scaling_frame(summary: pd.DataFrame) -> pd.DataFrame:
-    """Throughput against the number of workers, per strategy (and variant): images/s, the
-    speed-up over `single`, and the scaling efficiency, speed-up / workers (1.0 is linear).
-    The baseline is the `single` run at the same global batch where there is one (strong
-    scaling: the same work per iteration, the demo's sweep), else the one with the same images
-    per worker (weak scaling: the batch grows with the workers, the COCO recipe's sweep)."""
+    """Throughput against the number of workers, per strategy (and variant) and data mode: the
+    mean images/s over each entry's seeds, the speed-up over `single` in the same data mode, and
+    the scaling efficiency, speed-up / workers (1.0 is linear). The baseline is the `single`
+    entry at the same global batch where there is one (strong scaling: the same work per
+    iteration, the demo's sweep), else the one with the same images per worker (weak scaling:
+    the batch grows with the workers, the COCO recipe's sweep)."""
     done = summary[summary["status"] == "ok"]
-    single = done[done["strategy"] == "single"]
-    by_batch = dict(zip(single["global_batch"], single["images_per_second"]))
-    by_per_worker = dict(zip(single["images_per_worker"], single["images_per_second"]))
-    baselines = [("same global batch", by_batch[batch]) if batch in by_batch else
-                 ("same images per worker", by_per_worker[per]) if per in by_per_worker else
+    keys = ["entry", "strategy", "variant", "data_mode", "workers", "global_batch",
+            "images_per_worker"]
+    means = (done.groupby("entry", sort=False)
+             .agg(**{k: (k, "first") for k in keys[1:]},
+                  images_per_second=("images_per_second", "mean"),
+                  images_per_second_sd=("images_per_second", "std"), n=("run_id", "count"))
+             .reset_index())
+    single = means[means["strategy"] == "single"]
+    by_batch = {(m, b): v for m, b, v in zip(single["data_mode"], single["global_batch"],
+                                              single["images_per_second"])}
+    by_per_worker = {(m, p): v for m, p, v in zip(single["data_mode"], single["images_per_worker"],
+                                                  single["images_per_second"])}
+    baselines = [("same global batch", by_batch[(m, b)]) if (m, b) in by_batch else
+                 ("same images per worker", by_per_worker[(m, p)]) if (m, p) in by_per_worker else
                  ("no single run", math.nan)
-                 for batch, per in zip(done["global_batch"], done["images_per_worker"])]
-    speedup = done["images_per_second"].to_numpy() / [value for _, value in baselines]
+                 for m, b, p in zip(means["data_mode"], means["global_batch"],
+                                    means["images_per_worker"])]
+    speedup = means["images_per_second"].to_numpy() / [value for _, value in baselines]
     frame = pd.DataFrame({
         "strategy": [s + (f"-{v}" if isinstance(v, str) and v else "")
-                     for s, v in zip(done["strategy"], done["variant"])],
-        "workers": done["workers"].astype("Int64").to_numpy(),
-        "global_batch": done["global_batch"].astype("Int64").to_numpy(),
-        "images_per_second": done["images_per_second"].to_numpy(),
+                     + ("" if mode == "real" else f" ({mode} data)")
+                     for s, v, mode in zip(means["strategy"], means["variant"], means["data_mode"])],
+        "workers": means["workers"].astype("Int64").to_numpy(),
+        "global_batch": means["global_batch"].astype("Int64").to_numpy(),
+        "n": means["n"].to_numpy(),
+        "images_per_second": means["images_per_second"].to_numpy(),
+        "images_per_second sd": means["images_per_second_sd"].to_numpy(),
         "speedup_vs_single": speedup,
-        "efficiency": speedup / done["workers"].astype(float).to_numpy(),
+        "efficiency": speedup / means["workers"].astype(float).to_numpy(),
         "baseline": [name for name, _ in baselines]})
     return frame.sort_values(["strategy", "workers"], kind="stable").reset_index(drop=True)
 
 
-def summary_frame(runs: list[dict], preset: str) -> pd.DataFrame:
+def time_to_target(evaluations: list[dict], target: float | None) -> tuple[float, float]:
+    """(training seconds, iterations) when the run's evaluations during training first reached
+    AP >= target; NaN for no target, no evaluations, or never reached."""
+    if target is None:
+        return math.nan, math.nan
+    for record in evaluations:
+        if record["AP"] >= target:
+            return float(record["train_seconds"]), float(record["step"])
+    return math.nan, math.nan
+
+
+def summary_frame(runs: list[dict], preset: str, target_ap: float | None = None) -> pd.DataFrame:
+    """One row per run; `target_ap` (report.target_ap of the preset) for the time to reach it."""
     rows = []
-    # Speed-up is against `single` at the same global batch: the same work per iteration.
-    single = {r["summary"].get("global_batch"): _number(r["summary"].get("images_per_second"))
-              for r in runs if r["status"] == "ok" and r["summary"].get("strategy") == "single"}
+    # Speed-up is against `single` (the mean over its seeds) at the same global batch and in the
+    # same data mode: the same work per iteration.
+    single: dict[tuple, list[float]] = {}
+    for r in runs:
+        s = r["summary"]
+        if r["status"] == "ok" and s.get("strategy") == "single":
+            key = (s.get("data_mode", "real"), s.get("global_batch"))
+            single.setdefault(key, []).append(_number(s.get("images_per_second")))
     for run in runs:
         s, m = run["summary"], run["metrics"]
         times = s.get("sec_per_iter") or {}
         split = s.get("time_split") or {}
+        to_target = time_to_target(s.get("evaluations") or [], target_ap)
         rows.append({
-            "run_id": run["run_id"], "preset": preset,
+            "run_id": run["run_id"], "entry": run["entry"], "preset": preset,
+            "seed": s.get("seed", (s.get("provenance") or {}).get("seed")),
+            "data_mode": s.get("data_mode", "real"),
             **{k: s.get(k) for k in ("strategy", "variant", "processes", "images_per_worker",
                                      "global_batch", "lr", "device", "backend", "threads")},
             "workers": workers_of(s),
             "status": run["status"], "reason": run["reason"],
             "images_per_second": _number(s.get("images_per_second")),
-            "speedup_vs_single": _number(s.get("images_per_second")) / single.get(s.get("global_batch"), math.nan),
+            "speedup_vs_single": _number(s.get("images_per_second")) / _mean(
+                single.get((s.get("data_mode", "real"), s.get("global_batch")), [])),
             **{f"sec_per_iter_{k}": _number(times.get(k)) for k in ("mean", "p50", "p95")},
             **{f"time_{k}": _number(split.get(k)) for k in TIME_SPLIT},
             "communication_share": _number(s.get("communication_share")),
@@ -184,7 +230,10 @@ def summary_frame(runs: list[dict], preset: str) -> pd.DataFrame:
             "replicas_identical": s.get("replicas_identical"),
             "progress_per_epoch": progress_per_epoch(s.get("epoch_loss") or []),
             **{k: _number(m.get(k)) for k in AP_COLUMNS + ["APs", "APm", "APl"]},
-            "train_seconds": _number(s.get("train_seconds"))})
+            "train_seconds": _number(s.get("train_seconds")),
+            "evaluation_seconds": _number(s.get("evaluation_seconds")),
+            "target_ap": _number(target_ap), "seconds_to_target": to_target[0],
+            "iterations_to_target": to_target[1]})
     frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)  # the columns fix the order, not the dicts
     # Integer counts stay integers (2, not 2.0) even when a skipped run leaves them empty
     for col in INTEGER_COLUMNS:

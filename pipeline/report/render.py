@@ -12,7 +12,9 @@ from pathlib import Path
 import pandas as pd
 
 from .figures import FIGURES
+from .findings import data_mode_findings, scaling_findings, time_to_accuracy_findings
 from .load import PROGRESS_DEFINITION, _read_input, workers_of
+from .noise import NOISE_RULE
 from .tables import markdown_table
 
 TITLE = "Data-parallel Faster R-CNN benchmark: report"
@@ -21,10 +23,10 @@ TITLE = "Data-parallel Faster R-CNN benchmark: report"
 TORCHVISION_BOX_AP = 0.370
 # A wide table (the runs, the provenance) scrolls inside its own box instead of pushing the
 # page wider than the window; long cells (a skipped run's reason) wrap.
-CSS = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;color:#222}"
+CSS = ("body{font-family:sans-serif;max-width:72em;margin:2em auto;padding:0 1em;color:#222}"
        "table{border-collapse:collapse;margin:1em 0;display:block;max-width:100%;overflow-x:auto}"
-       "th,td{border-bottom:1px solid #ccc;padding:.25em .6em;text-align:left;"
-       "overflow-wrap:anywhere;min-width:4em}img{max-width:100%}figcaption{font-size:.9em}")
+       "th,td{border-bottom:1px solid #ccc;padding:.25em .6em;text-align:left;min-width:4em}"
+       "td{overflow-wrap:anywhere}img{max-width:100%}figcaption{font-size:.9em}")
 
 
 PROVENANCE_PACKAGES = ("python", "torch", "torchvision", "pycocotools", "numpy")
@@ -49,16 +51,18 @@ def provenance_table(runs: list[dict]) -> pd.DataFrame:
             "device": p.get("device", ""), "backend": p.get("backend", ""),
             "cpu": _cpu(hardware),
             "gpus": ", ".join(hardware.get("gpus") or []) or ("none" if hardware else ""),
-            "cuda": hardware.get("cuda", ""),
+            "cuda": hardware.get("cuda", ""), "driver": hardware.get("driver") or "",
             **{name: packages.get(name, "") for name in PROVENANCE_PACKAGES}})
     return pd.DataFrame(rows).astype(str)
 
 
-def report_sections(runs, summary, shown1, shown2, published, preset, figure_ext,
-                    shown_scaling) -> list[dict]:
-    """The report's content once; render_markdown and render_html only lay it out."""
-    run_cols = ["run_id", "strategy", "variant", "workers", "processes", "images_per_worker",
-                "global_batch", "device", "backend", "threads", "status", "reason"]
+def report_sections(runs, summary, shown, published, preset, figure_ext, compared, scaling,
+                    data_modes) -> list[dict]:
+    """The report's content once; render_markdown and render_html only lay it out. `shown`:
+    the tables as written (build.py), by name."""
+    run_cols = ["run_id", "strategy", "variant", "data_mode", "seed", "workers", "processes",
+                "images_per_worker", "global_batch", "device", "backend", "threads", "status",
+                "reason"]
     speed_cols = ["run_id", "images_per_second", "speedup_vs_single", "sec_per_iter_p50",
                   "sec_per_iter_p95", "communication_share", "busiest_rank_bytes_per_iter",
                   "busiest_rank_theory_bytes_per_iter", "replicas_identical"]
@@ -69,8 +73,11 @@ def report_sections(runs, summary, shown1, shown2, published, preset, figure_ext
                      if "timing_excludes_first_iterations" in run["summary"]}) or ["an unrecorded number of"]
     return [
         {"title": "What was run", "text": [
-            f"Preset {preset}: {len(runs)} training runs, {ok} completed. Skipped and failed "
-            "runs are listed with their reason and left out of the tables and figures."],
+            f"Preset {preset}: {len(runs)} training runs of {summary['entry'].nunique()} sweep "
+            f"entries (an entry's repeats differ only in their seed), {ok} completed. Skipped "
+            "and failed runs are listed with their reason and left out of the tables and "
+            "figures. Tables give the mean over an entry's seeds ± their standard deviation, "
+            "and n, the number of runs."],
          "table": summary[run_cols].astype(object).fillna("").astype(str)},
         {"title": "Table 1: COCO box AP", "text": [
             "AP at IoU .5:.95, .5 and .75 on the validation split. Published values: "
@@ -80,9 +87,13 @@ def report_sections(runs, summary, shown1, shown2, published, preset, figure_ext
             f"box AP of {TORCHVISION_BOX_AP} for fasterrcnn_resnet50_fpn on COCO val2017 under "
             "its 26-epoch recipe, so the study cannot have measured the standard COCO box "
             "AP@[.5:.95] at that schedule; the coco2017 preset's own target is torchvision's "
-            f"{TORCHVISION_BOX_AP}."], "table": shown1},
+            f"{TORCHVISION_BOX_AP}."], "table": shown["table1"]},
         {"title": "Table 2: time per iteration and training progress per epoch",
-         "text": ["Same layout as Table 1."], "table": shown2},
+         "text": ["Same layout as Table 1."], "table": shown["table2"]},
+        {"title": "Differences beyond the noise?", "text": [
+            f"Every pair of sweep entries with the same number of workers and data mode, in "
+            f"images/s and in AP. Rule: {NOISE_RULE}. Also comparisons.csv."],
+         "bullets": list(compared["statement"]) or ["No two entries share a number of workers."]},
         {"title": "Throughput and communication", "text": [
             "Speed-up is images/s over `single` at the same global batch. Bytes are per "
             "iteration for the rank that moves the most (sent + received), beside the theory: "
@@ -98,7 +109,20 @@ def report_sections(runs, summary, shown1, shown2, published, preset, figure_ext
         {"title": "Scaling", "text": [
             "Images/s against the number of workers per strategy: speed-up over `single` at "
             "the same global batch, and scaling efficiency = speed-up / workers (1.0 is linear "
-            "scaling). Also scaling.csv and the scaling figure."], "table": shown_scaling},
+            "scaling). Also scaling.csv and the throughput and scaling figures."],
+         "table": shown["scaling"], "bullets": scaling_findings(scaling)},
+        {"title": "Time to accuracy", "text": [
+            "Training scores the model on the validation split every eval.every_epochs epochs "
+            "(COCO's standard settings); training seconds exclude those evaluations, whose own "
+            "time is the last column. A run reaches the target (report.target_ap) at its first "
+            "evaluation with AP at or above it."],
+         "table": shown["time_to_accuracy"], "bullets": time_to_accuracy_findings(summary)},
+        {"title": "Data modes: the loader's share", "text": [
+            "The same entries on the real loader (decoding, augmentation) and on in-memory "
+            "tensors of the same shapes and targets, made once per process (data_mode: "
+            "synthetic). Those runs are timed, not scored: their pixels are noise. Loader "
+            "share = 1 - real / in-memory images/s."],
+         "table": shown["data_modes"], "bullets": data_mode_findings(data_modes)},
         {"title": "Definitions", "bullets": [
             f"time per iteration = mean wall-clock seconds per training iteration, excluding the "
             f"first {' or '.join(warmup)} (warm-up) iterations of the run", PROGRESS_DEFINITION,

@@ -1,4 +1,5 @@
-"""The study's two tables (published rows, then ours) as CSV, Markdown and LaTeX.
+"""The study's two tables (published rows, then ours) and the report's other tables, as CSV,
+Markdown and LaTeX. Our rows are sweep entries: the mean over their seeds, its spread and n.
 
 No plotting here. The strategies' display names come from pipeline.strategies, which imports
 torch, so that import waits until a table row needs a name.
@@ -11,6 +12,7 @@ import pandas as pd
 
 from ..files import atomic_path, write_text
 from .load import AP_COLUMNS, _number
+from .noise import Spread
 
 PUBLISHED_NAMES = {"dp": "DataParallel (DP)", "ddp": "DistributedDataParallel (DDP)"}
 TEX_HEADERS = {"AP50": "AP$_{50}$", "AP75": "AP$_{75}$"}
@@ -21,6 +23,10 @@ TIME_TABLE = {"Time per iteration (s)": ("sec_per_iter", "sec_per_iter_mean"),
               "Progress per epoch": ("progress_per_epoch", "progress_per_epoch")}
 TIME_DECIMALS = {col: 4 for col in TIME_TABLE}
 SCALING_DECIMALS = {"images_per_second": 2, "speedup_vs_single": 3, "efficiency": 3}
+TIME_TO_ACCURACY_DECIMALS = {"target_ap": 3, "final_ap": 3, "training_seconds": 1,
+                             "evaluation_seconds": 1}
+DATA_MODE_DECIMALS = {"real images/s": 2, "synthetic images/s": 2, "loader share": 3,
+                      "data wait (s/iter)": 4}
 
 
 def _method(row) -> str:
@@ -28,7 +34,25 @@ def _method(row) -> str:
 
     workers = "?" if pd.isna(row["workers"]) else int(row["workers"])
     strategy = label(str(row["strategy"]))
-    return f"{row['run_id']}: {strategy}, {workers} worker{'' if workers == 1 else 's'}"
+    return f"{row['entry']}: {strategy}, {workers} worker{'' if workers == 1 else 's'}"
+
+
+def entry_means(summary: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """One row per sweep entry of the completed runs: n, and each column's mean and its sample
+    standard deviation over the entry's seeds (COLUMN_sd; empty for one run)."""
+    done = summary[summary["status"] == "ok"]
+    rows = []
+    for entry, group in done.groupby("entry", sort=False):
+        first = group.iloc[0]
+        row = {"entry": entry, "strategy": first["strategy"], "variant": first["variant"],
+               "workers": first["workers"], "global_batch": first["global_batch"],
+               "images_per_worker": first["images_per_worker"], "data_mode": first["data_mode"],
+               "n": len(group)}
+        for col in columns:
+            spread = Spread.of(group[col])
+            row[col], row[f"{col}_sd"] = spread.mean, spread.sd
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def source_label(dataset: str, preset: str) -> str:
@@ -42,27 +66,43 @@ def source_label(dataset: str, preset: str) -> str:
 def comparison_table(summary: pd.DataFrame, published: dict,
                      columns: dict[str, tuple[str, str]], preset: str,
                      dataset: str) -> pd.DataFrame:
-    """Rows are methods: the published ones first, then one per completed run (the study's layout).
+    """Rows are methods: the published ones first (one run each, as the study reported), then
+    one per sweep entry trained on real data (the study's layout), its values the mean over the
+    entry's completed seeds with their standard deviation (COLUMN sd) and n. Entries without a
+    value (runs on in-memory data are not scored) are left out.
 
     `columns` maps a table column to its key in the published values and its summary.csv column.
     """
     label = published.get("label", "published (2 GPUs, COCO 2017)")
     # The study's order (DP, then DDP): the config reaches us as key-sorted JSON.
     methods = [key for key in PUBLISHED_NAMES if isinstance(published.get(key), dict)]
-    rows = [{"Method": PUBLISHED_NAMES[key], "Source": label,
+    rows = [{"Method": PUBLISHED_NAMES[key], "Source": label, "n": 1,
              **{col: _number(published[key].get(key_pub)) for col, (key_pub, _) in columns.items()}}
             for key in methods]
-    for _, row in summary[summary["status"] == "ok"].iterrows():
+    real = summary[summary["data_mode"] == "real"]
+    means = entry_means(real, [key_csv for _, key_csv in columns.values()])
+    for _, row in means.iterrows():
+        if all(pd.isna(row[key_csv]) for _, key_csv in columns.values()):
+            continue
         rows.append({"Method": _method(row), "Source": source_label(dataset, preset),
-                     **{col: row[key_csv] for col, (_, key_csv) in columns.items()}})
-    return pd.DataFrame(rows, columns=["Method", "Source", *columns])
+                     "n": int(row["n"]),
+                     **{col: row[key_csv] for col, (_, key_csv) in columns.items()},
+                     **{f"{col} sd": row[f"{key_csv}_sd"] for col, (_, key_csv) in columns.items()}})
+    return pd.DataFrame(rows, columns=["Method", "Source", "n", *columns,
+                                       *[f"{col} sd" for col in columns]])
 
 
 def _formatted(table: pd.DataFrame, decimals: dict[str, int]) -> pd.DataFrame:
+    """Numbers rounded for reading; a column with a `COLUMN sd` beside it shows 'mean ± sd'
+    in one cell (the sd column itself stays in the CSV only)."""
     shown = table.astype(object)
     for col, places in decimals.items():
-        shown[col] = [("n/a" if pd.isna(v) else f"{v:.{places}f}") for v in table[col]]
-    return shown
+        values = [("n/a" if pd.isna(v) else f"{v:.{places}f}") for v in table[col]]
+        if f"{col} sd" in table:
+            values = [v + ("" if pd.isna(sd) else f" ± {sd:.{places}f}")
+                      for v, sd in zip(values, table[f"{col} sd"])]
+        shown[col] = values
+    return shown.drop(columns=[c for c in table if c.endswith(" sd") and c[:-3] in decimals])
 
 
 def markdown_table(shown: pd.DataFrame) -> str:
@@ -73,7 +113,7 @@ def markdown_table(shown: pd.DataFrame) -> str:
 
 
 def _tex_escape(text: str) -> str:
-    for char, escaped in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"),
+    for char, escaped in (("±", r"$\pm$"), ("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"),
                           ("#", r"\#"), ("$", r"\$"), ("{", r"\{"), ("}", r"\}")):
         text = text.replace(char, escaped)
     return text
@@ -95,8 +135,54 @@ def write_table(table: pd.DataFrame, decimals: dict[str, int], n_published: int,
                 name: str) -> pd.DataFrame:
     """Write NAME.csv (rounded numbers), NAME.md and NAME.tex; return the table as shown."""
     shown = _formatted(table, decimals)
+    rounded = {**decimals, **{f"{c} sd": p for c, p in decimals.items() if f"{c} sd" in table}}
     with atomic_path(out_dir / f"{name}.csv") as tmp:
-        table.round(decimals).to_csv(tmp, index=False)
+        table.round(rounded).to_csv(tmp, index=False)
     write_text(out_dir / f"{name}.md", markdown_table(shown))
     write_text(out_dir / f"{name}.tex", latex_table(shown, n_published))
     return shown
+
+
+def time_to_accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per run scored during training: when its AP first reached the target (training seconds,
+    evaluations excluded, and iterations), or 'not reached'; its final AP beside it."""
+    scored = summary[(summary["status"] == "ok") & (summary["data_mode"] == "real")]
+    reached = scored["seconds_to_target"].notna()
+    return pd.DataFrame({
+        "run_id": scored["run_id"], "target_ap": scored["target_ap"], "final_ap": scored["AP"],
+        "reached after (s)": [f"{v:.1f}" if ok else ("no target set" if pd.isna(t) else "not reached")
+                              for v, ok, t in zip(scored["seconds_to_target"], reached,
+                                                  scored["target_ap"])],
+        "iterations": [str(int(v)) if ok else "" for v, ok in
+                       zip(scored["iterations_to_target"], reached)],
+        "training_seconds": scored["train_seconds"],
+        "evaluation_seconds": scored["evaluation_seconds"]}).reset_index(drop=True)
+
+
+def data_mode_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per strategy, workers and batch run in both data modes: images/s with the real loader
+    and with in-memory tensors (mean ± sd over seeds), and the loader's share of the time,
+    1 - real / synthetic images/s."""
+    columns = ["strategy", "workers", "images_per_worker", "real n", "synthetic n",
+               "real images/s", "real images/s sd", "synthetic images/s",
+               "synthetic images/s sd", "loader share", "data wait (s/iter)"]
+    means = entry_means(summary, ["images_per_second", "time_data"])
+    if means.empty:
+        return pd.DataFrame(columns=columns)
+    keys = ["strategy", "variant", "workers", "images_per_worker"]
+    real = means[means["data_mode"] == "real"].set_index(keys)
+    synthetic = means[means["data_mode"] == "synthetic"].set_index(keys)
+    both = real.join(synthetic, how="inner", suffixes=("_real", "_synthetic"))
+    rows = []
+    for (strategy, variant, workers, per_worker), row in both.iterrows():
+        rows.append({
+            "strategy": strategy + (f"-{variant}" if isinstance(variant, str) and variant else ""),
+            "workers": int(workers), "images_per_worker": int(per_worker),
+            "real n": int(row["n_real"]), "synthetic n": int(row["n_synthetic"]),
+            "real images/s": row["images_per_second_real"],
+            "real images/s sd": row["images_per_second_sd_real"],
+            "synthetic images/s": row["images_per_second_synthetic"],
+            "synthetic images/s sd": row["images_per_second_sd_synthetic"],
+            "loader share": 1 - row["images_per_second_real"] / row["images_per_second_synthetic"],
+            "data wait (s/iter)": row["time_data_real"]})
+    return pd.DataFrame(rows, columns=columns)

@@ -1,0 +1,99 @@
+"""Scoring detections with pycocotools: what the final evaluation (pipeline/evaluate.py) and
+the evaluations during training (pipeline/train.py) share, and which runs are not scored.
+
+Kept apart from evaluate.py, the evaluation stage's command line, so that editing that stage
+does not rerun training (the Snakefile's code inputs follow each stage's imports).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from pathlib import Path
+
+import torch
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+from .dataset import CocoDetection, collate
+
+log = logging.getLogger("evaluate")
+# The order of COCOeval.stats for bounding boxes.
+METRICS = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
+
+
+def coco_metrics(ground_truth_file: str | Path, detections: list[dict],
+                 image_ids: list[int] | None = None) -> dict[str, float]:
+    """COCOeval's twelve bbox numbers. No detections at all scores 0 (pycocotools would fail);
+    -1 means the ground truth has no object of that size, as in COCOeval."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_gt = COCO(str(ground_truth_file))
+    if not detections:
+        ids = image_ids or coco_gt.getImgIds()
+        has = {size: any(True for a in coco_gt.loadAnns(coco_gt.getAnnIds(imgIds=ids))
+                         if not a.get("iscrowd", 0) and lo <= a["area"] < hi)
+               for size, (lo, hi) in {"s": (0, 32**2), "m": (32**2, 96**2), "l": (96**2, 1e10)}.items()}
+        zero = {name: 0.0 for name in METRICS}
+        for size in "sml":
+            if not has[size]:
+                zero[f"AP{size}"] = zero[f"AR{size}"] = -1.0
+        return zero
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+        coco_dt = coco_gt.loadRes(detections)
+        evaluator = COCOeval(coco_gt, coco_dt, iouType="bbox")
+        if image_ids is not None:
+            evaluator.params.imgIds = sorted(image_ids)
+        evaluator.evaluate()
+        evaluator.accumulate()
+        evaluator.summarize()
+    log.info("COCOeval:\n%s", output.getvalue())
+    return {name: float(value) for name, value in zip(METRICS, evaluator.stats)}
+
+
+def to_coco_results(image_id: int, output: dict, score_threshold: float) -> list[dict]:
+    """torchvision's xyxy boxes -> COCO results entries with xywh boxes."""
+    results = []
+    for box, score, label in zip(output["boxes"].tolist(), output["scores"].tolist(),
+                                 output["labels"].tolist()):
+        if score < score_threshold:
+            continue
+        x0, y0, x1, y1 = box
+        results.append({"image_id": image_id, "category_id": int(label),
+                        "bbox": [round(x0, 2), round(y0, 2), round(x1 - x0, 2), round(y1 - y0, 2)],
+                        "score": round(float(score), 5)})
+    return results
+
+
+@torch.no_grad()
+def predict(model, dataset, batch_size: int, device: torch.device,
+            score_threshold: float) -> list[dict]:
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate)
+    model.eval()
+    detections = []
+    for images, targets in loader:
+        outputs = model([image.to(device) for image in images])
+        for target, output in zip(targets, outputs):
+            output = {k: v.cpu() for k, v in output.items()}
+            detections += to_coco_results(target["image_id"], output, score_threshold)
+    return detections
+
+
+def score(model, dataset: CocoDetection, batch_size: int, device: torch.device) -> dict[str, float]:
+    """COCO's standard box AP of `model` on `dataset` (every detection, up to the model's 100
+    per image): the evaluations training makes as it goes (time-to-accuracy)."""
+    detections = predict(model, dataset, batch_size, device, score_threshold=0.0)
+    return coco_metrics(dataset.source, detections, dataset.image_ids())
+
+
+SYNTHETIC_REASON = ("trained on in-memory random pixels (data_mode: synthetic) to time the "
+                    "strategy without its loader; its AP would say nothing, so it is not evaluated")
+
+
+def not_evaluated(summary: dict) -> tuple[str, str] | None:
+    """(status, reason) of a run whose model is not scored, None for one that is."""
+    if summary["status"] != "ok":
+        return summary["status"], summary["reason"]
+    if summary.get("data_mode", "real") == "synthetic":
+        return "not evaluated", SYNTHETIC_REASON
+    return None

@@ -29,8 +29,8 @@ def figures_tex(figure_ext: str = "pdf") -> str:
     """A figure environment per registered figure, for paper/paper.tex to \\input: the paper
     shows every figure the report draws, with the same caption."""
     return "".join(
-        "\\begin{figure}[htbp]\n  \\centering\n"
-        f"  \\includegraphics[width=\\linewidth]{{\\reportdir/figures/{name}.{figure_ext}}}\n"
+        "\\begin{figure}[tbp]\n  \\centering\n"
+        f"  \\includegraphics[width=0.85\\linewidth]{{\\reportdir/figures/{name}.{figure_ext}}}\n"
         f"  \\caption{{{_tex_escape(entry.caption)}}}\n  \\label{{fig:{name}}}\n"
         "\\end{figure}\n" for name, entry in FIGURES.items())
 

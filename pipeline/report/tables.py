@@ -112,11 +112,15 @@ def markdown_table(shown: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+TEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#",
+                "$": r"\$", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                "^": r"\textasciicircum{}", "±": r"$\pm$"}
+
+
 def _tex_escape(text: str) -> str:
-    for char, escaped in (("±", r"$\pm$"), ("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"),
-                          ("#", r"\#"), ("$", r"\$"), ("{", r"\{"), ("}", r"\}")):
-        text = text.replace(char, escaped)
-    return text
+    """Text for LaTeX: each special character replaced once (a replacement is not escaped
+    again, so '±' stays the math symbol)."""
+    return "".join(TEX_SPECIALS.get(char, char) for char in text)
 
 
 def latex_table(shown: pd.DataFrame, n_published: int) -> str:

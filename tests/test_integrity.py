@@ -28,8 +28,9 @@ from .test_workflow import (PAPER_JOB, SNAKEMAKE, copy_workflow, edit_params, jo
 pytestmark = pytest.mark.slow
 DDP = "ddp-w2-b2-s0"
 TIMING_KEYS = {"train_seconds", "images_per_second", "sec_per_iter", "time_split",
-               "communication_share", "provenance",
+               "communication_share", "provenance", "evaluation_seconds",
                "utilisation"}  # how many samples fit in the run's seconds
+EVALUATION_TIMING = {"seconds", "train_seconds"}  # of each evaluation during training
 
 
 def two_runs(raw: dict) -> None:
@@ -64,7 +65,11 @@ def train_log(workdir: Path, run: str) -> str:
 
 
 def without_timings(record: dict) -> dict:
-    return {k: v for k, v in record.items() if k not in TIMING_KEYS}
+    kept = {k: v for k, v in record.items() if k not in TIMING_KEYS}
+    if "evaluations" in kept:  # AP against seconds: the AP is the result, the seconds are not
+        kept["evaluations"] = [{k: v for k, v in e.items() if k not in EVALUATION_TIMING}
+                               for e in kept["evaluations"]]
+    return kept
 
 
 def edit(workdir: Path, module: str, old: str, new: str) -> None:

@@ -60,7 +60,7 @@ def test_a_new_strategy_is_its_module_and_a_registry_entry(tmp_path):
     assert float(new["busiest_rank_bytes_per_iter"]) == pytest.approx(
         float(new["busiest_rank_theory_bytes_per_iter"]), rel=1e-6)
     report = (tmp_path / "results" / "report" / "report.md").read_text()
-    assert "allgather-w2-b2-s0: gradient all-gather, 2 workers" in report
+    assert "allgather-w2-b2: gradient all-gather, 2 workers" in report  # its sweep entry's row
     metrics = json.loads((tmp_path / "results" / "runs" / "demo" / "allgather-w2-b2-s0" /
                           "metrics.json").read_text())
     assert metrics["images"] > 0 and metrics["processes"] == 1  # it did not ask to evaluate on its workers

@@ -2,6 +2,7 @@
 
     snakemake --cores all                              # the demo preset (embedded data, CPU)
     snakemake --cores all --config preset=coco2017     # the published recipe
+    snakemake --profile profiles/slurm                 # every job submitted to SLURM (README)
 
 Every value a rule depends on is passed as its `params` (the config sections pipeline/stages.py
 lists for its stage), and the source files its module executes, derived from its imports, are
@@ -14,6 +15,7 @@ import shutil
 import sys
 
 from snakemake.exceptions import WorkflowError
+from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from snakemake.utils import min_version
 
 from pipeline import params as P
@@ -34,7 +36,11 @@ try:
 except P.ParamsError as error:
     raise WorkflowError(str(error))
 
-PYTHON = sys.executable  # the interpreter running Snakemake has the locked environment
+# The interpreter with the locked environment: the one running Snakemake; inside the image
+# (--software-deployment-method apptainer) the host's path does not exist, and the image's
+# environment is on its PATH.
+IN_IMAGE = DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method
+PYTHON = "python" if IN_IMAGE else sys.executable
 PRESET = CFG["preset"]
 DATA = CFG["data"]
 RUN_DIR = f"results/runs/{PRESET}/{{run}}"
@@ -58,19 +64,66 @@ def stage_params(stage):
     return P.canonical(stages.config_for(CFG, stage))
 
 
+RESOURCES = CFG["resources"]
+# What every job asks SLURM for besides its processes (snakemake-executor-plugin-slurm's names;
+# profiles/slurm). None leaves a resource unset: the cluster's default partition, no account.
+SCHEDULER = {"runtime": RESOURCES["runtime_minutes"], "slurm_partition": RESOURCES["partition"],
+             "slurm_account": RESOURCES["account"]}
+
+
+def job_resources(nodes, per_node, gpus_per_node):
+    """A job of `per_node` processes on each of `nodes` nodes, in the executor plugin's terms."""
+    return {
+        **SCHEDULER,
+        "nodes": nodes,
+        "processes": per_node,
+        # One task per node: the job's script runs once, and the launcher starts one torchrun
+        # per node itself (srun inside the allocation), which starts the node's processes.
+        "tasks": nodes,
+        "cpus_per_task": per_node * RESOURCES["cpus_per_process"],
+        "mem_mb": per_node * RESOURCES["memory_mb_per_process"],  # per node, like sbatch --mem
+        # Snakemake's standard resource: the job's GPUs (sbatch --gpus counts all its nodes).
+        "gpu": nodes * gpus_per_node,
+        # The plugin reads `tasks` of a GPU job as tasks per GPU; 0 turns that off.
+        "tasks_per_gpu": 0 if gpus_per_node else None,
+        # A job over several nodes starts its own srun: with an `mpi` resource the plugin's job
+        # step runs the command once in the batch script, not inside a one-node `srun -n1` step.
+        "mpi": "srun" if nodes > 1 else None,
+    }
+
+
 @functools.cache
-def run_resources(run):
-    """What one run's job asks a scheduler for, per node: its processes, their memory, and GPUs
-    where it uses them (a cluster profile maps these onto the scheduler's options)."""
+def run_resources(run, stage="train"):
+    """What one run's training (or evaluation) job asks a scheduler for: its nodes, processes
+    per node, their CPUs and memory, GPUs where it uses them. Evaluation runs on one node."""
     strategy = strategies.get(RUNS[run], CFG["parallel"])
-    per_node = strategy.processes_per_node()
-    return {"nodes": strategy.nodes(), "processes": per_node, "gpu": strategy.gpus(),
-            "mem_mb": per_node * CFG["resources"]["memory_mb_per_process"]}
+    if stage == "evaluate":
+        processes = strategy.evaluation_processes()
+        return job_resources(1, processes, min(strategy.gpus(), processes))
+    return job_resources(strategy.nodes(), strategy.processes_per_node(), strategy.gpus())
 
 
-# The resources of a run's training and evaluation jobs, one function of the run each.
-RUN_RESOURCES = {name: (lambda wildcards, name=name: run_resources(wildcards.run)[name])
-                 for name in ("nodes", "processes", "gpu", "mem_mb")}
+def resources_of(stage):
+    """The resources of a run's `stage` job, one function of the run each."""
+    return {name: (lambda wildcards, name=name: run_resources(wildcards.run, stage)[name])
+            for name in job_resources(1, 1, 0)}
+
+
+def equivalence_resources():
+    """One step of each of pipeline/equivalence.py's entries, on one node: at most 2 processes."""
+    ddp = strategies.get({"strategy": "ddp", "workers": 2, "images_per_worker": 4},
+                         dict(CFG["parallel"], nnodes=1))
+    return job_resources(1, ddp.processes(), ddp.gpus())
+
+
+def cores_or(cpus):
+    """A job that times itself has the machine to itself: locally all of --cores. On a cluster
+    (no --cores; each job is its own allocation) the CPUs it asks for, `cpus` of its wildcards."""
+    try:
+        cores = workflow.cores
+    except WorkflowError:
+        return cpus
+    return lambda wildcards: cores
 
 
 # Every rule runs in the locked environment: the image built from the Dockerfile. Snakemake uses
@@ -103,6 +156,8 @@ rule data:
     params:
         data=P.canonical(DATA),
         python=PYTHON,
+    resources:
+        **SCHEDULER,
     log:
         f"logs/data/{DATA['name']}.log",
     benchmark:
@@ -126,9 +181,9 @@ rule train:
         python=PYTHON,
         out=lambda wildcards, output: os.path.dirname(output.summary),
     # Timings are the result: a training run has the machine (or its allocation) to itself.
-    threads: workflow.cores
+    threads: cores_or(resources_of("train")["cpus_per_task"])
     resources:
-        **RUN_RESOURCES,
+        **resources_of("train"),
     log:
         f"logs/train/{PRESET}/{{run}}.log",
     benchmark:
@@ -151,9 +206,9 @@ rule evaluate:
         run=lambda wildcards: P.canonical(RUNS[wildcards.run]),
         out=lambda wildcards, output: os.path.dirname(output.metrics),
         python=PYTHON,
-    threads: workflow.cores
+    threads: cores_or(resources_of("evaluate")["cpus_per_task"])
     resources:
-        **RUN_RESOURCES,
+        **resources_of("evaluate"),
     log:
         f"logs/evaluate/{PRESET}/{{run}}.log",
     benchmark:
@@ -172,7 +227,9 @@ rule equivalence:
     params:
         config=stage_params("equivalence"),
         python=PYTHON,
-    threads: workflow.cores
+    threads: cores_or(lambda wildcards: equivalence_resources()["cpus_per_task"])
+    resources:
+        **equivalence_resources(),
     log:
         "logs/equivalence.log",
     benchmark:
@@ -202,6 +259,8 @@ rule report:
         runs=expand(RUN_DIR, run=RUNS),
         out=lambda wildcards, output: os.path.dirname(output.html),
         python=PYTHON,
+    resources:
+        **SCHEDULER,
     log:
         "logs/report.log",
     benchmark:
@@ -222,6 +281,8 @@ rule paper:
         PAPER,
     params:
         python=PYTHON,
+    resources:
+        **SCHEDULER,
     log:
         "logs/paper.log",
     benchmark:

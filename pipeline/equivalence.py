@@ -56,6 +56,9 @@ def measure(cfg: dict) -> dict:
     cfg["data"]["horizontal_flip"] = 0.0
     cfg["train"].update(warmup_iters=0, epochs=1)
     cfg["eval"] = {"every_epochs": 0}  # one step: nothing to evaluate during training
+    # On one node, whatever parallel.nnodes says: the rule's job asks for one node, and a
+    # torchrun told to expect a second node would wait for it forever.
+    cfg["parallel"]["nnodes"] = 1
     runs = {sweep.run_id(r): r for r in (sweep.fill(e, cfg) for e in ENTRIES)}
     skipped = {name: why for name, r in runs.items()
                if (why := strategies.get(r, cfg["parallel"]).unavailable())}

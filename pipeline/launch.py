@@ -8,6 +8,10 @@ without GPUs, ...) gets a train_summary.json with status "skipped" and the reaso
 in the summary and the report instead of vanishing. Otherwise this process becomes the
 strategy's launcher (`python` or `torchrun`) running `-m pipeline.train`: torchrun, not this
 module, starts and watches the worker processes.
+
+Inside a SLURM allocation a run over several nodes (parallel.nnodes > 1) starts one torchrun
+per node itself: `srun` on the allocation's nodes, rendezvous on its first node
+(pipeline/slurm.py). Outside SLURM the launcher starts torchrun on this node only, as before.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import lifetime, provenance, stages, strategies, sweep
+from . import lifetime, provenance, slurm, stages, strategies, sweep
 from .scoring import not_evaluated
 from .files import read_json, write_json, write_text
 
@@ -27,8 +31,13 @@ def skipped_summary(cfg: dict, run: dict, reason: str) -> dict:
             "provenance": provenance.collect(stages.config_for(cfg, "train"), run=run)}
 
 
-def command(cfg: dict, run: dict, out: str, python: str = sys.executable) -> list[str]:
-    strategy = strategies.get(run, cfg["parallel"])
+def command(cfg: dict, run: dict, out: str, python: str = sys.executable,
+            rdzv_endpoint: str | None = None) -> list[str]:
+    """The training command; `rdzv_endpoint` replaces parallel.rdzv_endpoint for torchrun only
+    (the run's config, and so its checkpoint's identity, stays the same)."""
+    parallel = cfg["parallel"] if rdzv_endpoint is None else dict(cfg["parallel"],
+                                                                   rdzv_endpoint=rdzv_endpoint)
+    strategy = strategies.get(run, parallel)
     return strategy.launcher(python) + [
         "-m", "pipeline.train", "--config", json.dumps(cfg), "--entry", json.dumps(run), "--out", out]
 
@@ -40,6 +49,25 @@ def evaluation_command(cfg: dict, run: dict, run_dir: str, python: str = sys.exe
     if not_evaluated(read_json(Path(run_dir) / "train_summary.json")) is None:
         launcher = strategies.get(run, cfg["parallel"]).evaluation_launcher(python)
     return launcher + ["-m", "pipeline.evaluate", "--config", json.dumps(cfg), "--run-dir", run_dir]
+
+
+def multi_node_command(cfg: dict, run: dict, out: str) -> list[str]:
+    """The training command for this node; for a run over several nodes, inside a SLURM
+    allocation: srun starting one torchrun on each node, meeting on the first node."""
+    nnodes = cfg["parallel"]["nnodes"]
+    alloc = slurm.allocation() if nnodes > 1 else None
+    if alloc is None:
+        if nnodes > 1:
+            print(f"node 1 of {nnodes}: start the same command on every other node; rendezvous "
+                  f"at {cfg['parallel']['rdzv_endpoint']}", file=sys.stderr)
+        return command(cfg, run, out)
+    # This process becomes srun; each node's torchrun is started by SLURM's step daemon, and
+    # its workers must follow that torchrun, their parent, not this process.
+    os.environ.pop(lifetime.LAUNCHER_PID, None)
+    endpoint = slurm.rdzv_endpoint(alloc, cfg["parallel"]["rdzv_endpoint"])
+    print(f"SLURM job {alloc.job_id}: one torchrun on each of {nnodes} nodes "
+          f"({', '.join(alloc.hosts)}); rendezvous at {endpoint}", file=sys.stderr)
+    return slurm.srun(alloc, nnodes) + command(cfg, run, out, rdzv_endpoint=endpoint)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -63,11 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         write_text(out / "iterations.jsonl", "")
         write_json(out / "train_summary.json", skipped_summary(cfg, run, reason))
         return
-    argv = command(cfg, run, args.out)
-    if cfg["parallel"]["nnodes"] > 1:
-        print(f"node 1 of {cfg['parallel']['nnodes']}: start the same command on every other "
-              f"node (under SLURM: srun); rendezvous at {cfg['parallel']['rdzv_endpoint']}",
-              file=sys.stderr)
+    argv = multi_node_command(cfg, run, args.out)
     sys.stdout.flush()
     os.execv(argv[0], argv)
 

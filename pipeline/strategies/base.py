@@ -116,6 +116,10 @@ class Strategy:
         """GPUs the job needs on one node (0: runs on CPU, or uses a GPU where one is visible)."""
         return 0
 
+    def evaluation_processes(self) -> int:
+        """How many processes evaluation starts (always on one node)."""
+        return 1
+
     def unavailable(self) -> str | None:
         """Why this run cannot run on this machine (checked before any process starts)."""
         return None

@@ -49,11 +49,14 @@ class TorchrunStrategy(Strategy):
     def launcher(self, python: str) -> list[str]:
         return torchrun(python, self.per_node()[0], self.parallel, f"{self.name}-{self.run['workers']}")
 
+    def evaluation_processes(self) -> int:
+        return self.run["workers"] if self.evaluates_on_workers else 1
+
     def evaluation_launcher(self, python: str) -> list[str]:
         if not self.evaluates_on_workers:
             return [python]
-        # Evaluation runs on the first node only, one process per worker.
-        return torchrun(python, self.run["workers"], dict(self.parallel, nnodes=1), "")
+        # Evaluation runs on one node only (its job asks for one), one process per worker.
+        return torchrun(python, self.evaluation_processes(), dict(self.parallel, nnodes=1), "")
 
     def start(self, threads: int) -> Context:
         member = distributed.init_process_group(self.parallel, threads)

@@ -174,22 +174,15 @@ else
     trap 'rm -rf "$WORK"' EXIT
 fi
 # The demo preset shrunk like tests/test_workflow.py's tiny_params (params.yaml is not changed).
-"$HOST_PYTHON" - "$REPO/params.yaml" "$WORK/params.yaml" <<'PY'
+"$HOST_PYTHON" - "$REPO" "$WORK/params.yaml" <<'PY'
 import sys
 
 import yaml
 
-raw = yaml.safe_load(open(sys.argv[1]))
-demo = raw["presets"]["demo"]
-demo["data"]["synthetic"] = {"seed": 7, "image_size": 96, "train_images": 24, "val_images": 8,
-                             "max_objects": 3, "clutter": 3}
-demo["model"].update(min_size=96, max_size=96, channels=32, representation_size=128)
-demo["train"].update(epochs=2, images_per_worker=4, base_batch=4, warmup_iters=4, lr_steps=[])
-demo["eval"].update(batch_size=4)
-demo["sweep"] = [{"strategy": "single", "workers": 1},
-                 {"strategy": "ddp", "workers": 2, "images_per_worker": 2},
-                 {"strategy": "ps", "workers": 2, "images_per_worker": 2},
-                 {"strategy": "dp", "workers": 2, "images_per_worker": 2}]
+sys.path.insert(0, sys.argv[1])
+from tests.test_workflow import tiny_params  # the one definition of the tiny workflow
+
+raw = tiny_params(yaml.safe_load(open(f"{sys.argv[1]}/params.yaml")))
 open(sys.argv[2], "w").write(yaml.safe_dump(raw, sort_keys=False))
 PY
 

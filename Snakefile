@@ -19,7 +19,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from snakemake.utils import min_version
 
 from pipeline import params as P
-from pipeline import paper, stages, strategies, sweep
+from pipeline import paper, stale_locks, stages, strategies, sweep
 from pipeline.report.build import FILES as REPORT_FILES
 from pipeline.report.build import TABLES
 from pipeline.report.figures import FIGURES
@@ -28,6 +28,18 @@ min_version("9.0")
 
 
 configfile: "params.yaml"
+
+
+# A Snakemake killed with SIGKILL leaves its locks; the next run clears them once it is sure
+# their owner is gone (pipeline/stale_locks.py), so rerunning the same command just works.
+# profiles/default turns on --rerun-incomplete for the same reason.
+RELEASED = stale_locks.release_stale()
+if RELEASED:
+    print(RELEASED, file=sys.stderr)
+
+
+onstart:
+    stale_locks.record_owner(getattr(workflow.persistence, "_lockfile", {}).values())
 
 
 try:
@@ -62,6 +74,11 @@ def code(stage):
 
 def stage_params(stage):
     return P.canonical(stages.config_for(CFG, stage))
+
+
+# How a stage outlives faults (timeouts, restarts, checkpoint interval): passed on its command
+# line, not as its params, so changing one reruns nothing (pipeline/stages.py).
+KNOBS = {stage: P.canonical(stages.knobs_for(CFG, stage)) for stage in stages.STAGES}
 
 
 RESOURCES = CFG["resources"]
@@ -189,8 +206,8 @@ rule train:
     benchmark:
         f"logs/benchmarks/train_{PRESET}_{{run}}.tsv"
     shell:
-        "exec {params.python} -m pipeline.launch --config {params.config:q} --entry {params.run:q}"
-        " --out {params.out} > {log} 2>&1"
+        "exec {params.python} -m pipeline.launch --config {params.config:q} --knobs {KNOBS[train]:q}"
+        " --entry {params.run:q} --out {params.out} > {log} 2>&1"
 
 
 rule evaluate:
@@ -215,7 +232,7 @@ rule evaluate:
         f"logs/benchmarks/evaluate_{PRESET}_{{run}}.tsv"
     shell:
         "exec {params.python} -m pipeline.launch --stage evaluate --config {params.config:q}"
-        " --entry {params.run:q} --out {params.out} > {log} 2>&1"
+        " --knobs {KNOBS[evaluate]:q} --entry {params.run:q} --out {params.out} > {log} 2>&1"
 
 
 rule equivalence:
@@ -235,8 +252,8 @@ rule equivalence:
     benchmark:
         "logs/benchmarks/equivalence.tsv"
     shell:
-        "exec {params.python} -m pipeline.equivalence --config {params.config:q} --out {output}"
-        " > {log} 2>&1"
+        "exec {params.python} -m pipeline.equivalence --config {params.config:q}"
+        " --knobs {KNOBS[equivalence]:q} --out {output} > {log} 2>&1"
 
 
 rule report:

@@ -3,11 +3,12 @@
 Follows torchvision's references/detection recipe for what it skips, and logs each skip:
   * crowd annotations (iscrowd=1) are not training targets (they stay in the evaluation ground
     truth, where COCOeval ignores matches to them);
-  * boxes are clamped to the image; a box with no area left (zero or negative width or height,
-    or entirely outside the image) is dropped;
+  * boxes are clamped to the image; a box with no area left (zero width or height, or entirely
+    outside the image) is dropped (COCO itself has a few, so these cannot be errors);
   * training drops images left without a box; evaluation keeps every image.
-Anything else wrong (a missing or unreadable file, malformed JSON, an empty split) is an error
-naming the file and what to do.
+Anything else wrong is an error naming the file and what to do: a missing, empty, truncated or
+mislabelled (PNG named .jpg) image, malformed or non-COCO JSON, duplicate ids, dangling
+references, a box no recipe can mean (negative size, NaN or infinite), an empty split.
 
 `build_manifest` validates both splits; the data stage (pipeline/prepare.py) writes it.
 """
@@ -31,6 +32,13 @@ SPLIT_DIRS = {"train": "train2017", "val": "val2017"}
 REQUIRED_KEYS = {"images": ("id", "file_name", "width", "height"),
                  "annotations": ("id", "image_id", "category_id", "bbox"),
                  "categories": ("id", "name")}
+REFETCH = "re-fetch or regenerate the dataset"
+# What an image's name promises, as PIL names formats. MPO is how PIL opens a JPEG that holds
+# several pictures (some cameras write them); it decodes as the JPEG it is.
+FORMATS = {".jpg": ("JPEG", "MPO"), ".jpeg": ("JPEG", "MPO"), ".png": ("PNG",)}
+EXTENSIONS = {"JPEG": ".jpg", "MPO": ".jpg", "PNG": ".png"}
+JSON_KINDS = {list: "a JSON list", str: "a JSON string", int: "a JSON number",
+              float: "a JSON number", bool: "a JSON boolean", type(None): "JSON null"}
 
 
 class DatasetError(ValueError):
@@ -42,37 +50,95 @@ def annotation_path(root: str | Path, split: str) -> Path:
 
 
 def load_annotations(root: str | Path, split: str) -> dict:
+    """The split's annotation file, checked to be a COCO object whose entries have their keys
+    and whose image and annotation ids are unique."""
     path = annotation_path(root, split)
     if not path.is_file():
         raise DatasetError(f"{path}: annotation file not found; expected the COCO 2017 layout "
                            f"(annotations/, train2017/, val2017/) under {root}")
+    text = path.read_text()
+    if not text:
+        raise DatasetError(f"{path}: is empty (0 bytes); {REFETCH}")
     try:
-        document = json.loads(path.read_text())
+        document = json.loads(text)
     except json.JSONDecodeError as err:
         raise DatasetError(f"{path}: not valid JSON ({err.msg}, line {err.lineno}); "
-                           "re-fetch or regenerate the dataset") from err
+                           f"{REFETCH}") from err
+    if not isinstance(document, dict):
+        raise DatasetError(f"{path}: is {JSON_KINDS.get(type(document), 'not an object')}, not a "
+                           f"COCO annotation object (images, annotations, categories); {REFETCH}")
     for section, keys in REQUIRED_KEYS.items():
-        entries = document.get(section) if isinstance(document, dict) else None
-        if not isinstance(entries, list):
-            raise DatasetError(f"{path}: missing the '{section}' list of a COCO annotation file")
-        for entry in entries:
-            missing = [k for k in keys if k not in entry]
-            if missing:
-                raise DatasetError(f"{path}: {section} entry {entry.get('id', '?')} lacks "
-                                   f"{', '.join(missing)}")
+        _check_entries(path, section, document.get(section), keys)
+    _check_unique_ids(path, document)
     return document
 
 
+def _check_entries(path: Path, section: str, entries, keys: tuple[str, ...]) -> None:
+    if not isinstance(entries, list):
+        raise DatasetError(f"{path}: missing the '{section}' list of a COCO annotation file; "
+                           f"{REFETCH}")
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise DatasetError(f"{path}: {section} holds {entry!r}, not an object; {REFETCH}")
+        missing = [k for k in keys if k not in entry]
+        if missing:
+            raise DatasetError(f"{path}: {section} entry {entry.get('id', '?')} lacks "
+                               f"{', '.join(missing)}; {REFETCH}")
+
+
+def _check_unique_ids(path: Path, document: dict) -> None:
+    """Both are looked up by id (here, and by pycocotools in evaluation): a repeated id would
+    silently merge two images, or keep one of two annotations."""
+    for section, kind in (("images", "image"), ("annotations", "annotation")):
+        counts = Counter(entry["id"] for entry in document[section])
+        repeated = [i for i, n in counts.items() if n > 1]
+        if not repeated:
+            continue
+        first = repeated[0]
+        names = [e["file_name"] for e in document["images"] if e["id"] == first]
+        which = f" ({', '.join(names)})" if section == "images" else ""
+        more = f" (and {len(repeated) - 1} more repeated ids)" if len(repeated) > 1 else ""
+        raise DatasetError(f"{path}: {kind} id {first} is used by {counts[first]} entries of "
+                           f"'{section}'{which}{more}; give each {kind} its own id")
+
+
 def clean_box(bbox, width: int, height: int):
-    """COCO [x, y, w, h] -> clamped [x0, y0, x1, y1], or None when no area is left."""
-    x, y, w, h = (float(v) for v in bbox)
-    if not all(math.isfinite(v) for v in (x, y, w, h)) or w <= 0 or h <= 0:
+    """COCO [x, y, w, h] -> [x0, y0, x1, y1] clamped to the image, or None when no area is left
+    (zero width or height, or entirely outside the image). A box no recipe can mean raises
+    ValueError saying why: not 4 numbers, a NaN or infinite coordinate, a negative size."""
+    try:
+        x, y, w, h = (float(v) for v in bbox)
+    except (TypeError, ValueError):
+        raise ValueError("is not 4 numbers [x, y, width, height]") from None
+    if not all(math.isfinite(v) for v in (x, y, w, h)):
+        raise ValueError("has a NaN or infinite coordinate")
+    if w < 0 or h < 0:
+        raise ValueError("has a negative width or height")
+    if w == 0 or h == 0:
         return None
     x0, y0 = min(max(x, 0.0), width), min(max(y, 0.0), height)
     x1, y1 = min(max(x + w, 0.0), width), min(max(y + h, 0.0), height)
     if x1 <= x0 or y1 <= y0:
         return None
     return [x0, y0, x1, y1]
+
+
+def _why_undecodable(path: Path, err: Exception) -> str:
+    """What is wrong with an image PIL could not decode, from its bytes (read only on failure):
+    an empty file, or one cut short (no end marker), says more than PIL's message."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return str(err)
+    if not data:
+        return "the file is empty (0 bytes)"
+    if data.startswith(b"\xff\xd8\xff") and not data.rstrip(b"\0").endswith(b"\xff\xd9"):
+        return (f"the file is truncated: its JPEG data stops after {len(data)} bytes, without "
+                "the end-of-image marker")
+    if data.startswith(b"\x89PNG\r\n\x1a\n") and b"IEND" not in data[-12:]:
+        return (f"the file is truncated: its PNG data stops after {len(data)} bytes, without "
+                "the IEND chunk")
+    return str(err)
 
 
 class CocoDetection(torch.utils.data.Dataset):
@@ -90,51 +156,93 @@ class CocoDetection(torch.utils.data.Dataset):
         self.categories = {c["id"]: c["name"] for c in document["categories"]}
         self.num_classes = max(self.categories, default=0) + 1
         self.skipped = Counter()
-        by_image = {img["id"]: [] for img in document["images"]}
-        for ann in document["annotations"]:
-            if ann["image_id"] not in by_image:
-                raise DatasetError(f"{self.source}: annotation {ann['id']} refers to image "
-                                   f"{ann['image_id']}, which is not in 'images'")
-            if ann["category_id"] not in self.categories:
-                raise DatasetError(f"{self.source}: annotation {ann['id']} has category_id "
-                                   f"{ann['category_id']}, which is not in 'categories'")
-            by_image[ann["image_id"]].append(ann)
+        self.clamped = 0
+        self._examples: dict[str, str] = {}  # reason -> the first thing skipped for it
+        by_image = self._annotations_by_image(document)
         self.images = []
         for img in sorted(document["images"], key=lambda i: i["id"]):
             targets = self._targets(img, by_image[img["id"]])
             if train and not targets:
-                self.skipped["images without usable boxes (training)"] += 1
+                self._skip("images without usable boxes (training)", img["file_name"])
                 continue
             self.images.append((img, targets))
-        missing = [img["file_name"] for img, _ in self.images
-                   if not (self.image_dir / img["file_name"]).is_file()]
-        if missing:
-            raise DatasetError(f"{self.image_dir}: {len(missing)} image(s) listed in {self.source} "
-                               f"are missing, e.g. {missing[:3]}; re-fetch or regenerate the dataset")
-        if not self.images:
-            raise DatasetError(f"{self.source}: no usable images in the {split} split"
-                               + (" (every image lacks a valid non-crowd box)" if train else ""))
-        for reason, count in sorted(self.skipped.items()):
-            log.warning("%s: skipped %d %s", self.source, count, reason)
+        self._check_images()
+        self._log_skips()
         transforms = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
         if train and horizontal_flip > 0:
             transforms.insert(1, v2.RandomHorizontalFlip(horizontal_flip))
         self.transforms = v2.Compose(transforms)
 
+    def _annotations_by_image(self, document: dict) -> dict[int, list[dict]]:
+        by_image = {img["id"]: [] for img in document["images"]}
+        for ann in document["annotations"]:
+            if ann["image_id"] not in by_image:
+                raise DatasetError(f"{self.source}: annotation {ann['id']} refers to image "
+                                   f"{ann['image_id']}, which is not in 'images'; add the image "
+                                   "or remove the annotation")
+            if ann["category_id"] not in self.categories:
+                raise DatasetError(f"{self.source}: annotation {ann['id']} has category_id "
+                                   f"{ann['category_id']}, which is not in 'categories'; add the "
+                                   "category or fix the annotation's category_id")
+            by_image[ann["image_id"]].append(ann)
+        return by_image
+
+    def _check_images(self) -> None:
+        """Every kept image is on disk (its bytes are checked when it is decoded), and some are."""
+        missing = [img["file_name"] for img, _ in self.images
+                   if not (self.image_dir / img["file_name"]).is_file()]
+        if missing:
+            raise DatasetError(f"{self.image_dir}: {len(missing)} image(s) listed in {self.source} "
+                               f"are missing, e.g. {missing[:3]}; {REFETCH}")
+        if not self.images:
+            why = " (every image lacks a valid non-crowd box)" if self.train else ""
+            raise DatasetError(f"{self.source}: no usable images in the {self.split} split{why}; "
+                               f"{REFETCH}")
+
+    def _skip(self, reason: str, example: str) -> None:
+        self.skipped[reason] += 1
+        self._examples.setdefault(reason, example)
+
+    def _log_skips(self) -> None:
+        """One warning per kind of skip, with a count and an example; each box at INFO."""
+        for reason, count in sorted(self.skipped.items()):
+            log.warning("%s: skipped %d %s (e.g. %s)", self.source, count, reason,
+                        self._examples[reason])
+        if self.clamped:
+            log.warning("%s: clamped %d boxes that extend past their image to its edges",
+                        self.source, self.clamped)
+
     def _targets(self, img: dict, annotations: list[dict]) -> list[tuple]:
         kept = []
         for ann in annotations:
             if self.train and ann.get("iscrowd", 0):
-                self.skipped["crowd annotations (training)"] += 1
+                self._skip("crowd annotations (training)", f"annotation {ann['id']}")
                 continue
-            box = clean_box(ann["bbox"], img["width"], img["height"])
-            if box is None:
-                self.skipped["boxes with no area inside the image"] += 1
-                log.info("%s: annotation %s of image %s has an empty box %s; skipped",
-                         self.source, ann["id"], img["file_name"], ann["bbox"])
-                continue
-            kept.append((box, ann["category_id"], ann.get("area", 0.0), ann.get("iscrowd", 0)))
+            box = self._box(img, ann)
+            if box is not None:
+                kept.append((box, ann["category_id"], ann.get("area", 0.0), ann.get("iscrowd", 0)))
         return kept
+
+    def _box(self, img: dict, ann: dict) -> list[float] | None:
+        """The annotation's box clamped to its image; None (skipped, counted) if none is left."""
+        try:
+            box = clean_box(ann["bbox"], img["width"], img["height"])
+        except ValueError as err:
+            raise DatasetError(f"{self.source}: annotation {ann['id']} of image {img['id']} "
+                               f"({img['file_name']}): bbox {ann['bbox']} {err}; fix or remove "
+                               "the annotation") from None
+        x, y, w, h = (float(v) for v in ann["bbox"])
+        if box is None:
+            reason = ("boxes of zero width or height" if w == 0 or h == 0
+                      else "boxes entirely outside their image")
+            self._skip(reason, f"annotation {ann['id']}")
+            log.info("%s: annotation %s of image %s: %s %s; skipped", self.source, ann["id"],
+                     img["file_name"], reason, ann["bbox"])
+        elif box != [x, y, x + w, y + h]:
+            self.clamped += 1
+            log.info("%s: annotation %s of image %s: box %s clamped to %s", self.source,
+                     ann["id"], img["file_name"], ann["bbox"], box)
+        return box
 
     def __len__(self) -> int:
         return len(self.images)
@@ -151,14 +259,25 @@ class CocoDetection(torch.utils.data.Dataset):
         path = self.image_dir / img["file_name"]
         try:
             with Image.open(path) as handle:
+                self._check_format(path, handle.format)
                 image = handle.convert("RGB")
         except (UnidentifiedImageError, OSError) as err:
-            raise DatasetError(f"{path}: cannot decode image {img['id']} ({err}); "
-                               "re-fetch or regenerate the dataset") from err
+            raise DatasetError(f"{path}: cannot decode image {img['id']}: "
+                               f"{_why_undecodable(path, err)}; {REFETCH}") from err
         if image.size != (img["width"], img["height"]):
             raise DatasetError(f"{path}: is {image.size[0]}x{image.size[1]} but {self.source} says "
-                               f"{img['width']}x{img['height']}")
+                               f"{img['width']}x{img['height']}; {REFETCH}")
         return image
+
+    def _check_format(self, path: Path, found: str | None) -> None:
+        """The header names the format (no decoding): data that is not what its name says is
+        refused, since other tools (and a re-encode to JPEG) trust the extension."""
+        expected = FORMATS.get(path.suffix.lower())
+        if expected and found not in expected:
+            extension = EXTENSIONS.get(found, f".{str(found).lower()}")
+            raise DatasetError(f"{path}: holds {found} data although its name says "
+                               f"{expected[0]}; re-encode it as {expected[0]}, or rename it to "
+                               f"{path.stem}{extension} and change its file_name in {self.source}")
 
     def target(self, index: int) -> dict:
         """The annotations of image `index` in torchvision's detection format (no decoding)."""

@@ -50,13 +50,78 @@ def init_process_group(parallel: dict, threads: int) -> Membership:
     backend = parallel["backend"]
     if backend == "auto":
         backend = "nccl" if device.type == "cuda" else "gloo"
+    # NCCL's own watchdog aborts a collective that outlives the timeout and tears the process
+    # down (instead of leaving it stuck in a kernel); gloo honours the timeout by itself.
+    os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     threads = threads or max(1, available_cores() // local_processes)
     torch.set_num_threads(threads)
     if not dist.is_initialized():
         dist.init_process_group(backend, rank=rank, world_size=processes,
-                                timeout=datetime.timedelta(minutes=30),
+                                timeout=datetime.timedelta(seconds=parallel["timeout_s"]),
                                 device_id=device if device.type == "cuda" else None)
     return Membership(rank, processes, device, backend, threads)
+
+
+# ---- who stopped where: for the message of a run that lost a process ----------------------
+PEER_FAILURE_HINTS = ("gloo", "NCCL", "Connection closed", "Connection reset", "Broken pipe",
+                      "Timed out", "timed out")
+STORE_READ_TIMEOUT = datetime.timedelta(seconds=5)
+
+
+def _store():
+    """The job's key-value store (torchrun's, or rank 0's): every rank can reach it."""
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError, ValueError):  # not in a process group
+        return None
+
+
+def _step_key(rank: int) -> str:
+    return f"frcnn-bench/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/step/{rank}"
+
+
+def report_progress(step: int) -> None:
+    """Leave this rank's iteration count in the job's store (one small write per iteration)."""
+    store = _store() if dist.is_initialized() else None
+    if store is not None:
+        store.set(_step_key(dist.get_rank()), str(step))
+
+
+def last_steps() -> dict[int, int | None]:
+    """Every rank's last reported iteration (None: never reported, or the store is gone)."""
+    store, steps = _store(), {}
+    if store is None:
+        return steps
+    store.set_timeout(STORE_READ_TIMEOUT)
+    for rank in range(dist.get_world_size()):
+        try:
+            steps[rank] = int(store.get(_step_key(rank))) if store.check([_step_key(rank)]) else None
+        except (RuntimeError, ValueError):  # the store's host is gone too
+            steps[rank] = None
+    return steps
+
+
+def lost_peers(err: BaseException) -> str | None:
+    """If `err` is a collective that failed because another process of the job died or hangs,
+    what happened and what to do; None for any other error."""
+    if not dist.is_initialized() or not (
+            isinstance(err, dist.DistError) or any(h in str(err) for h in PEER_FAILURE_HINTS)):
+        return None
+    steps = last_steps()
+    reached = [step for step in steps.values() if step is not None]
+    behind = [rank for rank, step in steps.items() if reached and (step or 0) < max(reached)]
+    if behind:
+        who = ", ".join(f"rank {rank} (step {steps[rank]})" for rank in behind)
+        who = f"{who} stopped first: it died or hangs (its lines in this log and torchrun's report say why)"
+    elif reached:
+        who = f"every rank reached step {max(reached)}: one failed while they communicated"
+    else:
+        who = "the job's store is unreachable too: the first node (or its torchrun) is gone"
+    first_line = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+    return (f"rank {dist.get_rank()} lost the other processes of its run ({first_line}); {who}. "
+            "The run's last checkpoint is kept: rerun the same command to resume from it, or set "
+            "parallel.max_restarts to have torchrun restart the run by itself. A process that "
+            "hangs rather than dies is waited for at most parallel.timeout_s")
 
 
 def barrier() -> None:

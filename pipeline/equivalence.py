@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from . import lifetime, strategies, sweep
+from . import lifetime, stages, strategies, sweep
 from .files import write_json
 from .launch import command
 from .model import build_model
@@ -47,7 +47,7 @@ def one_step(cfg: dict, run: dict, out: Path) -> dict[str, torch.Tensor]:
                             preexec_fn=functools.partial(lifetime.become_launcher, os.getpid()))
     if result.returncode != 0:
         raise RuntimeError(f"{name}: one step failed:\n{result.stderr[-2000:]}")
-    return torch.load(out / name / "model_final.pt", weights_only=False)["model"]
+    return torch.load(out / name / "model_final.pt", weights_only=True)["model"]
 
 
 def measure(cfg: dict) -> dict:
@@ -84,11 +84,11 @@ def measure(cfg: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="One-step difference of each strategy from single.")
-    parser.add_argument("--config", required=True, help="resolved preset as JSON")
+    stages.add_config_arguments(parser)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     lifetime.die_with_parent()  # the rule's shell execs us: go with Snakemake
-    report = measure(json.loads(args.config))
+    report = measure(stages.parsed_config(args))
     write_json(args.out, report)
     print(json.dumps(report["strategies"], indent=1))
 

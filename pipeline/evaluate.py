@@ -30,7 +30,7 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
     if distributed.launched_by_torchrun():
         member = distributed.init_process_group(cfg["parallel"], 0)
         rank, world, device = member.rank, member.processes, member.device
-    checkpoint = torch.load(run_dir / "model_final.pt", map_location="cpu", weights_only=False)
+    checkpoint = torch.load(run_dir / "model_final.pt", map_location="cpu", weights_only=True)
     model_cfg = dict(cfg["model"], backbone_weights=None)  # the trained weights replace them
     model = build_model(model_cfg, checkpoint["num_classes"])
     model.load_state_dict(checkpoint["model"])
@@ -61,7 +61,7 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="COCO bbox evaluation of one trained run.")
-    parser.add_argument("--config", required=True, help="resolved preset as JSON")
+    stages.add_config_arguments(parser)
     parser.add_argument("--run-dir", required=True)
     args = parser.parse_args(argv)
     lifetime.die_with_parent()  # a worker of torchrun (or the launcher itself): go with it
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
                    {"run_id": Path(args.run_dir).name, "status": why_not[0],
                     "reason": why_not[1], **{name: None for name in METRICS}})
         return
-    record = evaluate(json.loads(args.config), args.run_dir)
+    record = evaluate(stages.parsed_config(args), args.run_dir)
     if record is not None:
         print(json.dumps({k: round(record[k], 4) for k in METRICS}))
 

@@ -11,6 +11,8 @@ mark: anything else at the target (a user's data, a mount, a symlink) is left un
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import json
 import os
 import shutil
@@ -23,6 +25,39 @@ MARKER = ".made-by-frcnn-dp-bench"  # in a directory tree this pipeline wrote wh
 
 class ForeignDirectoryError(FileExistsError):
     """The pipeline would replace a directory it did not make; it was left untouched."""
+
+
+class OutputError(OSError):
+    """An output could not be written (no space, no permission); the previous file is intact."""
+
+
+REMEDIES = {
+    errno.ENOSPC: "free space on the file system that holds {dir} (df -h {dir}) and rerun",
+    errno.EDQUOT: "free space within your quota on {dir} and rerun",
+    errno.EACCES: "make {dir} writable by you (or run from a copy of the project you can write) "
+                  "and rerun",
+    errno.EROFS: "{dir} is on a read-only file system: run from a writable copy of the project",
+}
+REMEDIES[errno.EPERM] = REMEDIES[errno.EACCES]
+
+
+def output_error(path: Path, err: OSError) -> OutputError | OSError:
+    """A write that failed for want of space or permission, said with its remedy."""
+    remedy = REMEDIES.get(err.errno)
+    if remedy is None:
+        return err
+    return OutputError(err.errno, f"{path}: cannot write it ({os.strerror(err.errno)}); "
+                       f"{remedy.format(dir=path.parent)}. The previous {path.name}, if any, "
+                       "is unchanged")
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Temporaries of `path` left by a writer that was killed (names only we make)."""
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
 
 
 def _umask_at_import() -> int:
@@ -53,16 +88,25 @@ def set_usual_mode(path: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path in the target's directory; on success rename it over `path`."""
+    """Yield a temporary path in the target's directory; on success rename it over `path`.
+    Only one process writes a given output (Snakemake locks them), so temporaries of `path`
+    found beside it are a killed writer's: they go first. No space or no permission is an
+    OutputError that names the file and the remedy; `path` is then as it was."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise output_error(path, err) from err
     os.close(fd)
     tmp = Path(tmp)
     try:
         yield tmp
         set_usual_mode(tmp)
         os.replace(tmp, path)
+    except OSError as err:
+        raise output_error(path, err) from err
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -88,10 +132,14 @@ def read_json(path: str | Path):
 
 
 def save_torch(obj, path: str | Path) -> None:
+    """torch.save, atomically; serialised in memory first, so that a full disk is an OSError
+    (ENOSPC) of the write, not an opaque error from inside torch's zip writer."""
     import torch
 
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
     with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+        tmp.write_bytes(buffer.getbuffer())
 
 
 def made_by_pipeline(path: str | Path) -> bool:
@@ -117,6 +165,7 @@ def replacing_dir(target: str | Path, provenance: dict, remedy: str) -> Iterator
     target = Path(target)
     check_replaceable(target, remedy)
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(target)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield staging

@@ -72,7 +72,7 @@ def multi_node_command(cfg: dict, run: dict, out: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Launch one training run (see module docstring).")
-    parser.add_argument("--config", required=True, help="resolved preset as JSON")
+    stages.add_config_arguments(parser)
     parser.add_argument("--entry", required=True, help="the sweep entry as JSON")
     parser.add_argument("--out", required=True, help="run directory")
     parser.add_argument("--stage", choices=["train", "evaluate"], default="train")
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     # Killed with its job: the rule's shell execs us, so our parent is Snakemake (or srun's
     # step daemon); the request survives the exec of torchrun below.
     lifetime.become_launcher()
-    cfg, run = json.loads(args.config), json.loads(args.entry)
+    cfg, run = stages.parsed_config(args), json.loads(args.entry)
     if args.stage == "evaluate":
         argv = evaluation_command(cfg, run, args.out)
         os.execv(argv[0], argv)

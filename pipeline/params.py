@@ -40,6 +40,60 @@ def _key_path(error: jsonschema.ValidationError) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "(top level)"
 
 
+# How the schema's types read in a remedy.
+TYPE_WORDS = {"integer": "a whole number", "number": "a number", "string": "text",
+              "boolean": "true or false", "array": "a list", "object": "a mapping", "null": "null"}
+LIMIT_REMEDIES = {"minimum": "set it to {} or more", "exclusiveMinimum": "set it above {}",
+                  "maximum": "set it to {} or less", "exclusiveMaximum": "set it below {}",
+                  "minItems": "give it at least {} item(s)",
+                  "minLength": "give it at least {} character(s)", "const": "set it to {!r}"}
+SCHEMA_HINT = "see the comment beside the key in params.yaml, or pipeline/params.schema.yaml"
+
+
+def _kinds(error: jsonschema.ValidationError) -> list[str]:
+    """The types a `type` error asked for; for a oneOf/anyOf, those of all its branches."""
+    if error.validator in ("oneOf", "anyOf"):
+        return [kind for e in error.context if e.validator == "type" for kind in _kinds(e)]
+    value = error.validator_value
+    return value if isinstance(value, list) else [value]
+
+
+def _type_remedy(error: jsonschema.ValidationError) -> str:
+    remedy = "write " + " or ".join(TYPE_WORDS.get(k, k) for k in _kinds(error))
+    if isinstance(error.instance, str):
+        try:  # YAML reads a quoted number as text
+            float(error.instance)
+            remedy += ", without quotes"
+        except ValueError:
+            pass
+    return remedy
+
+
+def remedy(error: jsonschema.ValidationError) -> str:
+    """What to write instead, from the rule the value broke (also used for sweep entries)."""
+    rule, value = error.validator, error.validator_value
+    if rule == "type":
+        return _type_remedy(error)
+    if rule == "minItems" and error.absolute_path and error.absolute_path[-1] == "sweep":
+        return "list at least one run, e.g. - {strategy: single, workers: 1}"
+    if rule in LIMIT_REMEDIES:
+        return LIMIT_REMEDIES[rule].format(value)
+    if rule == "enum":
+        return "use one of those"
+    if rule == "uniqueItems":
+        return "list each value once"
+    return SCHEMA_HINT
+
+
+def _innermost(error: jsonschema.ValidationError) -> list[jsonschema.ValidationError]:
+    """The errors worth reporting: for `oneOf: [null, X]` those of X, not 'is not of type
+    null' (each oneOf here allows null or one kind of value)."""
+    if error.validator not in ("oneOf", "anyOf"):
+        return [error]
+    specific = [e for e in error.context if e.validator != "type" or e.path]
+    return [inner for e in specific for inner in _innermost(e)] or [error]
+
+
 def _describe(error: jsonschema.ValidationError, source: str) -> str:
     where = _key_path(error)
     if error.validator == "additionalProperties":
@@ -54,8 +108,12 @@ def _describe(error: jsonschema.ValidationError, source: str) -> str:
     if error.validator == "required":
         return f"{source}: {where}: {error.message}; add it (see the demo preset for an example)"
     if error.validator in ("oneOf", "anyOf"):
-        return f"{source}: {where}: {error.instance!r} is not valid here: {error.message}"
-    return f"{source}: {where}: {error.message}"
+        if all(e.validator == "type" and not e.path for e in error.context):  # wrong type
+            return (f"{source}: {where}: {error.instance!r} is not of type "
+                    f"{' or '.join(map(repr, _kinds(error)))}; {_type_remedy(error)}")
+        return (f"{source}: {where}: {error.instance!r} is not valid here: {error.message}; "
+                f"{SCHEMA_HINT}")
+    return f"{source}: {where}: {error.message}; {remedy(error)}"
 
 
 def merged(base: dict, override: dict) -> dict:
@@ -107,7 +165,8 @@ def validate(raw: dict, source: str = "params.yaml") -> dict[str, dict]:
     document = {k: v for k, v in raw.items() if k != "defaults"} | {"presets": presets}
     schema = yaml.safe_load(SCHEMA_PATH.read_text())
     validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(document), key=lambda e: list(map(str, e.absolute_path)))
+    errors = sorted((inner for e in validator.iter_errors(document) for inner in _innermost(e)),
+                    key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         raise ParamsError("invalid parameters:\n  " + "\n  ".join(_describe(e, source) for e in errors))
     if raw["preset"] not in presets:
@@ -138,7 +197,15 @@ def _check_consistency(preset: dict, where: str) -> None:
                           f"min_size ({model['min_size']})")
     steps = train["lr_steps"]
     if steps != sorted(steps) or len(set(steps)) != len(steps):
-        raise ParamsError(f"{where}.train.lr_steps: {steps} must be strictly increasing epochs")
+        raise ParamsError(f"{where}.train.lr_steps: {steps} must be strictly increasing epochs; "
+                          f"list each once, in order: {sorted(set(steps))}")
+    # Epochs count from 0 and a step N lowers the lr from epoch N on, so a step at or past
+    # `epochs` never fires: usually a preset that shortened epochs and kept its parent's steps.
+    late = [step for step in steps if step >= train["epochs"]]
+    if late:
+        raise ParamsError(f"{where}.train.lr_steps: {late} reach past the last epoch (epochs: "
+                          f"{train['epochs']}) and would never lower the lr; keep every step "
+                          f"below {train['epochs']} (lr_steps: [] for no decay) or raise epochs")
 
 
 def resolve(raw: dict, source: str = "params.yaml") -> dict:

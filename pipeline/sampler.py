@@ -26,10 +26,11 @@ class ShardedBatchSampler(torch.utils.data.Sampler):
         self.size, self.batch_size, self.seed = size, batch_size, seed
         self.rank, self.world_size = rank, world_size
         self.group_ids = group_ids or [0] * size
-        self.epoch = 0
+        self.epoch, self.skip = 0, 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        """The epoch's batches from the `skip`-th on: a run resumed mid-epoch goes on there."""
+        self.epoch, self.skip = epoch, skip
 
     def __len__(self) -> int:
         per_rank = math.ceil(self.size / self.world_size)
@@ -55,4 +56,4 @@ class ShardedBatchSampler(torch.utils.data.Sampler):
         while len(batches) > len(self):
             tail = batches.pop()
             batches[-1] = batches[-1] + tail
-        return iter(batches)
+        return iter(batches[self.skip:])

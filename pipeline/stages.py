@@ -8,8 +8,10 @@ resume decision read the same list, so they cannot disagree.
 """
 from __future__ import annotations
 
+import argparse
 import ast
 import hashlib
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -22,17 +24,25 @@ ROOT = Path(__file__).resolve().parent.parent  # the directory that holds pipeli
 class Stage:
     sections: tuple[str, ...]  # the parts of the resolved preset the stage reads (section.key: one key)
     modules: tuple[str, ...]   # what it runs with `python -m` (a launcher and what it execs)
+    # Settings (section.key) that shape how the stage runs, not what it computes: they reach
+    # the stage, but are neither a rerun trigger nor part of a checkpoint's identity, so raising
+    # max_restarts after a crash does not retrain the runs that finished.
+    knobs: tuple[str, ...] = ()
 
 
+FAULT_KNOBS = ("parallel.timeout_s", "parallel.max_restarts")  # how a job outlives a fault
 STAGES = {
     "data": Stage(("data",), ("pipeline.prepare",)),
     # Training evaluates as it goes (time-to-accuracy) with COCO's standard settings, so of
     # `eval` it reads only how often: the final evaluation's knobs do not retrain anything.
     "train": Stage(("data", "model", "train", "parallel", "eval.every_epochs"),
-                   ("pipeline.launch", "pipeline.train")),
+                   ("pipeline.launch", "pipeline.elastic", "pipeline.train"),
+                   FAULT_KNOBS + ("train.checkpoint_every",)),
     "evaluate": Stage(("data", "model", "parallel", "eval"),
-                      ("pipeline.launch", "pipeline.evaluate")),
-    "equivalence": Stage(("data", "model", "train", "parallel"), ("pipeline.equivalence",)),
+                      ("pipeline.launch", "pipeline.elastic", "pipeline.evaluate"), FAULT_KNOBS),
+    "equivalence": Stage(("data", "model", "train", "parallel"),
+                         ("pipeline.equivalence", "pipeline.elastic", "pipeline.train"),
+                         FAULT_KNOBS + ("train.checkpoint_every",)),
     "report": Stage(("report",), ("pipeline.report",)),
     "paper": Stage((), ("pipeline.paper",)),
 }
@@ -40,15 +50,47 @@ FETCH_MODULES = ("pipeline.coco_fetch",)  # what dvc.yaml's COCO stages run for 
 
 
 def config_for(cfg: dict, stage: str) -> dict:
-    """The sections (or single keys) of the resolved preset that `stage` reads, nothing else."""
+    """The sections (or single keys) of the resolved preset that `stage` reads, its knobs left
+    out: what its results depend on (its Snakemake params, its checkpoints' identity)."""
     picked: dict = {}
     for name in STAGES[stage].sections:
         section, _, key = name.partition(".")
         if key:
             picked.setdefault(section, {})[key] = cfg[section][key]
         else:
-            picked[section] = cfg[section]
+            picked[section] = dict(cfg[section])
+    for name in STAGES[stage].knobs:
+        section, _, key = name.partition(".")
+        picked.get(section, {}).pop(key, None)
     return picked
+
+
+def knobs_for(cfg: dict, stage: str) -> dict:
+    """The stage's knobs, as {section: {key: value}}."""
+    picked: dict = {}
+    for name in STAGES[stage].knobs:
+        section, _, key = name.partition(".")
+        picked.setdefault(section, {})[key] = cfg[section][key]
+    return picked
+
+
+def with_knobs(config: dict, knobs: dict) -> dict:
+    """A stage's config (`config_for`) with its knobs put back: what its process runs with."""
+    merged = {name: dict(value) if isinstance(value, dict) else value
+              for name, value in config.items()}
+    for section, values in knobs.items():
+        merged.setdefault(section, {}).update(values)
+    return merged
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """--config (what the stage's results depend on) and --knobs (how it runs), as JSON."""
+    parser.add_argument("--config", required=True, help="the stage's part of the resolved preset, as JSON")
+    parser.add_argument("--knobs", default="{}", help="the stage's knobs (pipeline/stages.py), as JSON")
+
+
+def parsed_config(args: argparse.Namespace) -> dict:
+    return with_knobs(json.loads(args.config), json.loads(args.knobs))
 
 
 def _module_file(module: str) -> Path | None:

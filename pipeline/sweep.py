@@ -19,7 +19,7 @@ import warnings
 import jsonschema
 
 from . import strategies
-from .params import ParamsError
+from .params import ParamsError, remedy
 
 COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "repeats")
 DATA_MODES = ("real", "synthetic")
@@ -66,8 +66,8 @@ def fill(entry: dict, cfg: dict, where: str = "sweep entry") -> dict:
     entry = _renamed(entry, where)
     try:
         strategy = strategies.lookup(entry.get("strategy"))
-    except ValueError as err:
-        raise ParamsError(f"{where}: {err}") from None
+    except ValueError as err:  # its message names the key as if the sweep were at the top
+        raise ParamsError(f"{where}.strategy: {str(err).removeprefix('sweep.strategy: ')}") from None
     extra = sorted(set(entry) - set(COMMON_KEYS) - set(strategy.options))
     if extra:
         raise ParamsError(_unknown_key_message(strategy, extra[0], where))
@@ -78,11 +78,37 @@ def fill(entry: dict, cfg: dict, where: str = "sweep entry") -> dict:
         jsonschema.validate(filled, _entry_schema(strategy))
     except jsonschema.ValidationError as err:
         path = ".".join(map(str, err.absolute_path))
-        raise ParamsError(f"{where}{'.' + path if path else ''}: {err.message}") from None
+        raise ParamsError(f"{where}{'.' + path if path else ''}: {err.message}; "
+                          f"{remedy(err)}") from None
     why = strategy.invalid(filled)
     if why:
-        raise ParamsError(f"{where}: {why}")
+        raise ParamsError(f"{where} ({entry_id(filled)}): {why}")
+    _check_fits_the_data(filled, entry, cfg, where)
     return {**filled, "seed": cfg["train"]["seed"]}
+
+
+def _check_fits_the_data(filled: dict, entry: dict, cfg: dict, where: str) -> None:
+    """A synthetic dataset's size is in params, so an entry it cannot feed is refused before
+    any job starts (a real dataset's size is known only once the data stage has run). The
+    sampler would pad by repeating images: every step would run a smaller batch than the
+    one the lr was scaled for, with some images twice."""
+    synthetic = cfg["data"]["synthetic"]
+    if synthetic is None:
+        return
+    images, workers, per_worker = (synthetic["train_images"], filled["workers"],
+                                   filled["images_per_worker"])
+    name = entry_id(filled)
+    if workers > images:
+        raise ParamsError(f"{where}.workers ({name}): {workers} workers but "
+                          f"data.synthetic.train_images is {images}, so some worker would have "
+                          f"no image of its own; use at most {images} workers or raise "
+                          "data.synthetic.train_images")
+    if workers * per_worker > images:
+        inherited = "" if "images_per_worker" in entry else " (from train.images_per_worker)"
+        raise ParamsError(f"{where}.images_per_worker ({name}): {per_worker}{inherited} x "
+                          f"{workers} workers = {workers * per_worker} images per step, more "
+                          f"than data.synthetic.train_images ({images}); lower images_per_worker "
+                          f"to at most {images // workers} or raise data.synthetic.train_images")
 
 
 def variant(run: dict) -> str:
@@ -117,10 +143,13 @@ def repeated(filled: dict) -> list[dict]:
     return [{**base, "seed": filled["seed"] + i} for i in range(filled["repeats"])]
 
 
-def runs(cfg: dict) -> dict[str, dict]:
+def runs(cfg: dict, source: str = "params.yaml") -> dict[str, dict]:
     """run id -> run (a filled sweep entry with its seed), for the resolved preset `cfg`;
-    duplicates are an error."""
-    where = f"presets.{cfg.get('preset', '?')}.sweep"
+    duplicates are an error, and so is no run at all (nothing to measure)."""
+    where = f"{source}: presets.{cfg.get('preset', '?')}.sweep"
+    if not cfg["sweep"]:  # the schema refuses this in params.yaml; a config edited in code too
+        raise ParamsError(f"{where}: empty; list at least one run, e.g. - {{strategy: single, "
+                          "workers: 1}")
     entries = [fill(entry, cfg, f"{where}[{i}]") for i, entry in enumerate(cfg["sweep"])]
     ids = [entry_id(entry) for entry in entries]
     duplicates = sorted({r for r in ids if ids.count(r) > 1})

@@ -10,9 +10,10 @@ Writes, in DIR:
   train_summary.json  status, throughput, time per iteration, provenance (written last), and
                       `evaluations`: AP on the validation split every eval.every_epochs against
                       training seconds (which exclude the evaluations) and iterations
-and, while it runs, DIR/state/ (checkpoint.pt after every epoch, the live iterations log), so
-that a rerun of the identical run (same settings, same code) resumes from the last finished
-epoch instead of starting over; a finished run removes it (pipeline/checkpoint.py).
+and, while it runs, DIR/state/ (checkpoint.pt every train.checkpoint_every iterations and after
+every epoch, the live iterations log), so that a rerun of the identical run (same settings, same
+code) resumes where the last checkpoint was taken, mid-epoch if need be, to the result an
+uninterrupted run gets; a finished run removes it (pipeline/checkpoint.py).
 """
 from __future__ import annotations
 
@@ -32,9 +33,9 @@ import numpy as np
 import torch
 
 from . import distributed, lifetime, provenance, scoring, stages, strategies, sweep
-from .checkpoint import fingerprint, forget_state, restore, save_checkpoint
-from .dataset import CocoDetection, InMemory, collate
-from .files import atomic_path, save_torch, write_json, write_text
+from .checkpoint import CheckpointError, fingerprint, forget_state, restore, save_checkpoint
+from .dataset import CocoDetection, DatasetError, InMemory, collate
+from .files import OutputError, atomic_path, save_torch, write_json, write_text
 from .model import build_model
 from .monitor import Monitor
 from .params import scaled_lr
@@ -131,10 +132,13 @@ class Job:
     base_lr: float
     global_batch: int
     fingerprint: str
-    epoch: int = 0            # the next epoch to run
+    epoch: int = 0            # the epoch in progress (or the next one)
+    batch: int = 0            # batches of it done
     step: int = 0             # iterations done
     train_seconds: float = 0.0
     evaluation_seconds: float = 0.0  # evaluations during training, kept out of train_seconds
+    checkpoints: dict = field(default_factory=lambda: {"count": 0, "seconds": 0.0})  # likewise
+    sessions: list = field(default_factory=list)  # where each (re)start began (checkpoint.py)
     moved: dict = field(default_factory=lambda: {"sent": 0, "received": 0, "iterations": 0})
     monitor: Monitor | None = None  # utilisation sampling while the loop runs
 
@@ -213,6 +217,7 @@ def timed_iteration(job: Job, batch, epoch: int, tick: float) -> dict:
     job.moved["received"] += traffic.received
     job.moved["iterations"] += 1
     job.step += 1
+    distributed.report_progress(job.step)
     # DDP's all-reduce runs inside backward: the part backward waited for it counts as
     # communication, not compute.
     record.update(time_compute=record["time_compute"] - traffic.backward_wait,
@@ -223,25 +228,35 @@ def timed_iteration(job: Job, batch, epoch: int, tick: float) -> dict:
 
 
 def run_epoch(job: Job, log_file, progress: Progress, max_steps: int | None) -> None:
-    """One pass over this process's shard, replayable: seeds derive from (seed, shard, epoch)."""
-    epoch, seed = job.epoch, job.seed
-    seed_everything(seed + 1000 * (job.ctx.shard or 0) + 7919 * epoch)
+    """The rest of one pass over this process's shard (all of it unless resumed mid-epoch),
+    replayable: seeds derive from (seed, shard, epoch), and a run resumed mid-epoch got its
+    generators back from the checkpoint. Checkpoints every train.checkpoint_every iterations;
+    their seconds are kept out of the training time."""
+    epoch, seed, every = job.epoch, job.seed, job.cfg["train"]["checkpoint_every"]
+    if job.batch == 0:
+        seed_everything(seed + 1000 * (job.ctx.shard or 0) + 7919 * epoch)
     job.loader_seed.manual_seed(seed + epoch)
-    job.sampler.set_epoch(epoch)
-    batches = job.loader if job.ctx.shard is not None else itertools.repeat(None, len(job.sampler))
-    epoch_start = tick = time.perf_counter()
+    job.sampler.set_epoch(epoch, skip=job.batch)
+    batches = (job.loader if job.ctx.shard is not None
+               else itertools.repeat(None, len(job.sampler) - job.batch))
+    since = tick = time.perf_counter()
     for batch in batches:
         record = timed_iteration(job, batch, epoch, tick)
+        job.batch += 1
         now = time.perf_counter()
-        record.update(time_iter=now - tick, elapsed=job.train_seconds + now - epoch_start)
+        record.update(time_iter=now - tick, elapsed=job.train_seconds + now - since)
         if job.ctx.reports:
             log_file.write(json.dumps(record) + "\n")
             log_file.flush()
             progress.update(record, job.total_steps)
-        tick = time.perf_counter()
         if job.step == max_steps:
             break
-    job.train_seconds += time.perf_counter() - epoch_start
+        if every and job.step % every == 0 and job.batch < len(job.sampler):
+            job.train_seconds += now - since
+            save_checkpoint(job)  # the epoch's end saves one anyway
+            since = time.perf_counter()
+        tick = time.perf_counter()
+    job.train_seconds += time.perf_counter() - since
 
 
 def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = None) -> dict | None:
@@ -256,10 +271,11 @@ def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = Non
     with open(live_log if job.ctx.reports else os.devnull, "a") as log_file:
         while job.epoch < cfg["train"]["epochs"] and job.step != max_steps:
             run_epoch(job, log_file, progress, max_steps)
-            if job.step != max_steps:
-                evaluate_during_training(job)
-                save_checkpoint(job)
-            job.epoch += 1
+            if job.step == max_steps:
+                break
+            evaluate_during_training(job)
+            job.epoch, job.batch = job.epoch + 1, 0
+            save_checkpoint(job)
     progress.close()
     summary = summarise(job, live_log)
     if max_steps is None:
@@ -360,6 +376,11 @@ def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
         "processes": ctx.processes, "status": "ok", "reason": "",
         "epochs": len(epochs), "iterations": len(records), "train_seconds": job.train_seconds,
         "evaluation_seconds": job.evaluation_seconds, "evaluations": evaluations(job.state_dir),
+        "checkpoints": {**job.checkpoints, "every": job.cfg["train"]["checkpoint_every"]},
+        # Each session after the first resumed from a checkpoint (a rerun, or torchrun's
+        # restart after a worker died; `restart` is torchrun's count then).
+        "resumed_at_steps": [s["step"] for s in job.sessions[1:]],
+        "restarts": sum(1 for s in job.sessions if s["restart"] > 0),
         "images_per_second": float(sum(r["images"] for r in steady) / times.sum()),
         "sec_per_iter": {"mean": float(times.mean()), "p50": float(np.percentile(times, 50)),
                          "p95": float(np.percentile(times, 95))},
@@ -373,7 +394,7 @@ def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Train one sweep entry (see module docstring).")
-    parser.add_argument("--config", required=True, help="resolved preset as JSON (data, model, train)")
+    stages.add_config_arguments(parser)
     parser.add_argument("--entry", required=True,
                         help="the sweep entry as JSON (not --run: torchrun takes that for its --run-path)")
     parser.add_argument("--out", required=True, help="run directory")
@@ -382,9 +403,14 @@ def main(argv: list[str] | None = None) -> None:
     lifetime.die_with_parent()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        train(json.loads(args.config), json.loads(args.entry), args.out, args.max_steps)
-    except TrainingError as err:
+        train(stages.parsed_config(args), json.loads(args.entry), args.out, args.max_steps)
+    except (TrainingError, CheckpointError, DatasetError, OutputError) as err:
         raise SystemExit(f"error: {err}") from None
+    except Exception as err:
+        lost = distributed.lost_peers(err)
+        if lost is None:
+            raise
+        raise SystemExit(f"error: {lost}") from err
 
 
 if __name__ == "__main__":

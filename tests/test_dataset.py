@@ -43,9 +43,14 @@ def test_clean_box():
     assert clean_box([10, 10, 5, 5], 100, 100) == [10, 10, 15, 15]
     assert clean_box([-5, 90, 20, 20], 100, 100) == [0, 90, 15, 100]  # clamped into the image
     assert clean_box([10, 10, 0, 5], 100, 100) is None                # zero width
-    assert clean_box([10, 10, -4, 5], 100, 100) is None               # negative width
     assert clean_box([150, 10, 5, 5], 100, 100) is None               # entirely outside
-    assert clean_box([10, float("nan"), 5, 5], 100, 100) is None
+    # What no recipe can mean is an error (the loader names the annotation: test_bad_inputs).
+    with pytest.raises(ValueError, match="negative width or height"):
+        clean_box([10, 10, -4, 5], 100, 100)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        clean_box([10, float("nan"), 5, 5], 100, 100)
+    with pytest.raises(ValueError, match="not 4 numbers"):
+        clean_box([10, 10, 5], 100, 100)
 
 
 def _images(root, split, n):
@@ -73,7 +78,8 @@ def test_recipe_skips_are_logged(tmp_path, caplog):
         train = CocoDetection(tmp_path, "train", train=True)
     assert train.image_ids() == [1]
     assert train.skipped == {"crowd annotations (training)": 1, "images without usable boxes (training)": 3,
-                             "boxes with no area inside the image": 2}
+                             "boxes of zero width or height": 1, "boxes entirely outside their image": 1}
+    assert train.clamped == 1
     assert "skipped 3 images without usable boxes" in caplog.text
     _, target = train[0]
     assert target["boxes"].tolist() == [[1, 1, 11, 11], [60, 40, 64, 48]]

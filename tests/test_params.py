@@ -146,7 +146,9 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
     but for what changed on purpose since, each named here."""
     before = json.loads((REPO / "tests" / "data" / "presets_before_extends.json").read_text())
     resolved = params.validate(raw)
-    added = {"data": ["mode"], "eval": ["every_epochs"]}  # data modes, time-to-accuracy
+    added = {"data": ["mode"], "eval": ["every_epochs"],  # data modes, time-to-accuracy
+             # checkpoints mid-epoch, a bound on waiting for a dead peer, elastic restarts
+             "train": ["checkpoint_every"], "parallel": ["timeout_s", "max_restarts"]}
 
     def without(preset: dict, *sections: str) -> dict:
         # `resources` came later (scheduler requests only; no stage reads it); the sweeps
@@ -170,11 +172,11 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
 
 
 def test_a_preset_extends_another_with_only_what_differs(raw):
-    raw["presets"]["quick"] = {"extends": "demo", "train": {"epochs": 1},
+    raw["presets"]["quick"] = {"extends": "demo", "train": {"epochs": 1, "lr_steps": []},
                                "sweep": [{"strategy": "single", "workers": 1}]}
     presets = params.validate(raw)
     expected = copy.deepcopy(presets["demo"])
-    expected["train"]["epochs"] = 1
+    expected["train"].update(epochs=1, lr_steps=[])
     expected["sweep"] = [{"strategy": "single", "workers": 1}]
     assert presets["quick"] == expected
     raw["presets"]["demo"]["extends"] = "quick"

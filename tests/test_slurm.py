@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import REPO
 from .slurm_cluster import SlurmCluster, Unavailable
 from .test_strategies import records
 from .test_workflow import SNAKEMAKE, copy_workflow, edit_params, jobs, tiny_params
@@ -57,7 +55,6 @@ def cluster():
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory, cluster) -> Path:
     root = copy_workflow(tmp_path_factory.mktemp("slurm-workflow"))
-    shutil.copytree(REPO / "profiles", root / "profiles")
     edit_params(root, slurm_params)
     return root
 

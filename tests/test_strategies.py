@@ -33,7 +33,7 @@ from pipeline.strategies.dp import gather_outputs, scatter_by_sample
 from .conftest import REPO, small_config
 
 PARALLEL = {"backend": "gloo", "nnodes": 1, "rdzv_endpoint": "127.0.0.1:29400",
-            "sync_batchnorm": False, "powersgd_rank": 2}
+            "sync_batchnorm": False, "powersgd_rank": 2, "timeout_s": 60, "max_restarts": 0}
 GLOBAL_BATCH = 8
 TOLERANCE = 1e-6  # float32 sums in another order
 

@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from pipeline.params import canonical
 from pipeline.sweep import runs
@@ -68,11 +69,13 @@ def scores(summary: dict) -> list[tuple]:
     return [(e["epoch"], e["step"], e["AP"], e["AP50"]) for e in summary["evaluations"]]
 
 
-def test_killed_run_resumes_to_the_uninterrupted_result(small_dataset, tmp_path):
+def test_killed_run_resumes_mid_epoch_to_the_uninterrupted_result(small_dataset, tmp_path):
     cfg = small_config(small_dataset, epochs=4)
-    cfg["eval"]["every_epochs"] = 1  # an evaluation before every checkpoint
+    cfg["eval"]["every_epochs"] = 1  # an evaluation before every epoch's checkpoint
+    cfg["train"]["checkpoint_every"] = 4  # 6 iterations an epoch: the first lands mid-epoch
     run = single_run(cfg)
-    train(cfg, run, tmp_path / "whole")
+    whole = train(cfg, run, tmp_path / "whole")
+    assert whole["checkpoints"]["count"] == 4 + 4  # every epoch's end, and steps 4, 8, 16, 20
 
     out = tmp_path / "killed"
     command = [sys.executable, "-m", "pipeline.train", "--config", canonical(cfg),
@@ -81,18 +84,24 @@ def test_killed_run_resumes_to_the_uninterrupted_result(small_dataset, tmp_path)
     checkpoint = out / "state" / "checkpoint.pt"
     deadline = time.monotonic() + 120
     while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+        time.sleep(0.005)
+    process.send_signal(signal.SIGSTOP)  # hold it still while the checkpoint is read
+    saved = torch.load(checkpoint, weights_only=True)  # plain data and tensors only
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert checkpoint.exists() and not (out / "train_summary.json").exists()
+    assert (saved["epoch"], saved["batch"], saved["step"]) == (0, 4, 4)
+    assert not (out / "train_summary.json").exists()
 
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert "resuming" in result.stderr
+    assert "resuming" in result.stderr and "at epoch 0, batch 4 (step 4)" in result.stderr
     assert records(out / "iterations.jsonl") == records(tmp_path / "whole" / "iterations.jsonl")
-    whole, resumed = (json.loads((d / "train_summary.json").read_text())
-                      for d in (tmp_path / "whole", out))
+    resumed = json.loads((out / "train_summary.json").read_text())
     assert scores(resumed) == scores(whole) and [e[0] for e in scores(whole)] == [1, 2, 3, 4]
+    assert resumed["resumed_at_steps"] == [4] and whole["resumed_at_steps"] == []
+    assert resumed["restarts"] == 0  # a rerun, not torchrun's restart
+    final = [torch.load(d / "model_final.pt", weights_only=True)["model"] for d in (tmp_path / "whole", out)]
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
 
 
 def test_checkpoint_of_other_settings_is_not_resumed(small_dataset, tmp_path, caplog):

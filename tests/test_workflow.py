@@ -27,7 +27,7 @@ from .conftest import REPO, SMALL_DATA
 
 pytestmark = pytest.mark.slow
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-COPIED = ["Snakefile", "params.yaml", "dvc.yaml", "pipeline", "paper", ".dvc", ".dvcignore",
+COPIED = ["Snakefile", "params.yaml", "dvc.yaml", "pipeline", "paper", "profiles", ".dvc", ".dvcignore",
           ".gitignore"]
 
 

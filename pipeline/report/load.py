@@ -21,9 +21,10 @@ SUMMARY_COLUMNS = [
     "time_data", "time_compute", "time_communication", "time_optimizer", "communication_share",
     "busiest_rank_bytes_per_iter", "busiest_rank_theory_bytes_per_iter", "replicas_identical",
     "progress_per_epoch", "AP", "AP50", "AP75", "APs", "APm", "APl", "train_seconds",
-    "evaluation_seconds", "target_ap", "seconds_to_target", "iterations_to_target"]
+    "evaluation_seconds", "target_ap", "seconds_to_target", "iterations_to_target",
+    "checkpoint_seconds", "checkpoints", "restarts", "resumed_at_steps"]
 INTEGER_COLUMNS = ["seed", "workers", "processes", "images_per_worker", "global_batch", "threads",
-                   "iterations_to_target"]
+                   "iterations_to_target", "checkpoints", "restarts"]
 TRAFFIC_COLUMNS = ["run_id", "rank", "role", "sent_per_iter", "received_per_iter",
                    "theory_sent_per_iter", "theory_received_per_iter", "gradient_bytes"]
 AP_COLUMNS = ["AP", "AP50", "AP75"]
@@ -233,7 +234,12 @@ def summary_frame(runs: list[dict], preset: str, target_ap: float | None = None)
             "train_seconds": _number(s.get("train_seconds")),
             "evaluation_seconds": _number(s.get("evaluation_seconds")),
             "target_ap": _number(target_ap), "seconds_to_target": to_target[0],
-            "iterations_to_target": to_target[1]})
+            "iterations_to_target": to_target[1],
+            # How the run survived faults: checkpoint cost, torchrun's restarts, where it resumed
+            "checkpoint_seconds": _number((s.get("checkpoints") or {}).get("seconds")),
+            "checkpoints": (s.get("checkpoints") or {}).get("count"),
+            "restarts": s.get("restarts"),
+            "resumed_at_steps": " ".join(map(str, s.get("resumed_at_steps") or []))})
     frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)  # the columns fix the order, not the dicts
     # Integer counts stay integers (2, not 2.0) even when a skipped run leaves them empty
     for col in INTEGER_COLUMNS:

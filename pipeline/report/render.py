@@ -61,7 +61,7 @@ def report_sections(runs, summary, shown, published, preset, figure_ext, compare
     """The report's content once; render_markdown and render_html only lay it out. `shown`:
     the tables as written (build.py), by name."""
     run_cols = ["run_id", "strategy", "variant", "data_mode", "seed", "workers", "processes",
-                "images_per_worker", "global_batch", "device", "backend", "threads", "status",
+                "images_per_worker", "global_batch", "device", "backend", "threads", "restarts", "status",
                 "reason"]
     speed_cols = ["run_id", "images_per_second", "speedup_vs_single", "sec_per_iter_p50",
                   "sec_per_iter_p95", "communication_share", "busiest_rank_bytes_per_iter",

@@ -74,9 +74,10 @@ class TorchrunStrategy(Strategy):
 
 
 def torchrun(python: str, per_node: int, parallel: dict, job_id: str) -> list[str]:
-    """The standard launcher: one torchrun per node, c10d rendezvous at parallel.rdzv_endpoint."""
-    command = [python, "-m", "torch.distributed.run", f"--nproc-per-node={per_node}",
-               f"--nnodes={parallel['nnodes']}"]
+    """The standard launcher: one torchrun per node (pipeline/elastic.py: torchrun, naming the
+    process that died), c10d rendezvous at parallel.rdzv_endpoint, elastic restarts."""
+    command = [python, "-m", "pipeline.elastic", f"--nproc-per-node={per_node}",
+               f"--nnodes={parallel['nnodes']}", f"--max-restarts={parallel['max_restarts']}"]
     if parallel["nnodes"] == 1:
         return command + ["--standalone"]
     return command + ["--rdzv-backend=c10d", f"--rdzv-endpoint={parallel['rdzv_endpoint']}",

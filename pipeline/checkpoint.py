@@ -48,10 +48,15 @@ def fingerprint(cfg: dict, run: dict) -> str:
     return hashlib.sha256(canonical(identity).encode()).hexdigest()[:16]
 
 
+def run_name(out_dir: Path) -> str:
+    """`<preset>/<run id>`: the last two parts of a run directory (results/runs/...)."""
+    return "/".join(Path(out_dir).resolve().parts[-2:])
+
+
 def load_checkpoint(state_dir: Path, expected: str, run_dir: str) -> dict | None:
     """This run's checkpoint; None when there is none or it is stale (other settings or code).
-    A file that is not a checkpoint, or one written for another run directory (copied from
-    another preset), is refused and left as it is: it is not ours to delete."""
+    A file that is not a checkpoint, or one written for another run (`run_name`: copied from
+    another preset's directory), is refused and left as it is: it is not ours to delete."""
     path = state_dir / "checkpoint.pt"
     if not path.exists():
         return None
@@ -65,9 +70,9 @@ def load_checkpoint(state_dir: Path, expected: str, run_dir: str) -> dict | None
     if not isinstance(checkpoint, dict) or "fingerprint" not in checkpoint:
         raise CheckpointError(f"{path}: is not a checkpoint of this pipeline; it was left as it "
                               f"is. Delete {state_dir} to train the run from its start")
-    if checkpoint.get("run_dir") != run_dir:
+    if checkpoint.get("run") != run_dir:
         raise CheckpointError(
-            f"{path}: was written for {checkpoint.get('run_dir')!r}, not for {run_dir!r} "
+            f"{path}: was written for run {checkpoint.get('run')!r}, not for {run_dir!r} "
             "(copied from another preset or run?); it was left as it is. Move it back where it "
             f"belongs, or delete {state_dir} to train this run from its start")
     if checkpoint["fingerprint"] != expected:
@@ -107,7 +112,7 @@ def set_rng_state(state: dict, device: torch.device) -> None:
 def restore(job: Job) -> None:
     """Resume from the last checkpoint if it is this very run's, else start clean: the weights,
     the optimizer, the position, the generators, the seconds and every rank's traffic so far."""
-    state_dir, ctx, run_dir = job.state_dir, job.ctx, str(job.out_dir)
+    state_dir, ctx, run_dir = job.state_dir, job.ctx, run_name(job.out_dir)
     if ctx.rank == 0 and load_checkpoint(state_dir, job.fingerprint, run_dir) is None:
         shutil.rmtree(state_dir, ignore_errors=True)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -142,7 +147,7 @@ def save_checkpoint(job: Job) -> None:
     moved = distributed.all_gather(job.moved)
     rng = distributed.all_gather(rng_state(job.ctx.device))
     if job.strategy.saves_checkpoint(job.ctx):
-        save_torch({"fingerprint": job.fingerprint, "run_dir": str(job.out_dir),
+        save_torch({"fingerprint": job.fingerprint, "run": run_name(job.out_dir),
                     "epoch": job.epoch, "batch": job.batch, "step": job.step,
                     "train_seconds": job.train_seconds, "moved": moved, "rng": rng,
                     "evaluation_seconds": job.evaluation_seconds,

@@ -28,6 +28,7 @@ from torchvision.transforms import v2
 
 
 log = logging.getLogger(__name__)
+MIRROR = v2.RandomHorizontalFlip(p=1.0)  # the image and its boxes, together
 SPLIT_DIRS = {"train": "train2017", "val": "val2017"}
 REQUIRED_KEYS = {"images": ("id", "file_name", "width", "height"),
                  "annotations": ("id", "image_id", "category_id", "bbox"),
@@ -168,10 +169,9 @@ class CocoDetection(torch.utils.data.Dataset):
             self.images.append((img, targets))
         self._check_images()
         self._log_skips()
-        transforms = [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
-        if train and horizontal_flip > 0:
-            transforms.insert(1, v2.RandomHorizontalFlip(horizontal_flip))
-        self.transforms = v2.Compose(transforms)
+        self.transforms = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
+        self.horizontal_flip = horizontal_flip if train else 0.0
+        self.augmentation_seed = 0  # set per epoch by the training loop (`set_epoch`)
 
     def _annotations_by_image(self, document: dict) -> dict[int, list[dict]]:
         by_image = {img["id"]: [] for img in document["images"]}
@@ -292,8 +292,22 @@ class CocoDetection(torch.utils.data.Dataset):
             "iscrowd": torch.tensor([t[3] for t in targets], dtype=torch.int64),
         }
 
+    def set_epoch(self, seed: int, epoch: int) -> None:
+        self.augmentation_seed = seed * 1_000_003 + epoch
+
+    def flips(self, index: int) -> bool:
+        """Whether image `index` is mirrored this epoch: drawn from (seed, epoch, index) alone,
+        not from a generator shared with other samples, so it does not depend on which loader
+        process reads the image or after what (a run resumed mid-epoch flips the same images)."""
+        if not self.horizontal_flip:
+            return False
+        generator = torch.Generator().manual_seed(self.augmentation_seed * 1_000_003 + index)
+        return torch.rand(1, generator=generator).item() < self.horizontal_flip
+
     def __getitem__(self, index: int):
         image, target = self.transforms(self.load_image(index), self.target(index))
+        if self.flips(index):
+            image, target = MIRROR(image, target)
         target["boxes"] = target["boxes"].as_subclass(torch.Tensor)
         return image, target
 

@@ -6,7 +6,10 @@ RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
 from __future__ import annotations
 
 import datetime
+import math
 import os
+import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -56,9 +59,11 @@ def init_process_group(parallel: dict, threads: int) -> Membership:
     threads = threads or max(1, available_cores() // local_processes)
     torch.set_num_threads(threads)
     if not dist.is_initialized():
-        dist.init_process_group(backend, rank=rank, world_size=processes,
-                                timeout=datetime.timedelta(seconds=parallel["timeout_s"]),
+        timeout = datetime.timedelta(seconds=parallel["timeout_s"])
+        dist.init_process_group(backend, store=attempt_store(rank, processes, timeout),
+                                rank=rank, world_size=processes, timeout=timeout,
                                 device_id=device if device.type == "cuda" else None)
+        start_heartbeat()
     return Membership(rank, processes, device, backend, threads)
 
 
@@ -76,29 +81,50 @@ def _store():
         return None
 
 
-def _step_key(rank: int) -> str:
-    return f"frcnn-bench/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/step/{rank}"
+HEARTBEAT_S = 1.0  # every rank says it is alive this often; 3 missed beats: silent
+
+
+def _key(kind: str, rank: int) -> str:
+    return f"frcnn-bench/{kind}/{rank}"  # the store is set apart per restart (attempt_store)
+
+
+def start_heartbeat() -> None:
+    """A thread that leaves this rank's wall-clock time in the store every HEARTBEAT_S, so that
+    a rank that lost its peers can tell which one went silent (died, or hangs)."""
+    store, rank = _store(), dist.get_rank()
+
+    def beat():
+        while True:
+            try:
+                store.set(_key("alive", rank), repr(time.time()))
+            except Exception:  # the store is gone: the job is ending
+                return
+            time.sleep(HEARTBEAT_S)
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
 
 
 def report_progress(step: int) -> None:
     """Leave this rank's iteration count in the job's store (one small write per iteration)."""
     store = _store() if dist.is_initialized() else None
     if store is not None:
-        store.set(_step_key(dist.get_rank()), str(step))
+        store.set(_key("step", dist.get_rank()), str(step))
 
 
-def last_steps() -> dict[int, int | None]:
-    """Every rank's last reported iteration (None: never reported, or the store is gone)."""
-    store, steps = _store(), {}
+def last_reported(kind: str) -> dict[int, float | None]:
+    """Every rank's last value of `kind` ("step", "alive") in the store; None: never reported,
+    or the store is gone."""
+    store, values = _store(), {}
     if store is None:
-        return steps
+        return values
     store.set_timeout(STORE_READ_TIMEOUT)
     for rank in range(dist.get_world_size()):
         try:
-            steps[rank] = int(store.get(_step_key(rank))) if store.check([_step_key(rank)]) else None
+            key = _key(kind, rank)
+            values[rank] = float(store.get(key)) if store.check([key]) else None
         except (RuntimeError, ValueError):  # the store's host is gone too
-            steps[rank] = None
-    return steps
+            values[rank] = None
+    return values
 
 
 def lost_peers(err: BaseException) -> str | None:
@@ -107,14 +133,16 @@ def lost_peers(err: BaseException) -> str | None:
     if not dist.is_initialized() or not (
             isinstance(err, dist.DistError) or any(h in str(err) for h in PEER_FAILURE_HINTS)):
         return None
-    steps = last_steps()
-    reached = [step for step in steps.values() if step is not None]
-    behind = [rank for rank, step in steps.items() if reached and (step or 0) < max(reached)]
-    if behind:
-        who = ", ".join(f"rank {rank} (step {steps[rank]})" for rank in behind)
-        who = f"{who} stopped first: it died or hangs (its lines in this log and torchrun's report say why)"
-    elif reached:
-        who = f"every rank reached step {max(reached)}: one failed while they communicated"
+    steps, beats, now = last_reported("step"), last_reported("alive"), time.time()
+    silent = {rank: now - beat if beat is not None else math.inf for rank, beat in beats.items()
+              if rank != dist.get_rank() and (beat is None or now - beat > 3 * HEARTBEAT_S)}
+    if silent:
+        who = "; ".join(f"rank {rank} has been silent for {age:.0f} s, since step "
+                        f"{int(steps[rank]) if steps.get(rank) is not None else 0}"
+                        for rank, age in silent.items())
+        who += ": it died or hangs (its own lines in this log, and torchrun's report, say why)"
+    elif beats:
+        who = "every rank is still alive: a connection between them failed"
     else:
         who = "the job's store is unreachable too: the first node (or its torchrun) is gone"
     first_line = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
@@ -122,6 +150,15 @@ def lost_peers(err: BaseException) -> str | None:
             "The run's last checkpoint is kept: rerun the same command to resume from it, or set "
             "parallel.max_restarts to have torchrun restart the run by itself. A process that "
             "hangs rather than dies is waited for at most parallel.timeout_s")
+
+
+def attempt_store(rank: int, processes: int, timeout: datetime.timedelta) -> dist.Store:
+    """The job's store (MASTER_ADDR:MASTER_PORT: torchrun's, or rank 0's), its keys set apart
+    per torchrun restart. torchrun keeps one store across restarts, and without that prefix
+    a restarted process group reads the dead one's addresses from it and cannot connect
+    (seen with gloo on torch 2.14; pytorch/pytorch#167288 is the same with NCCL)."""
+    store, _, _ = next(dist.rendezvous("env://", rank, processes, timeout=timeout))
+    return dist.PrefixStore(f"attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def barrier() -> None:

@@ -30,6 +30,9 @@ class ForeignDirectoryError(FileExistsError):
 class OutputError(OSError):
     """An output could not be written (no space, no permission); the previous file is intact."""
 
+    def __str__(self) -> str:  # the message alone, without OSError's "[Errno N]"
+        return self.strerror
+
 
 REMEDIES = {
     errno.ENOSPC: "free space on the file system that holds {dir} (df -h {dir}) and rerun",

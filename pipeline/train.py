@@ -35,7 +35,7 @@ import torch
 from . import distributed, lifetime, provenance, scoring, stages, strategies, sweep
 from .checkpoint import CheckpointError, fingerprint, forget_state, restore, save_checkpoint
 from .dataset import CocoDetection, DatasetError, InMemory, collate
-from .files import OutputError, atomic_path, save_torch, write_json, write_text
+from .files import OutputError, atomic_path, output_error, save_torch, write_json, write_text
 from .model import build_model
 from .monitor import Monitor
 from .params import scaled_lr
@@ -237,6 +237,8 @@ def run_epoch(job: Job, log_file, progress: Progress, max_steps: int | None) -> 
         seed_everything(seed + 1000 * (job.ctx.shard or 0) + 7919 * epoch)
     job.loader_seed.manual_seed(seed + epoch)
     job.sampler.set_epoch(epoch, skip=job.batch)
+    if isinstance(job.dataset, CocoDetection):  # in-memory data has no augmentation
+        job.dataset.set_epoch(seed, epoch)
     batches = (job.loader if job.ctx.shard is not None
                else itertools.repeat(None, len(job.sampler) - job.batch))
     since = tick = time.perf_counter()
@@ -406,6 +408,11 @@ def main(argv: list[str] | None = None) -> None:
         train(stages.parsed_config(args), json.loads(args.entry), args.out, args.max_steps)
     except (TrainingError, CheckpointError, DatasetError, OutputError) as err:
         raise SystemExit(f"error: {err}") from None
+    except OSError as err:  # no space or no permission where no atomic write was under way
+        explained = output_error(Path(err.filename or args.out), err)
+        if explained is err:
+            raise
+        raise SystemExit(f"error: {explained}") from None
     except Exception as err:
         lost = distributed.lost_peers(err)
         if lost is None:

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +21,10 @@ from PIL import Image
 
 from pipeline import params, prepare, sweep
 from pipeline.dataset import CocoDetection, DatasetError, annotation_path, build_manifest
+from pipeline.params import canonical
+from pipeline.train import train
 
-from .conftest import REPO, write_coco
+from .conftest import REPO, small_config, write_coco
 
 REFETCH = "re-fetch or regenerate the dataset"
 EARLIER = 1_500_000_000  # an mtime in the past: a rewrite with the same bytes still shows
@@ -321,3 +326,104 @@ def test_the_real_params_pass_every_check():
     raw = params.load(REPO / "params.yaml")
     for preset in raw["presets"]:
         assert sweep.runs(params.resolve(dict(raw, preset=preset)))
+
+
+# --- a run's own files: its checkpoint, its directory, the disk -----------------------------
+# Each case is the training CLI (what the workflow's train job runs) on a run directory that
+# holds a checkpoint taken mid-epoch; the checkpoint must come out of it as it went in.
+
+@pytest.fixture(scope="module")
+def checkpointed(small_dataset, tmp_path_factory):
+    """A run stopped after its step-2 checkpoint: (cfg, run, its directory)."""
+    cfg = small_config(small_dataset, epochs=1)
+    cfg["train"]["checkpoint_every"] = 2
+    run = next(iter(sweep.runs(cfg).values()))
+    out = tmp_path_factory.mktemp("checkpointed") / "results" / "runs" / "demo" / sweep.run_id(run)
+    train(cfg, run, out, max_steps=3)
+    assert (out / "state" / "checkpoint.pt").exists()
+    return cfg, run, out
+
+
+def in_mount_namespace(setup: str, command: list[str]) -> list[str]:
+    """`command` after `setup` (mounts), in a mount namespace of its own: root, or an
+    unprivileged user as root of a user namespace, may mount there and nothing leaks out."""
+    return ["unshare", "--mount", "--map-root-user", "sh", "-c",
+            f"{setup} && exec \"$@\"", "sh", *command]
+
+
+def can_mount() -> bool:
+    probe = subprocess.run(in_mount_namespace("mount -t tmpfs -o size=1m tmpfs /mnt", ["true"]),
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+def copied_run(checkpointed, tmp_path: Path, run_dir: str) -> Path:
+    out = tmp_path / run_dir
+    shutil.copytree(checkpointed[2], out)
+    return out
+
+
+def foreign_checkpoint(checkpointed, tmp_path):
+    """The checkpoint of the same run of another preset, copied into this one's directory."""
+    out = copied_run(checkpointed, tmp_path, "results/runs/coco2017/single-w1-b4-s0")
+    return out, [], (f"{out}/state/checkpoint.pt: was written for run 'demo/single-w1-b4-s0', "
+                     "not for 'coco2017/single-w1-b4-s0'"), f"delete {out}/state to train this run"
+
+
+def corrupt_checkpoint(checkpointed, tmp_path):
+    out = copied_run(checkpointed, tmp_path, "results/runs/demo/single-w1-b4-s0")
+    (out / "state" / "checkpoint.pt").write_bytes(b"PK\x03\x04 half a zip file")
+    return out, [], f"{out}/state/checkpoint.pt: cannot be read as a checkpoint", \
+        f"Delete {out}/state to train the run from its start"
+
+
+def results_not_writable(checkpointed, tmp_path):
+    out = copied_run(checkpointed, tmp_path, "results/runs/demo/single-w1-b4-s0")
+    setup = f"mount --bind {out} {out} && mount -o remount,ro,bind {out}"
+    return out, [setup], f"{out}/state/", "read-only file system: run from a writable copy"
+
+
+def disk_full(checkpointed, tmp_path):
+    """The state directory on a file system with room for one checkpoint but not two: the
+    next save fails; the one before must survive."""
+    out = copied_run(checkpointed, tmp_path, "results/runs/demo/single-w1-b4-s0")
+    state, size = out / "state", (out / "state" / "checkpoint.pt").stat().st_size
+    kept = tmp_path / "kept"
+    shutil.copytree(state, kept)
+    setup = (f"mount -t tmpfs -o size={size * 3 // 2 // 1024}k tmpfs {state} "
+             f"&& cp -a {kept}/. {state}/")
+    return out, [setup], f"{state}/checkpoint.pt: cannot write it (No space left on device)", \
+        "free space on the file system that holds"
+
+
+RUN_CASES = {"checkpoint-from-another-preset": foreign_checkpoint,
+             "corrupt-checkpoint": corrupt_checkpoint,
+             "results-directory-not-writable": results_not_writable,
+             "disk-full-writing-a-checkpoint": disk_full}
+
+
+@pytest.mark.parametrize("case", RUN_CASES)
+def test_bad_run_state(case, checkpointed, tmp_path):
+    cfg, run, _ = checkpointed
+    out, setup, what, remedy = RUN_CASES[case](checkpointed, tmp_path)
+    if setup and not can_mount():
+        pytest.skip("needs a mount namespace (unshare --mount --map-root-user) for a read-only "
+                    "or full file system; this machine refuses one")
+    before = snapshot(out)
+    command = [sys.executable, "-m", "pipeline.train", "--config", canonical(cfg),
+               "--entry", canonical(run), "--out", str(out)]
+    if setup:
+        # Inside the namespace, after the run: the checkpoint still there, byte for byte.
+        check = f"cmp {out}/state/checkpoint.pt {checkpointed[2]}/state/checkpoint.pt && ls -a {out}/state"
+        command = in_mount_namespace(setup[0], ["sh", "-c", '"$@"; rc=$?; ' + check + '; exit $rc',
+                                                "sh", *command])
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: "), result.stderr[-3000:]
+    assert_message(error.removeprefix("error: "), what, remedy)
+    if setup:  # what the namespace saw: the checkpoint intact, no temporary left beside it
+        assert ".tmp" not in result.stdout and "checkpoint.pt" in result.stdout, result.stdout
+    if case != "disk-full-writing-a-checkpoint":
+        assert snapshot(out) == before

@@ -3,14 +3,20 @@
 
 * a code change retrains every iteration (a finished run keeps no state to "resume");
 * a comment-only change retrains to the same summary as a fresh run, timings aside;
-* a ddp run killed in its second epoch resumes, and its bytes per iteration equal theory;
-* however the job is killed, no training or evaluation process outlives it;
+* kill -9 anywhere (inside an epoch, one ddp worker, its torchrun, evaluation, the report),
+  then the same command again: no process outlives the kill, no lock or half-written file
+  blocks or survives, a training run resumes mid-epoch from its last checkpoint, and every
+  score and summary.csv's AP columns equal the uninterrupted run's; a dead worker fails its
+  job fast with a message naming it;
+* with parallel.max_restarts, torchrun restarts a run whose worker died, to the same result;
 * a deleted run directory is noticed: the next run trains, evaluates and reports it again.
 """
 from __future__ import annotations
 
+import csv
 import json
 import os
+import re
 import signal
 import stat
 import shutil
@@ -19,14 +25,17 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from pipeline import files
+from pipeline.scoring import METRICS
 
 from .test_workflow import (PAPER_JOB, SNAKEMAKE, copy_workflow, edit_params, jobs, snakemake,
                             tiny_params)
 
 pytestmark = pytest.mark.slow
 DDP = "ddp-w2-b2-s0"
+RUNS = ("single-w1-b4-s0", DDP)
 TIMING_KEYS = {"train_seconds", "images_per_second", "sec_per_iter", "time_split",
                "communication_share", "provenance", "evaluation_seconds",
                "utilisation"}  # how many samples fit in the run's seconds
@@ -37,6 +46,7 @@ def two_runs(raw: dict) -> None:
     tiny_params(raw)
     raw["presets"]["demo"]["sweep"] = [{"strategy": "single", "workers": 1},
                                        {"strategy": "ddp", "workers": 2, "images_per_worker": 2}]
+    raw["presets"]["demo"]["train"]["checkpoint_every"] = 4  # 6 an epoch: kills land mid-epoch
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +76,8 @@ def train_log(workdir: Path, run: str) -> str:
 
 def without_timings(record: dict) -> dict:
     kept = {k: v for k, v in record.items() if k not in TIMING_KEYS}
+    if "checkpoints" in kept:  # how many, and how often, are results; their seconds are not
+        kept["checkpoints"] = {k: v for k, v in kept["checkpoints"].items() if k != "seconds"}
     if "evaluations" in kept:  # AP against seconds: the AP is the result, the seconds are not
         kept["evaluations"] = [{k: v for k, v in e.items() if k not in EVALUATION_TIMING}
                                for e in kept["evaluations"]]
@@ -117,7 +129,7 @@ def test_code_change_retrains_every_iteration(workdir):
     assert summary(workdir, DDP)["ranks"][0]["bytes_per_iteration"]["sent"] > 0
 
 
-# ---- killing a job ----------------------------------------------------------------------
+# ---- kill -9 anywhere --------------------------------------------------------------------
 
 def job_processes(workdir: Path) -> dict[int, str]:
     """pid -> command line of every process working in, or naming, the test's directory."""
@@ -135,76 +147,137 @@ def job_processes(workdir: Path) -> dict[int, str]:
     return found
 
 
+def rank_of(pid: int) -> int | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    ranks = [int(v.split(b"=", 1)[1]) for v in environ if v.startswith(b"RANK=")]
+    return ranks[0] if ranks else None
+
+
 def wait_for(condition, what: str, timeout: float = 180):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = condition()
         if found:
             return found
-        time.sleep(0.05)
+        time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def start_forced(workdir: Path, target: str) -> subprocess.Popen:
+def workers(workdir: Path, module: str) -> dict[int, str]:
+    return {pid: cmd for pid, cmd in job_processes(workdir).items()
+            if f"-m {module} " in cmd and "pipeline.elastic" not in cmd}
+
+
+def mid_epoch_checkpoint(workdir: Path, run: str) -> bool:
+    """A checkpoint taken inside an epoch is on disk (checkpoint_every 4, 6 iterations an epoch)."""
+    path = run_dir(workdir, run) / "state" / "checkpoint.pt"
+    try:
+        return torch.load(path, weights_only=True)["batch"] > 0
+    except Exception:  # not there yet, or being renamed into place
+        return False
+
+
+def results(workdir: Path) -> dict:
+    """What must not depend on a kill: every run's scores and summary.csv's AP columns."""
+    scores = {run: {k: v for k, v in json.loads((run_dir(workdir, run) / "metrics.json").read_text()).items()
+                    if k in METRICS}
+              for run in RUNS}
+    with open(workdir / "results" / "summary.csv") as handle:
+        rows = {row["run_id"]: {k: row[k] for k in ("AP", "AP50", "AP75")} for row in csv.DictReader(handle)}
+    return {"metrics": scores, "summary.csv": rows}
+
+
+def leftovers(workdir: Path) -> list[str]:
+    """Half-written files (our temporaries) anywhere in the outputs."""
+    return [str(p) for root in ("results", "data") for p in (workdir / root).rglob("*.tmp")]
+
+
+def start(workdir: Path, target: str) -> subprocess.Popen:
     return subprocess.Popen(SNAKEMAKE + ["--cores", "2", "--forcerun", target], cwd=workdir,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)  # its own process group, as under a shell
 
 
-def kill_and_count_survivors(workdir: Path, snake: subprocess.Popen, victim: str) -> float:
-    """SIGKILL the victim; return the seconds until no process of the job is left (<= 10)."""
-    processes = job_processes(workdir)
-    launcher = [pid for pid, cmd in processes.items() if "torch.distributed.run" in cmd]
+# Where to kill: which forced target, what to wait for, what gets SIGKILL.
+KILL_POINTS = {
+    "single, inside an epoch": ("single-w1-b4-s0/train_summary.json", "mid-epoch checkpoint", "group"),
+    "ddp, one worker": (f"{DDP}/train_summary.json", "mid-epoch checkpoint", "rank 1"),
+    "ddp, its torchrun": (f"{DDP}/train_summary.json", "mid-epoch checkpoint", "torchrun"),
+    "ddp, during evaluation": (f"{DDP}/metrics.json", "pipeline.evaluate", "group"),
+    "during the report": ("summary.csv", "pipeline.report", "group"),
+}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(workdir) -> dict:
+    return results(workdir)
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_kill_9_anywhere_and_the_same_command_finishes_the_same_results(workdir, uninterrupted, point):
+    target, wait, victim = KILL_POINTS[point]
+    run = target.split("/")[0]
+    snake = start(workdir, f"results/{target}" if run == "summary.csv" else f"results/runs/demo/{target}")
+    if wait == "mid-epoch checkpoint":
+        wait_for(lambda: mid_epoch_checkpoint(workdir, run), "a mid-epoch checkpoint")
+    else:
+        wait_for(lambda: workers(workdir, wait), f"{wait} at work")
+        time.sleep(0.5)
     if victim == "group":
         os.killpg(snake.pid, signal.SIGKILL)
-    elif victim == "snakemake":
-        os.kill(snake.pid, signal.SIGKILL)
+    elif victim == "rank 1":
+        os.kill(next(pid for pid in workers(workdir, "pipeline.train") if rank_of(pid) == 1), signal.SIGKILL)
     else:
-        os.kill(launcher[0], signal.SIGKILL)
+        os.kill(next(pid for pid, cmd in job_processes(workdir).items() if "-m pipeline.elastic" in cmd),
+                signal.SIGKILL)
     killed = time.monotonic()
-    snake.wait(timeout=30) if victim != "launcher" else None
-    while job_processes(workdir) and time.monotonic() - killed < 10:
-        time.sleep(0.05)
-    left = job_processes(workdir)
-    assert not left, f"alive 10 s after killing the {victim}: {left}"
-    snake.wait(timeout=30)
-    unlocked = subprocess.run(SNAKEMAKE + ["--cores", "2", "--unlock"], cwd=workdir,
-                              capture_output=True, text=True, timeout=120)
-    assert unlocked.returncode == 0, unlocked.stderr  # a SIGKILLed Snakemake leaves its lock
-    return time.monotonic() - killed
+    snake.wait(timeout=180)  # a dead worker or torchrun: the job fails, and Snakemake stops
+    failed_after = time.monotonic() - killed
+    wait_for(lambda: not job_processes(workdir), "every process of the job to be gone", timeout=10)
+    if victim == "rank 1":  # torchrun names the dead rank and the remedy; the job failed fast
+        log = train_log(workdir, DDP)
+        assert "error: rank 1 (pid" in log and "was killed by SIGKILL" in log, log[-2000:]
+        assert "rerun the same command to resume" in log
+        assert failed_after < 60, failed_after
+        print(f"{point}: Snakemake stopped {failed_after:.1f} s after the worker's death")
+
+    rerun = snakemake(workdir)  # the README's command again: no --unlock, nothing forced
+    assert not job_processes(workdir) and not leftovers(workdir), leftovers(workdir)
+    assert results(workdir) == uninterrupted
+    if "evaluation" not in point and "report" not in point:
+        log = train_log(workdir, run)
+        assert re.search(r"resuming \S+ at epoch \d, batch [1-9]\d* \(step \d+\)", log), log[-2000:]
+        resumed = summary(workdir, run)
+        assert resumed["resumed_at_steps"] and resumed["resumed_at_steps"][0] > 0
+        assert [step for step, _ in losses(workdir, run)] == list(range(1, resumed["iterations"] + 1))
+        for rank in resumed["ranks"]:  # every iteration's bytes, across the interruption
+            for direction in ("sent", "received"):
+                assert rank["bytes_per_iteration"][direction] == pytest.approx(
+                    rank["theory_bytes_per_iteration"][direction], rel=1e-9), rank
+    assert jobs(rerun).get("report") == 1
 
 
-@pytest.mark.parametrize("phase, victim", [("train", "snakemake"), ("evaluate", "group"),
-                                           ("evaluate", "launcher")])
-def test_no_process_outlives_its_killed_job(workdir, phase, victim):
-    module = {"train": "pipeline.train", "evaluate": "pipeline.evaluate"}[phase]
-    output = {"train": "train_summary.json", "evaluate": "metrics.json"}[phase]
-    snake = start_forced(workdir, str(Path("results/runs/demo") / DDP / output))
-    # Both ranks of the ddp run are at work (evaluation: each predicts its share).
-    wait_for(lambda: sum(module in cmd and "torch.distributed.run" not in cmd
-                         for cmd in job_processes(workdir).values()) >= 2,
-             f"two {module} workers")
-    time.sleep(1.0)
-    seconds = kill_and_count_survivors(workdir, snake, victim)
-    print(f"{phase}, SIGKILL to the {victim}: last process gone after {seconds:.2f} s")
-    snakemake(workdir)  # and the workflow completes again afterwards
-
-
-def test_ddp_killed_in_its_second_epoch_resumes_with_its_bytes(workdir):
-    snake = start_forced(workdir, str(Path("results/runs/demo") / DDP / "train_summary.json"))
-    checkpoint = run_dir(workdir, DDP) / "state" / "checkpoint.pt"
-    wait_for(checkpoint.exists, "the first epoch's checkpoint")
-    kill_and_count_survivors(workdir, snake, "group")
-    assert not (run_dir(workdir, DDP) / "train_summary.json").exists()
-    result = snakemake(workdir)  # the same command as before the kill: nothing forced
-    assert jobs(result) == {"all": 1, "train": 1, "evaluate": 1, "report": 1, **PAPER_JOB}
-    assert "resuming" in train_log(workdir, DDP)
-    resumed = summary(workdir, DDP)
-    assert [step for step, _ in losses(workdir, DDP)] == list(range(1, resumed["iterations"] + 1))
-    for rank in resumed["ranks"]:
-        for direction in ("sent", "received"):
-            assert rank["bytes_per_iteration"][direction] == pytest.approx(
-                rank["theory_bytes_per_iteration"][direction], rel=1e-9), rank
+def test_a_dead_worker_is_restarted_by_torchrun_to_the_same_result(workdir, uninterrupted):
+    """parallel.max_restarts: 1 (a knob: it retrains nothing). One worker is killed after a
+    checkpoint; torchrun restarts the run, which resumes and finishes by itself."""
+    edit_params(workdir, lambda raw: raw["defaults"]["parallel"].update(max_restarts=1))
+    benchmark = workdir / "logs" / "benchmarks" / f"train_demo_{DDP}.tsv"
+    uninterrupted_seconds = float(benchmark.read_text().splitlines()[1].split("\t")[0])
+    snake = start(workdir, f"results/runs/demo/{DDP}/train_summary.json")
+    wait_for(lambda: mid_epoch_checkpoint(workdir, DDP), "a mid-epoch checkpoint")
+    os.kill(next(pid for pid in workers(workdir, "pipeline.train") if rank_of(pid) == 1), signal.SIGKILL)
+    assert snake.wait(timeout=300) == 0  # no rerun needed
+    restarted = summary(workdir, DDP)
+    assert restarted["restarts"] == 1 and restarted["resumed_at_steps"][0] > 0
+    assert results(workdir) == uninterrupted
+    seconds = float(benchmark.read_text().splitlines()[1].split("\t")[0])
+    print(f"elastic restart: the training job took {seconds:.1f} s, uninterrupted "
+          f"{uninterrupted_seconds:.1f} s (+{seconds - uninterrupted_seconds:.1f} s)")
+    edit_params(workdir, lambda raw: raw["defaults"]["parallel"].update(max_restarts=0))
+    assert jobs(snakemake(workdir)) == {}  # the knob changed back: still nothing to rerun
 
 
 def test_a_deleted_run_is_trained_and_reported_again(workdir):

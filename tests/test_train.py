@@ -69,8 +69,11 @@ def scores(summary: dict) -> list[tuple]:
     return [(e["epoch"], e["step"], e["AP"], e["AP50"]) for e in summary["evaluations"]]
 
 
-def test_killed_run_resumes_mid_epoch_to_the_uninterrupted_result(small_dataset, tmp_path):
+@pytest.mark.parametrize("loader_workers", [0, 1])
+def test_killed_run_resumes_mid_epoch_to_the_uninterrupted_result(small_dataset, tmp_path, loader_workers):
     cfg = small_config(small_dataset, epochs=4)
+    cfg["data"]["workers"] = loader_workers  # augmentations drawn in a loader process, or not
+    assert cfg["data"]["horizontal_flip"] > 0
     cfg["eval"]["every_epochs"] = 1  # an evaluation before every epoch's checkpoint
     cfg["train"]["checkpoint_every"] = 4  # 6 iterations an epoch: the first lands mid-epoch
     run = single_run(cfg)

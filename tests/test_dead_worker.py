@@ -1,0 +1,87 @@
+"""A process of a ps or ddp run that hangs (SIGSTOP: a stuck node, a frozen container) fails the
+others within parallel.timeout_s, with a message naming it and the remedy; never a 30-minute
+hang. (One that dies is test_integrity's: torchrun notices at once and names it.)"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipeline.params import canonical
+from pipeline.sweep import runs
+
+from .conftest import REPO, small_config
+
+TIMEOUT_S = 5
+
+
+def process_rank(pid: int) -> int | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    return next((int(v[5:]) for v in environ if v.startswith(b"RANK=")), None)
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(pid):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def mid_epoch_checkpoint(out: Path) -> bool:
+    try:
+        return torch.load(out / "state" / "checkpoint.pt", weights_only=True)["batch"] > 0
+    except Exception:  # not there yet, or being renamed into place
+        return False
+
+
+@pytest.mark.parametrize("strategy", ["ps", "ddp"])
+def test_a_hung_worker_fails_its_peers_within_the_timeout(small_dataset, tmp_path, strategy):
+    cfg = small_config(small_dataset, epochs=2)
+    cfg["train"]["checkpoint_every"] = 2
+    cfg["parallel"]["timeout_s"] = TIMEOUT_S
+    cfg["sweep"] = [{"strategy": strategy, "workers": 2, "images_per_worker": 2}]
+    run = next(iter(runs(cfg).values()))
+    out = tmp_path / "run"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.launch", "--config", canonical(cfg), "--entry", canonical(run),
+         "--out", str(out)], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    lines: list[tuple[float, str]] = []
+    reader = threading.Thread(target=lambda: [lines.append((time.monotonic(), line))
+                                              for line in launcher.stderr], daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not mid_epoch_checkpoint(out) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    victim = next(pid for pid in children(launcher.pid) if process_rank(pid) == 1)
+    os.kill(victim, signal.SIGSTOP)
+    stopped = time.monotonic()
+    while not any("lost the other processes" in line for _, line in lines) and time.monotonic() < stopped + 60:
+        time.sleep(0.05)
+    failed = next((at for at, line in lines if "lost the other processes" in line), None)
+    os.kill(victim, signal.SIGCONT)  # torchrun's SIGTERM reaches it only once it runs again
+    launcher.wait(timeout=60)
+    reader.join(timeout=10)
+    text = "".join(line for _, line in lines)
+    assert failed is not None, text[-3000:]
+    print(f"{strategy}: the survivor failed {failed - stopped:.1f} s after rank 1 froze "
+          f"(parallel.timeout_s {TIMEOUT_S})")
+    assert failed - stopped < TIMEOUT_S + 10
+    assert launcher.returncode != 0
+    message = next(line for _, line in lines if "lost the other processes" in line)
+    assert "rank 1 has been silent for" in message and "it died or hangs" in message, message
+    assert "rerun the same command to resume" in message and "parallel.timeout_s" in message
+    assert (out / "state" / "checkpoint.pt").exists() and not (out / "train_summary.json").exists()

@@ -76,9 +76,10 @@ def stage_params(stage):
     return P.canonical(stages.config_for(CFG, stage))
 
 
-# How a stage outlives faults (timeouts, restarts, checkpoint interval): passed on its command
-# line, not as its params, so changing one reruns nothing (pipeline/stages.py).
-KNOBS = {stage: P.canonical(stages.knobs_for(CFG, stage)) for stage in stages.STAGES}
+# How a stage outlives faults (timeouts, restarts, checkpoint interval) reaches it through the
+# environment its jobs inherit, not as its params, so changing one reruns nothing
+# (pipeline/stages.py); a job on a cluster parses this file again and sets it there too.
+os.environ[stages.KNOBS_ENV] = stages.knobs_environment(CFG)
 
 
 RESOURCES = CFG["resources"]
@@ -206,7 +207,7 @@ rule train:
     benchmark:
         f"logs/benchmarks/train_{PRESET}_{{run}}.tsv"
     shell:
-        "exec {params.python} -m pipeline.launch --config {params.config:q} --knobs {KNOBS[train]:q}"
+        "exec {params.python} -m pipeline.launch --config {params.config:q}"
         " --entry {params.run:q} --out {params.out} > {log} 2>&1"
 
 
@@ -232,7 +233,7 @@ rule evaluate:
         f"logs/benchmarks/evaluate_{PRESET}_{{run}}.tsv"
     shell:
         "exec {params.python} -m pipeline.launch --stage evaluate --config {params.config:q}"
-        " --knobs {KNOBS[evaluate]:q} --entry {params.run:q} --out {params.out} > {log} 2>&1"
+        " --entry {params.run:q} --out {params.out} > {log} 2>&1"
 
 
 rule equivalence:
@@ -253,7 +254,7 @@ rule equivalence:
         "logs/benchmarks/equivalence.tsv"
     shell:
         "exec {params.python} -m pipeline.equivalence --config {params.config:q}"
-        " --knobs {KNOBS[equivalence]:q} --out {output} > {log} 2>&1"
+        " --out {output} > {log} 2>&1"
 
 
 rule report:

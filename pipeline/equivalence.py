@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     lifetime.die_with_parent()  # the rule's shell execs us: go with Snakemake
-    report = measure(stages.parsed_config(args))
+    report = measure(stages.parsed_config(args, "equivalence"))
     write_json(args.out, report)
     print(json.dumps(report["strategies"], indent=1))
 

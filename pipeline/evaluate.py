@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
                    {"run_id": Path(args.run_dir).name, "status": why_not[0],
                     "reason": why_not[1], **{name: None for name in METRICS}})
         return
-    record = evaluate(stages.parsed_config(args), args.run_dir)
+    record = evaluate(stages.parsed_config(args, "evaluate"), args.run_dir)
     if record is not None:
         print(json.dumps({k: round(record[k], 4) for k in METRICS}))
 

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     # Killed with its job: the rule's shell execs us, so our parent is Snakemake (or srun's
     # step daemon); the request survives the exec of torchrun below.
     lifetime.become_launcher()
-    cfg, run = stages.parsed_config(args), json.loads(args.entry)
+    cfg, run = stages.parsed_config(args, args.stage), json.loads(args.entry)
     if args.stage == "evaluate":
         argv = evaluation_command(cfg, run, args.out)
         os.execv(argv[0], argv)

@@ -12,6 +12,7 @@ import argparse
 import ast
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -83,14 +84,26 @@ def with_knobs(config: dict, knobs: dict) -> dict:
     return merged
 
 
+KNOBS_ENV = "FRCNN_BENCH_KNOBS"  # every stage's knobs, as JSON, set by the Snakefile
+
+
+def knobs_environment(cfg: dict) -> str:
+    return json.dumps({stage: knobs_for(cfg, stage) for stage in STAGES}, sort_keys=True)
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """--config (what the stage's results depend on) and --knobs (how it runs), as JSON."""
     parser.add_argument("--config", required=True, help="the stage's part of the resolved preset, as JSON")
-    parser.add_argument("--knobs", default="{}", help="the stage's knobs (pipeline/stages.py), as JSON")
+    parser.add_argument("--knobs", help=f"the stage's knobs (pipeline/stages.py), as JSON; "
+                                        f"default: from ${KNOBS_ENV}, set by the workflow")
 
 
-def parsed_config(args: argparse.Namespace) -> dict:
-    return with_knobs(json.loads(args.config), json.loads(args.knobs))
+def parsed_config(args: argparse.Namespace, stage: str) -> dict:
+    """The stage's config with its knobs: --knobs, else the workflow's environment, else those
+    already in --config (a whole resolved preset carries them)."""
+    knobs = (json.loads(args.knobs) if args.knobs
+             else json.loads(os.environ.get(KNOBS_ENV, "{}")).get(stage, {}))
+    return with_knobs(json.loads(args.config), knobs)
 
 
 def _module_file(module: str) -> Path | None:

@@ -342,7 +342,7 @@ def summarise(job: Job, live_log: Path) -> dict | None:
     with atomic_path(job.out_dir / "iterations.jsonl") as tmp:
         shutil.copyfile(live_log, tmp)
     summary["provenance"] = provenance.collect(
-        stages.config_for(cfg, "train"), run=job.run, seed=job.seed,
+        stages.config_for(cfg, "train"), knobs=stages.knobs_for(cfg, "train"), run=job.run, seed=job.seed,
         workers=job.run["workers"], processes=ctx.processes, threads=ctx.threads,
         device=str(ctx.device), backend=ctx.backend)
     write_json(job.out_dir / "train_summary.json", summary)
@@ -405,7 +405,7 @@ def main(argv: list[str] | None = None) -> None:
     lifetime.die_with_parent()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        train(stages.parsed_config(args), json.loads(args.entry), args.out, args.max_steps)
+        train(stages.parsed_config(args, "train"), json.loads(args.entry), args.out, args.max_steps)
     except (TrainingError, CheckpointError, DatasetError, OutputError) as err:
         raise SystemExit(f"error: {err}") from None
     except OSError as err:  # no space or no permission where no atomic write was under way

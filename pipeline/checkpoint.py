@@ -126,6 +126,8 @@ def restore(job: Job) -> None:
         return
     job.strategy.unwrap(job.model).load_state_dict(checkpoint["model"])
     job.optimizer.load_state_dict(checkpoint["optimizer"])
+    if job.precision.scaler is not None:
+        job.precision.scaler.load_state_dict(checkpoint["scaler"])
     job.epoch, job.batch, job.step = checkpoint["epoch"], checkpoint["batch"], checkpoint["step"]
     job.train_seconds = checkpoint["train_seconds"]
     job.evaluation_seconds = checkpoint["evaluation_seconds"]
@@ -155,6 +157,8 @@ def save_checkpoint(job: Job) -> None:
                     "checkpoints": {"count": job.checkpoints["count"] + 1,
                                     "seconds": job.checkpoints["seconds"]},
                     "sessions": job.sessions,
+                    "scaler": (job.precision.scaler.state_dict()
+                               if job.precision.scaler is not None else None),
                     "model": job.strategy.unwrap(job.model).state_dict(),
                     "optimizer": job.optimizer.state_dict()}, job.state_dir / "checkpoint.pt")
     distributed.barrier()  # every rank resumes training once the checkpoint is on disk

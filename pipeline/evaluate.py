@@ -49,10 +49,13 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
         detections = [d for part in gathered for d in part]
     seconds = time.perf_counter() - start
     write_json(run_dir / "predictions.json", detections)
+    scoring_start = time.perf_counter()
     metrics = coco_metrics(annotation_path(cfg["data"]["root"], "val"), detections,
-                           dataset.image_ids())
+                           dataset.image_ids(), cfg["eval"]["backend"])
+    scoring_seconds = time.perf_counter() - scoring_start
     record = {"run_id": run_dir.name, **metrics, "images": len(dataset),
               "detections": len(detections), "inference_seconds": seconds, "processes": world,
+              "scoring_seconds": scoring_seconds, "eval_backend": cfg["eval"]["backend"],
               "provenance": provenance.collect(stages.config_for(cfg, "evaluate"),
                                                device=str(device), threads=torch.get_num_threads())}
     write_json(run_dir / "metrics.json", record)

@@ -19,7 +19,9 @@ from torchvision.models.detection import FasterRCNN
 from torchvision.models.detection.anchor_utils import AnchorGenerator
 from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
 from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
-from torchvision.ops import FrozenBatchNorm2d, MultiScaleRoIAlign
+from torchvision.ops import FrozenBatchNorm2d
+
+from .roi_align import ThreadedRoIPool
 
 
 def _conv(c_in: int, c_out: int, stride: int) -> nn.Sequential:
@@ -41,7 +43,7 @@ def build_tiny(cfg: dict, num_classes: int) -> FasterRCNN:
     backbone = TinyBackbone(cfg["channels"])
     sizes = tuple(cfg["anchor_sizes"])
     anchors = AnchorGenerator(sizes=(sizes,), aspect_ratios=((0.5, 1.0, 2.0),))
-    roi_pool = MultiScaleRoIAlign(featmap_names=["0"], output_size=7, sampling_ratio=2)
+    roi_pool = ThreadedRoIPool(featmap_names=["0"], output_size=7, sampling_ratio=2)
     rep = cfg["representation_size"]
     return FasterRCNN(
         backbone, num_classes=None, rpn_anchor_generator=anchors, box_roi_pool=roi_pool,

@@ -1,5 +1,9 @@
-"""Scoring detections with pycocotools: what the final evaluation (pipeline/evaluate.py) and
+"""Scoring detections with COCOeval: what the final evaluation (pipeline/evaluate.py) and
 the evaluations during training (pipeline/train.py) share, and which runs are not scored.
+
+Two implementations of COCOeval, `eval.backend`: pycocotools, the reference, and
+faster-coco-eval (C++), the same algorithm faster; tests/test_evaluate.py holds both to the
+same assertions, and to each other's twelve numbers within 1e-6.
 
 Kept apart from evaluate.py, the evaluation stage's command line, so that editing that stage
 does not rerun training (the Snakefile's code inputs follow each stage's imports).
@@ -12,20 +16,33 @@ import logging
 from pathlib import Path
 
 import torch
-from pycocotools.coco import COCO
-from pycocotools.cocoeval import COCOeval
-
 from .dataset import CocoDetection, collate
 
 log = logging.getLogger("evaluate")
 # The order of COCOeval.stats for bounding boxes.
 METRICS = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
+BACKENDS = ("pycocotools", "faster-coco-eval")
+DEFAULT_BACKEND = "faster-coco-eval"  # for the evaluations during training; equal numbers
+
+
+def coco_api(backend: str):
+    """(COCO, COCOeval) of the backend."""
+    if backend == "pycocotools":
+        from pycocotools.coco import COCO
+        from pycocotools.cocoeval import COCOeval
+        return COCO, COCOeval
+    if backend == "faster-coco-eval":
+        from faster_coco_eval import COCO, COCOeval_faster
+        return COCO, COCOeval_faster
+    raise ValueError(f"eval.backend: {backend!r} is not one of {', '.join(BACKENDS)}")
 
 
 def coco_metrics(ground_truth_file: str | Path, detections: list[dict],
-                 image_ids: list[int] | None = None) -> dict[str, float]:
+                 image_ids: list[int] | None = None,
+                 backend: str = DEFAULT_BACKEND) -> dict[str, float]:
     """COCOeval's twelve bbox numbers. No detections at all scores 0 (pycocotools would fail);
     -1 means the ground truth has no object of that size, as in COCOeval."""
+    COCO, COCOeval = coco_api(backend)
     with contextlib.redirect_stdout(io.StringIO()):
         coco_gt = COCO(str(ground_truth_file))
     if not detections:

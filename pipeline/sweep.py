@@ -4,6 +4,7 @@ An entry names a strategy and its `workers` (the sweep's count of workers: devic
 that train on a shard of the batch); a job may start more processes than workers (a dedicated
 parameter server adds one). `images_per_worker` defaults to train.images_per_worker, `data_mode`
 to data.mode (real: the loader decodes and augments; synthetic: in-memory tensors, no loader),
+`precision` to train.precision (fp32, or bf16 / fp16 autocast: pipeline/precision.py),
 `repeats` to 1, and each strategy's own options (pipeline/strategies/) default to what the
 strategy declares.
 
@@ -21,8 +22,9 @@ import jsonschema
 from . import strategies
 from .params import ParamsError, remedy
 
-COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "repeats")
+COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "precision", "repeats")
 DATA_MODES = ("real", "synthetic")
+PRECISIONS = ("fp32", "bf16", "fp16")
 DEPRECATED = {"world_size": "workers"}  # old name -> new name
 
 
@@ -32,6 +34,7 @@ def _entry_schema(strategy: type[strategies.Strategy]) -> dict:
             "properties": {"strategy": {"const": strategy.name}, "workers": positive,
                            "images_per_worker": positive, "repeats": positive,
                            "data_mode": {"enum": list(DATA_MODES)},
+                           "precision": {"enum": list(PRECISIONS)},
                            **{k: o.schema for k, o in strategy.options.items()}}}
 
 
@@ -72,7 +75,8 @@ def fill(entry: dict, cfg: dict, where: str = "sweep entry") -> dict:
     if extra:
         raise ParamsError(_unknown_key_message(strategy, extra[0], where))
     filled = {"images_per_worker": cfg["train"]["images_per_worker"],
-              "data_mode": cfg["data"]["mode"], "repeats": 1,
+              "data_mode": cfg["data"]["mode"], "precision": cfg["train"]["precision"],
+              "repeats": 1,
               **{k: o.default for k, o in strategy.options.items()}, **entry}
     try:
         jsonschema.validate(filled, _entry_schema(strategy))
@@ -116,11 +120,13 @@ def variant(run: dict) -> str:
 
 
 def entry_id(run: dict) -> str:
-    """Stable name of a sweep entry, shared by its repeats: single-w1-b8, ddp-fp16-w2-b4,
-    ps-dedicated-w2-b4 (the strategy decides what its variant names), ddp-w2-b4-synthetic."""
+    """Stable name of a sweep entry, shared by its repeats: single-w1-b8, ddp-fp16-w2-b4 (the
+    strategy decides what its variant names: here a gradient hook), ps-dedicated-w2-b4,
+    ddp-w2-b4-synthetic, single-w1-b8-amp-bf16 (mixed precision)."""
     name = run["strategy"] + (f"-{variant(run)}" if variant(run) else "")
     mode = "" if run["data_mode"] == "real" else f"-{run['data_mode']}"
-    return f"{name}-w{run['workers']}-b{run['images_per_worker']}{mode}"
+    precision = "" if run.get("precision", "fp32") == "fp32" else f"-amp-{run['precision']}"
+    return f"{name}-w{run['workers']}-b{run['images_per_worker']}{mode}{precision}"
 
 
 def run_id(run: dict) -> str:
@@ -133,7 +139,7 @@ def identity(run: dict) -> dict:
     return {"run_id": run_id(run), "entry": entry_id(run), "strategy": run["strategy"],
             "variant": variant(run), "workers": run["workers"],
             "images_per_worker": run["images_per_worker"], "data_mode": run["data_mode"],
-            "seed": run["seed"]}
+            "precision": run.get("precision", "fp32"), "seed": run["seed"]}
 
 
 def repeated(filled: dict) -> list[dict]:

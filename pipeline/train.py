@@ -39,6 +39,7 @@ from .files import OutputError, atomic_path, output_error, save_torch, write_jso
 from .model import build_model
 from .monitor import Monitor
 from .params import scaled_lr
+from .precision import Precision
 from .sampler import ShardedBatchSampler, aspect_ratio_groups
 from .strategies.base import gradient_bytes
 
@@ -100,17 +101,19 @@ def to_device(images, targets, device):
     return images, targets
 
 
-def forward_backward(model, optimizer, images, targets, where: str) -> tuple[torch.Tensor, dict]:
-    loss_dict = model(images, targets)
-    loss = sum(loss_dict.values())
-    if not torch.isfinite(loss):
+def forward_backward(model, optimizer, images, targets, where: str,
+                     precision: Precision) -> tuple[torch.Tensor, dict]:
+    with precision.autocast():
+        loss_dict = model(images, targets)
+        loss = sum(loss_dict.values())
+    if not torch.isfinite(loss) and not precision.handles_overflow:
         values = {k: float(v) for k, v in loss_dict.items()}
         raise TrainingError(
             f"non-finite loss {values} at {where}; the last good checkpoint (if any) stays in "
             "the run's state/ directory. Lower train.base_lr or raise train.warmup_iters, and "
             "check the boxes of the data")
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    precision.backward(loss)
     return loss, loss_dict
 
 
@@ -132,6 +135,7 @@ class Job:
     base_lr: float
     global_batch: int
     fingerprint: str
+    precision: Precision
     epoch: int = 0            # the epoch in progress (or the next one)
     batch: int = 0            # batches of it done
     step: int = 0             # iterations done
@@ -178,12 +182,16 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate,
                                          num_workers=0 if in_memory else data_cfg["workers"],
                                          generator=loader_seed)
-    model = strategy.wrap(build_model(cfg["model"], dataset.num_classes).to(ctx.device), ctx)
+    model = build_model(cfg["model"], dataset.num_classes).to(ctx.device)
+    if train_cfg["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
+    model = strategy.wrap(model, ctx)
     base_lr = scaled_lr(train_cfg, global_batch)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=base_lr,
                                 momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"])
     job = Job(cfg, run, out_dir, strategy, ctx, dataset, sampler, loader, loader_seed, model,
-              optimizer, base_lr, global_batch, fingerprint(cfg, run))
+              optimizer, base_lr, global_batch, fingerprint(cfg, run),
+              Precision(run.get("precision", "fp32"), ctx.device))
     restore(job)
     log.info("rank %d (%s): %d images, %d per process x %d shards, lr %.4g, %d threads, %s, %s",
              ctx.rank, ctx.role, len(dataset), per_process, ctx.shards, base_lr, ctx.threads,
@@ -204,12 +212,12 @@ def timed_iteration(job: Job, batch, epoch: int, tick: float) -> dict:
         record["time_data"] = time.perf_counter() - tick
         start = time.perf_counter()
         loss, loss_dict = forward_backward(job.model, job.optimizer, images, targets,
-                                           f"epoch {epoch}, step {job.step + 1}")
+                                           f"epoch {epoch}, step {job.step + 1}", job.precision)
         sync()
         record.update(time_compute=time.perf_counter() - start, images=len(images) * ctx.shards,
                       loss=loss.item(), **{k: loss_dict[k].item() for k in LOSS_TERMS})
     start = time.perf_counter()
-    seconds_communicating = job.strategy.step(job.model, job.optimizer, ctx)
+    seconds_communicating = job.strategy.step(job.model, job.precision.optimizer(job.optimizer), ctx)
     sync()
     seconds_step = time.perf_counter() - start
     traffic = job.strategy.traffic()
@@ -383,6 +391,8 @@ def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
         # restart after a worker died; `restart` is torchrun's count then).
         "resumed_at_steps": [s["step"] for s in job.sessions[1:]],
         "restarts": sum(1 for s in job.sessions if s["restart"] > 0),
+        "precision": job.precision.name, "channels_last": job.cfg["train"]["channels_last"],
+        "skipped_steps": job.precision.skipped_steps,  # fp16 overflows the scaler skipped
         "images_per_second": float(sum(r["images"] for r in steady) / times.sum()),
         "sec_per_iter": {"mean": float(times.mean()), "p50": float(np.percentile(times, 50)),
                          "p95": float(np.percentile(times, 95))},

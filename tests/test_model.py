@@ -94,3 +94,33 @@ def test_wrong_weights_are_refused(configs, tmp_path):
     torch.save({"conv1.weight": torch.zeros(1)}, wrong)
     with pytest.raises(ValueError, match="wrong.pth is not a ResNet-50 state dict"):
         build_model(dict(configs["coco2017"]["model"], backbone_weights=str(wrong)), num_classes=91)
+
+
+def gradients(model, images, targets) -> dict[str, torch.Tensor]:
+    model.zero_grad()
+    sum(model(images, targets).values()).backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def test_threaded_roi_align_backward_is_torchvisions_bit_for_bit(configs, monkeypatch):
+    """The tiny model's pooler spreads roi_align's CPU backward over threads by channel; every
+    gradient must equal torchvision's own single-threaded kernel's exactly."""
+    from torchvision.ops import MultiScaleRoIAlign
+
+    from pipeline.roi_align import ThreadedRoIPool
+
+    torch.manual_seed(0)
+    model = build_model(configs["demo"]["model"], num_classes=6)
+    assert isinstance(model.roi_heads.box_roi_pool, ThreadedRoIPool)
+    size = configs["demo"]["model"]["min_size"]
+    images = [torch.rand(3, size, size) for _ in range(4)]
+    targets = [{"boxes": torch.tensor([[10.0, 12.0, 60.0, 70.0], [70.0, 5.0, 120.0, 40.0]]),
+                "labels": torch.tensor([2, 3])}] * 4
+    torch.set_num_threads(2)
+    state = torch.random.get_rng_state()
+    threaded = gradients(model, images, targets)
+    torch.random.set_rng_state(state)  # the same proposals sampled
+    monkeypatch.setattr(ThreadedRoIPool, "forward", MultiScaleRoIAlign.forward)
+    reference = gradients(model, images, targets)
+    assert threaded.keys() == reference.keys()
+    assert all(torch.equal(threaded[k], reference[k]) for k in reference)

@@ -148,7 +148,9 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
     resolved = params.validate(raw)
     added = {"data": ["mode"], "eval": ["every_epochs"],  # data modes, time-to-accuracy
              # checkpoints mid-epoch, a bound on waiting for a dead peer, elastic restarts
-             "train": ["checkpoint_every"], "parallel": ["timeout_s", "max_restarts"]}
+             "train": ["checkpoint_every", "precision", "channels_last"],  # and mixed precision,
+             "parallel": ["timeout_s", "max_restarts"]}
+    added["eval"].append("backend")  # COCOeval's implementation
 
     def without(preset: dict, *sections: str) -> dict:
         # `resources` came later (scheduler requests only; no stage reads it); the sweeps

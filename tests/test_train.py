@@ -178,3 +178,36 @@ def test_synthetic_data_mode_trains_without_the_loader(small_dataset, tmp_path):
     assert summary["evaluations"] == []  # noise pixels: nothing to score
     lines = records(tmp_path / "run" / "iterations.jsonl")
     assert lines[-1]["loss"] < lines[0]["loss"]  # it learns the pool it is given
+
+
+def test_fp16_overflow_is_a_skipped_step_not_an_error():
+    """fp16's loss scaler: an overflowed step leaves the weights as they were, lowers the scale
+    and is counted; the next step goes on."""
+    from pipeline.precision import Precision
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    amp = Precision("fp16", torch.device("cpu"))
+    amp.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127)  # overflows at once
+    before = [p.detach().clone() for p in model.parameters()]
+    for _ in range(2):
+        with amp.autocast():
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+        optimizer.zero_grad()
+        amp.backward(loss)
+        amp.optimizer(optimizer).step()
+    assert amp.skipped_steps >= 1 and amp.scaler.get_scale() < 2.0 ** 127
+    if amp.skipped_steps == 2:
+        assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_precision_names_the_run_and_fp16_is_refused_for_ps(small_dataset):
+    from pipeline.params import ParamsError
+    from pipeline.sweep import fill, run_id
+
+    cfg = small_config(small_dataset)
+    assert run_id(fill({"strategy": "ddp", "workers": 2, "precision": "bf16"}, cfg)) == "ddp-w2-b4-amp-bf16-s0"
+    assert run_id(fill({"strategy": "single", "workers": 1}, cfg)) == "single-w1-b4-s0"  # fp32: as before
+    with pytest.raises(ParamsError, match="use precision: bf16"):
+        fill({"strategy": "ps", "workers": 2, "precision": "fp16"}, cfg)

@@ -30,6 +30,7 @@ class ParameterServer(TorchrunStrategy):
     label = "parameter server"
     options = {"placement": Option("colocated", {"enum": ["colocated", "dedicated"]},
                                    "server on rank 0 beside a worker, or its own process")}
+    evaluates_on_workers = True  # as ddp: one process per worker predicts its share
 
     def __init__(self, run: dict, parallel: dict):
         super().__init__(run, parallel)
@@ -40,6 +41,13 @@ class ParameterServer(TorchrunStrategy):
     @classmethod
     def variant(cls, run: dict) -> str:
         return run["placement"]  # always named: ps-colocated-w2-b4, ps-dedicated-w2-b4
+
+    @classmethod
+    def invalid(cls, run: dict) -> str | None:
+        if run.get("precision") == "fp16":  # the workers' loss scale would have to follow the server's
+            return ("fp16 needs a loss scale every process agrees on, and only the server steps; "
+                    "use precision: bf16 (no scaler) for ps")
+        return super().invalid(run)
 
     def unavailable(self) -> str | None:
         if self.parallel["sync_batchnorm"]:

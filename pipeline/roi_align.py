@@ -5,10 +5,12 @@ into shared feature-map cells), and torch.profiler put it at 60 % of a demo iter
 cores. Channels never share cells: the backward here splits them over torch.get_num_threads()
 threads, each running torchvision's own kernel on its slice, so the gradient is bit-identical to
 torchvision's. The forward is torchvision's; off the CPU, or on one thread, the pooler is
-torchvision's MultiScaleRoIAlign unchanged.
+torchvision's MultiScaleRoIAlign unchanged (and with FRCNN_BENCH_ROI_ALIGN=torchvision in the
+environment: benchmarks/speed_cpu.py's "before" path).
 """
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -57,6 +59,7 @@ class ThreadedRoIPool(MultiScaleRoIAlign):
     def forward(self, x, boxes, image_shapes):
         feature = x[self.featmap_names[0]]
         if (len(self.featmap_names) != 1 or feature.device.type != "cpu"
+                or os.environ.get("FRCNN_BENCH_ROI_ALIGN") == "torchvision"
                 or torch.get_num_threads() == 1 or not torch.is_grad_enabled()):
             return super().forward(x, boxes, image_shapes)
         if self.scales is None:

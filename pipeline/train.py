@@ -159,6 +159,15 @@ class Job:
         return self.cfg["train"]["epochs"] * len(self.sampler)
 
 
+def loader_workers(data_cfg: dict) -> int:
+    """data.workers, or for `auto` the cores of one training process on this node less the
+    one it trains on: decoding then keeps up without taking the training's cores."""
+    if data_cfg["workers"] != "auto":
+        return data_cfg["workers"]
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    return max(1, distributed.available_cores() // local_processes - 1)
+
+
 def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
     """Start this process's part of the job: data, model, wrapped by the strategy, optimizer,
     and the state of an interrupted run with the same fingerprint."""
@@ -179,9 +188,12 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
     sampler = ShardedBatchSampler(len(dataset), per_process, run["seed"], ctx.shard or 0,
                                   ctx.shards, groups)
     loader_seed = torch.Generator()
+    # On a GPU, batches go to page-locked memory, so the copy to the device (non_blocking)
+    # overlaps the next step; workers prefetch two batches each (DataLoader's default).
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate,
-                                         num_workers=0 if in_memory else data_cfg["workers"],
-                                         generator=loader_seed)
+                                         num_workers=0 if in_memory else loader_workers(data_cfg),
+                                         generator=loader_seed,
+                                         pin_memory=ctx.device.type == "cuda")
     model = build_model(cfg["model"], dataset.num_classes).to(ctx.device)
     if train_cfg["channels_last"]:
         model = model.to(memory_format=torch.channels_last)

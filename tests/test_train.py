@@ -211,3 +211,15 @@ def test_precision_names_the_run_and_fp16_is_refused_for_ps(small_dataset):
     assert run_id(fill({"strategy": "single", "workers": 1}, cfg)) == "single-w1-b4-s0"  # fp32: as before
     with pytest.raises(ParamsError, match="use precision: bf16"):
         fill({"strategy": "ps", "workers": 2, "precision": "fp16"}, cfg)
+
+
+def test_loader_workers_auto_follow_the_cores_per_process(monkeypatch):
+    from pipeline import distributed
+    from pipeline.train import loader_workers
+
+    monkeypatch.setattr(distributed, "available_cores", lambda: 16)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert loader_workers({"workers": "auto"}) == 3  # 4 cores per process, one of them trains
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")
+    assert loader_workers({"workers": "auto"}) == 1
+    assert loader_workers({"workers": 0}) == 0

@@ -15,6 +15,7 @@ import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
+from .. import compat
 from .base import Context, Option, Traffic
 from .torchrun import TorchrunStrategy
 
@@ -90,7 +91,7 @@ class DDP(TorchrunStrategy):
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
         wrapped = DistributedDataParallel(
             model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-            forward_sync_buffers=True)  # rank 0's BatchNorm buffers at every forward
+            **compat.ddp_buffer_sync())  # rank 0's BatchNorm buffers at every forward
         kind = self.run["comm_hook"]
         state = None
         if kind == "powersgd":

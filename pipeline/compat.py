@@ -1,0 +1,15 @@
+"""The calls whose spelling differs between the torch releases the pipeline runs on: the lock's
+(for the container and CI) and whatever a GPU host or cluster brings (torch >= 2.4)."""
+from __future__ import annotations
+
+import inspect
+
+from torch.nn.parallel import DistributedDataParallel
+
+
+def ddp_buffer_sync(ddp_class=DistributedDataParallel) -> dict:
+    """DDP's keyword for broadcasting rank 0's buffers at every forward: `forward_sync_buffers`
+    in torch 2.14, `broadcast_buffers` before (a GPU host's torch 2.11 refused the new name)."""
+    parameters = inspect.signature(ddp_class.__init__).parameters
+    name = "forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers"
+    return {name: True}

@@ -88,14 +88,19 @@ def _key(kind: str, rank: int) -> str:
     return f"frcnn-bench/{kind}/{rank}"  # the store is set apart per restart (attempt_store)
 
 
+_progress = {"step": 0}  # this rank's iterations done; the heartbeat publishes it
+
+
 def start_heartbeat() -> None:
-    """A thread that leaves this rank's wall-clock time in the store every HEARTBEAT_S, so that
-    a rank that lost its peers can tell which one went silent (died, or hangs)."""
+    """A thread that leaves this rank's wall-clock time and iteration count in the store every
+    HEARTBEAT_S (the training loop itself does no store I/O), so that a rank that lost its
+    peers can tell which one went silent (died, or hangs) and where."""
     store, rank = _store(), dist.get_rank()
 
     def beat():
         while True:
             try:
+                store.set(_key("step", rank), str(_progress["step"]))
                 store.set(_key("alive", rank), repr(time.time()))
             except Exception:  # the store is gone: the job is ending
                 return
@@ -105,10 +110,8 @@ def start_heartbeat() -> None:
 
 
 def report_progress(step: int) -> None:
-    """Leave this rank's iteration count in the job's store (one small write per iteration)."""
-    store = _store() if dist.is_initialized() else None
-    if store is not None:
-        store.set(_key("step", dist.get_rank()), str(step))
+    """This rank's iteration count, for the heartbeat to publish (no I/O here)."""
+    _progress["step"] = step
 
 
 def last_reported(kind: str) -> dict[int, float | None]:

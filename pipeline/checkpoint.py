@@ -70,7 +70,8 @@ def load_checkpoint(state_dir: Path, expected: str, run_dir: str) -> dict | None
     if not isinstance(checkpoint, dict) or "fingerprint" not in checkpoint:
         raise CheckpointError(f"{path}: is not a checkpoint of this pipeline; it was left as it "
                               f"is. Delete {state_dir} to train the run from its start")
-    if checkpoint.get("run") != run_dir:
+    # One without a run name predates them: stale, like any checkpoint of other code.
+    if "run" in checkpoint and checkpoint["run"] != run_dir:
         raise CheckpointError(
             f"{path}: was written for run {checkpoint.get('run')!r}, not for {run_dir!r} "
             "(copied from another preset or run?); it was left as it is. Move it back where it "

@@ -62,6 +62,14 @@ def learning_rate(train: dict, base_lr: float, step: int, epoch: int) -> float:
     return base_lr * warmup * train["lr_gamma"] ** decays
 
 
+def warmup_iterations(train: dict, iterations_per_epoch: int) -> int:
+    """train.warmup_iters, or for `auto` what torchvision's reference trainer takes:
+    min(1000, iterations of the first epoch - 1)."""
+    if train["warmup_iters"] != "auto":
+        return train["warmup_iters"]
+    return min(1000, iterations_per_epoch - 1)
+
+
 def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     np.random.seed(seed % 2**32)
@@ -147,6 +155,11 @@ class Job:
     monitor: Monitor | None = None  # utilisation sampling while the loop runs
 
     @property
+    def schedule(self) -> dict:
+        """The train section with its warm-up resolved (`auto` -> iterations)."""
+        return dict(self.cfg["train"], warmup_iters=warmup_iterations(self.cfg["train"], len(self.sampler)))
+
+    @property
     def state_dir(self) -> Path:
         return self.out_dir / "state"
 
@@ -215,7 +228,7 @@ def timed_iteration(job: Job, batch, epoch: int, tick: float) -> dict:
     """One iteration and its record: losses, lr, images, and the seconds split into data wait
     (since `tick`, when the previous iteration ended), compute, communication and optimizer."""
     ctx, sync = job.ctx, (torch.cuda.synchronize if job.ctx.device.type == "cuda" else lambda: None)
-    lr = learning_rate(job.cfg["train"], job.base_lr, job.step, epoch)
+    lr = learning_rate(job.schedule, job.base_lr, job.step, epoch)
     for group in job.optimizer.param_groups:
         group["lr"] = lr
     record = {"step": job.step + 1, "epoch": epoch, "lr": lr, "time_compute": 0.0}
@@ -404,6 +417,7 @@ def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
         "resumed_at_steps": [s["step"] for s in job.sessions[1:]],
         "restarts": sum(1 for s in job.sessions if s["restart"] > 0),
         "precision": job.precision.name, "channels_last": job.cfg["train"]["channels_last"],
+        "warmup_iters": job.schedule["warmup_iters"],  # `auto` resolved
         "skipped_steps": job.precision.skipped_steps,  # fp16 overflows the scaler skipped
         "images_per_second": float(sum(r["images"] for r in steady) / times.sum()),
         "sec_per_iter": {"mean": float(times.mean()), "p50": float(np.percentile(times, 50)),

@@ -37,7 +37,7 @@ def test_coco2017_is_the_published_recipe(raw):
     model, train = cfg["model"], cfg["train"]
     assert model["arch"] == "fasterrcnn_resnet50_fpn" and model["backbone_weights"] == "imagenet"
     assert train["epochs"] == 26 and train["lr_steps"] == [16, 22]
-    assert train["images_per_worker"] == 2 and train["warmup_iters"] > 0
+    assert train["images_per_worker"] == 2 and train["warmup_iters"] == "auto"  # 1000 on COCO
     assert params.scaled_lr(train, 16) == pytest.approx(0.02)
     assert params.scaled_lr(train, 4) == pytest.approx(0.005)  # 2 GPUs x 2 images
     assert cfg["data"]["aspect_ratio_groups"] > 0
@@ -148,7 +148,8 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
     resolved = params.validate(raw)
     added = {"data": ["mode"], "eval": ["every_epochs"],  # data modes, time-to-accuracy
              # checkpoints mid-epoch, a bound on waiting for a dead peer, elastic restarts
-             "train": ["checkpoint_every", "precision", "channels_last"],  # and mixed precision,
+             "train": ["checkpoint_every", "precision", "channels_last",  # and mixed precision,
+                       "warmup_iters"],  # the reference's warm-up (auto) replaced 50 and 1000
              "parallel": ["timeout_s", "max_restarts"]}
     added["eval"].append("backend")  # COCOeval's implementation
 

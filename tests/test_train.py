@@ -37,6 +37,7 @@ def test_training_lowers_the_loss_and_writes_its_outputs(small_dataset, tmp_path
     first, last = summary["epoch_loss"][0], summary["epoch_loss"][-1]
     assert last < 0.8 * first, summary["epoch_loss"]
     assert summary["status"] == "ok" and summary["iterations"] == 4 * 6  # 24 images / 4 per batch
+    assert summary["warmup_iters"] == cfg["train"]["warmup_iters"] == 4  # the value used
     assert summary["images_per_second"] > 0 and summary["sec_per_iter"]["p95"] >= summary["sec_per_iter"]["p50"]
     lines = records(tmp_path / "run" / "iterations.jsonl")
     assert [r["step"] for r in lines] == list(range(1, 25))
@@ -223,3 +224,11 @@ def test_loader_workers_auto_follow_the_cores_per_process(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")
     assert loader_workers({"workers": "auto"}) == 1
     assert loader_workers({"workers": 0}) == 0
+
+
+def test_warmup_auto_is_the_reference_trainers():
+    from pipeline.train import warmup_iterations
+
+    assert warmup_iterations({"warmup_iters": "auto"}, 31) == 30      # the demo: 31 steps an epoch
+    assert warmup_iterations({"warmup_iters": "auto"}, 7329) == 1000  # COCO at 16 images a step
+    assert warmup_iterations({"warmup_iters": 7}, 31) == 7

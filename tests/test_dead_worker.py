@@ -41,7 +41,7 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def mid_epoch_checkpoint(out: Path) -> bool:
+def checkpoint_inside_an_epoch(out: Path) -> bool:
     try:
         return torch.load(out / "state" / "checkpoint.pt", weights_only=True)["batch"] > 0
     except Exception:  # not there yet, or being renamed into place
@@ -64,7 +64,7 @@ def test_a_hung_worker_fails_its_peers_within_the_timeout(small_dataset, tmp_pat
                                               for line in launcher.stderr], daemon=True)
     reader.start()
     deadline = time.monotonic() + 120
-    while not mid_epoch_checkpoint(out) and time.monotonic() < deadline:
+    while not checkpoint_inside_an_epoch(out) and time.monotonic() < deadline:
         time.sleep(0.02)
     victim = next(pid for pid in children(launcher.pid) if process_rank(pid) == 1)
     os.kill(victim, signal.SIGSTOP)

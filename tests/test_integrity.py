@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from pipeline import files
 from pipeline.scoring import METRICS
 
+from .test_dead_worker import checkpoint_inside_an_epoch, process_rank
 from .test_workflow import (PAPER_JOB, SNAKEMAKE, copy_workflow, edit_params, jobs, snakemake,
                             tiny_params)
 
@@ -147,15 +147,6 @@ def job_processes(workdir: Path) -> dict[int, str]:
     return found
 
 
-def rank_of(pid: int) -> int | None:
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return None
-    ranks = [int(v.split(b"=", 1)[1]) for v in environ if v.startswith(b"RANK=")]
-    return ranks[0] if ranks else None
-
-
 def wait_for(condition, what: str, timeout: float = 180):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -173,11 +164,7 @@ def workers(workdir: Path, module: str) -> dict[int, str]:
 
 def mid_epoch_checkpoint(workdir: Path, run: str) -> bool:
     """A checkpoint taken inside an epoch is on disk (checkpoint_every 4, 6 iterations an epoch)."""
-    path = run_dir(workdir, run) / "state" / "checkpoint.pt"
-    try:
-        return torch.load(path, weights_only=True)["batch"] > 0
-    except Exception:  # not there yet, or being renamed into place
-        return False
+    return checkpoint_inside_an_epoch(run_dir(workdir, run))
 
 
 def results(workdir: Path) -> dict:
@@ -229,7 +216,7 @@ def test_kill_9_anywhere_and_the_same_command_finishes_the_same_results(workdir,
     if victim == "group":
         os.killpg(snake.pid, signal.SIGKILL)
     elif victim == "rank 1":
-        os.kill(next(pid for pid in workers(workdir, "pipeline.train") if rank_of(pid) == 1), signal.SIGKILL)
+        os.kill(next(pid for pid in workers(workdir, "pipeline.train") if process_rank(pid) == 1), signal.SIGKILL)
     else:
         os.kill(next(pid for pid, cmd in job_processes(workdir).items() if "-m pipeline.elastic" in cmd),
                 signal.SIGKILL)
@@ -268,7 +255,7 @@ def test_a_dead_worker_is_restarted_by_torchrun_to_the_same_result(workdir, unin
     uninterrupted_seconds = float(benchmark.read_text().splitlines()[1].split("\t")[0])
     snake = start(workdir, f"results/runs/demo/{DDP}/train_summary.json")
     wait_for(lambda: mid_epoch_checkpoint(workdir, DDP), "a mid-epoch checkpoint")
-    os.kill(next(pid for pid in workers(workdir, "pipeline.train") if rank_of(pid) == 1), signal.SIGKILL)
+    os.kill(next(pid for pid in workers(workdir, "pipeline.train") if process_rank(pid) == 1), signal.SIGKILL)
     assert snake.wait(timeout=300) == 0  # no rerun needed
     restarted = summary(workdir, DDP)
     assert restarted["restarts"] == 1 and restarted["resumed_at_steps"][0] > 0

@@ -35,8 +35,9 @@ FAULT_KNOBS = ("parallel.timeout_s", "parallel.max_restarts")  # how a job outli
 STAGES = {
     "data": Stage(("data",), ("pipeline.prepare",)),
     # Training evaluates as it goes (time-to-accuracy) with COCO's standard settings, so of
-    # `eval` it reads only how often: the final evaluation's knobs do not retrain anything.
-    "train": Stage(("data", "model", "train", "parallel", "eval.every_epochs"),
+    # `eval` it reads only how often and in batches of how many: the final evaluation's other
+    # knobs do not retrain anything.
+    "train": Stage(("data", "model", "train", "parallel", "eval.every_epochs", "eval.batch_size"),
                    ("pipeline.launch", "pipeline.elastic", "pipeline.train"),
                    FAULT_KNOBS + ("train.checkpoint_every",)),
     "evaluate": Stage(("data", "model", "parallel", "eval"),

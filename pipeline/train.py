@@ -41,6 +41,7 @@ from .monitor import Monitor
 from .params import scaled_lr
 from .precision import Precision
 from .sampler import ShardedBatchSampler, aspect_ratio_groups
+from .timing import IterationClock, Pending
 from .strategies.base import gradient_bytes
 
 log = logging.getLogger("train")
@@ -109,20 +110,26 @@ def to_device(images, targets, device):
     return images, targets
 
 
-def forward_backward(model, optimizer, images, targets, where: str,
-                     precision: Precision) -> tuple[torch.Tensor, dict]:
+def forward_backward(model, optimizer, images, targets, precision: Precision) -> dict:
+    """The losses (their sum as `loss`, then each term), still on the device: reading them
+    here would make the host wait for the device (see pipeline/timing.py)."""
     with precision.autocast():
         loss_dict = model(images, targets)
         loss = sum(loss_dict.values())
-    if not torch.isfinite(loss) and not precision.handles_overflow:
-        values = {k: float(v) for k, v in loss_dict.items()}
-        raise TrainingError(
-            f"non-finite loss {values} at {where}; the last good checkpoint (if any) stays in "
-            "the run's state/ directory. Lower train.base_lr or raise train.warmup_iters, and "
-            "check the boxes of the data")
     optimizer.zero_grad(set_to_none=True)
     precision.backward(loss)
-    return loss, loss_dict
+    return {"loss": loss, **{k: loss_dict[k] for k in LOSS_TERMS}}
+
+
+def check_finite(record: dict, precision: Precision) -> None:
+    """A non-finite loss stops the run, unless fp16's scaler skips the step. Checked when the
+    iteration's record is finished, before any later checkpoint is written."""
+    if "loss" in record and not math.isfinite(record["loss"]) and not precision.handles_overflow:
+        values = {k: record[k] for k in LOSS_TERMS}
+        raise TrainingError(
+            f"non-finite loss {values} at epoch {record['epoch']}, step {record['step']}; the last "
+            "good checkpoint (if any) stays in the run's state/ directory. Lower train.base_lr or "
+            "raise train.warmup_iters, and check the boxes of the data")
 
 
 @dataclass
@@ -144,6 +151,7 @@ class Job:
     global_batch: int
     fingerprint: str
     precision: Precision
+    clock: IterationClock     # the phase split and losses of each iteration (timing.py)
     epoch: int = 0            # the epoch in progress (or the next one)
     batch: int = 0            # batches of it done
     step: int = 0             # iterations done
@@ -198,8 +206,11 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
     if in_memory:
         dataset = InMemory(dataset, per_process, run["seed"] + 1000 * (ctx.shard or 0))
     groups = aspect_ratio_groups(dataset.aspect_ratios(), data_cfg["aspect_ratio_groups"])
-    sampler = ShardedBatchSampler(len(dataset), per_process, run["seed"], ctx.shard or 0,
-                                  ctx.shards, groups)
+    try:
+        sampler = ShardedBatchSampler(len(dataset), per_process, run["seed"], ctx.shard or 0,
+                                      ctx.shards, groups)
+    except ValueError as err:
+        raise TrainingError(f"{data_cfg['root']}: {err}") from None
     loader_seed = torch.Generator()
     # On a GPU, batches go to page-locked memory, so the copy to the device (non_blocking)
     # overlaps the next step; workers prefetch two batches each (DataLoader's default).
@@ -216,7 +227,8 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
                                 momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"])
     job = Job(cfg, run, out_dir, strategy, ctx, dataset, sampler, loader, loader_seed, model,
               optimizer, base_lr, global_batch, fingerprint(cfg, run),
-              Precision(run.get("precision", "fp32"), ctx.device))
+              Precision(run.get("precision", "fp32"), ctx.device),
+              IterationClock(ctx.device, train_cfg["time_split"]))
     restore(job)
     log.info("rank %d (%s): %d images, %d per process x %d shards, lr %.4g, %d threads, %s, %s",
              ctx.rank, ctx.role, len(dataset), per_process, ctx.shards, base_lr, ctx.threads,
@@ -224,40 +236,43 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
     return job
 
 
-def timed_iteration(job: Job, batch, epoch: int, tick: float) -> dict:
-    """One iteration and its record: losses, lr, images, and the seconds split into data wait
-    (since `tick`, when the previous iteration ended), compute, communication and optimizer."""
-    ctx, sync = job.ctx, (torch.cuda.synchronize if job.ctx.device.type == "cuda" else lambda: None)
+def timed_iteration(job: Job, batch, epoch: int, tick: float) -> tuple[Pending, dict | None]:
+    """One iteration, queued on the device: what the host knows of it (step, lr, images, data
+    wait since `tick`, when the previous iteration ended, bytes moved), the marks that bound its
+    phases, and its losses; job.clock finishes the record an iteration later."""
+    ctx, clock = job.ctx, job.clock
     lr = learning_rate(job.schedule, job.base_lr, job.step, epoch)
     for group in job.optimizer.param_groups:
         group["lr"] = lr
-    record = {"step": job.step + 1, "epoch": epoch, "lr": lr, "time_compute": 0.0}
+    record, marks, losses = {"step": job.step + 1, "epoch": epoch, "lr": lr}, {}, None
     if batch is not None:  # a dedicated parameter server has no data: only the strategy's step
         images, targets = to_device(*batch, ctx.device)
-        record["time_data"] = time.perf_counter() - tick
-        start = time.perf_counter()
-        loss, loss_dict = forward_backward(job.model, job.optimizer, images, targets,
-                                           f"epoch {epoch}, step {job.step + 1}", job.precision)
-        sync()
-        record.update(time_compute=time.perf_counter() - start, images=len(images) * ctx.shards,
-                      loss=loss.item(), **{k: loss_dict[k].item() for k in LOSS_TERMS})
-    start = time.perf_counter()
+        record.update(time_data=time.perf_counter() - tick, images=len(images) * ctx.shards)
+        marks["forward"] = clock.mark()
+        losses = forward_backward(job.model, job.optimizer, images, targets, job.precision)
+    marks["step"] = clock.mark()
     seconds_communicating = job.strategy.step(job.model, job.precision.optimizer(job.optimizer), ctx)
-    sync()
-    seconds_step = time.perf_counter() - start
+    marks["end"] = clock.mark()
     traffic = job.strategy.traffic()
     job.moved["sent"] += traffic.sent
     job.moved["received"] += traffic.received
     job.moved["iterations"] += 1
     job.step += 1
     distributed.report_progress(job.step)
-    # DDP's all-reduce runs inside backward: the part backward waited for it counts as
-    # communication, not compute.
-    record.update(time_compute=record["time_compute"] - traffic.backward_wait,
-                  time_communication=seconds_communicating + traffic.backward_wait,
-                  time_optimizer=seconds_step - seconds_communicating,
-                  bytes_sent=traffic.sent, bytes_received=traffic.received)
-    return record
+    record.update(bytes_sent=traffic.sent, bytes_received=traffic.received)
+    return Pending(record, marks, communication=seconds_communicating,
+                   backward_wait=traffic.backward_wait), losses
+
+
+def log_record(job: Job, record: dict | None, log_file, progress: Progress) -> None:
+    """A finished iteration: checked, then written to the iteration log."""
+    if record is None:
+        return
+    check_finite(record, job.precision)
+    if job.ctx.reports:
+        log_file.write(json.dumps(record) + "\n")
+        log_file.flush()
+        progress.update(record, job.total_steps)
 
 
 def run_epoch(job: Job, log_file, progress: Progress, max_steps: int | None) -> None:
@@ -276,21 +291,20 @@ def run_epoch(job: Job, log_file, progress: Progress, max_steps: int | None) -> 
                else itertools.repeat(None, len(job.sampler) - job.batch))
     since = tick = time.perf_counter()
     for batch in batches:
-        record = timed_iteration(job, batch, epoch, tick)
+        pending, losses = timed_iteration(job, batch, epoch, tick)
         job.batch += 1
         now = time.perf_counter()
-        record.update(time_iter=now - tick, elapsed=job.train_seconds + now - since)
-        if job.ctx.reports:
-            log_file.write(json.dumps(record) + "\n")
-            log_file.flush()
-            progress.update(record, job.total_steps)
+        pending.record.update(time_iter=now - tick, elapsed=job.train_seconds + now - since)
+        log_record(job, job.clock.push(pending, losses), log_file, progress)
         if job.step == max_steps:
             break
         if every and job.step % every == 0 and job.batch < len(job.sampler):
-            job.train_seconds += now - since
+            log_record(job, job.clock.drain(), log_file, progress)  # checked before it is saved
+            job.train_seconds += time.perf_counter() - since
             save_checkpoint(job)  # the epoch's end saves one anyway
             since = time.perf_counter()
         tick = time.perf_counter()
+    log_record(job, job.clock.drain(), log_file, progress)
     job.train_seconds += time.perf_counter() - since
 
 
@@ -329,8 +343,8 @@ def evaluate_during_training(job: Job) -> None:
     start = time.perf_counter()
     if job.ctx.reports:
         val = CocoDetection(job.cfg["data"]["root"], "val", train=False)
-        metrics = scoring.score(job.strategy.unwrap(job.model), val,
-                                 job.run["images_per_worker"], job.ctx.device)
+        metrics = scoring.score(job.strategy.unwrap(job.model), val, job.cfg["eval"]["batch_size"],
+                                 job.ctx.device)
         record = {"epoch": job.epoch + 1, "step": job.step, "train_seconds": job.train_seconds,
                   **{k: metrics[k] for k in ("AP", "AP50", "AP75")},
                   "seconds": time.perf_counter() - start}
@@ -400,8 +414,9 @@ def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
     records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     steady = records[WARMUP_ITERATIONS_EXCLUDED:] or records
     times = np.array([r["time_iter"] for r in steady])
+    # train.time_split: false leaves only the data wait (pipeline/timing.py)
     split = {k: float(np.mean([r[f"time_{k}"] for r in steady]))
-             for k in ("data", "compute", "communication", "optimizer")}
+             for k in ("data", "compute", "communication", "optimizer") if f"time_{k}" in steady[0]}
     epochs = sorted({r["epoch"] for r in records})
     epoch_loss = [float(np.mean([r["loss"] for r in records if r["epoch"] == e])) for e in epochs]
     ctx = job.ctx
@@ -423,7 +438,8 @@ def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
         "sec_per_iter": {"mean": float(times.mean()), "p50": float(np.percentile(times, 50)),
                          "p95": float(np.percentile(times, 95))},
         "time_split": split, "timing_excludes_first_iterations": WARMUP_ITERATIONS_EXCLUDED,
-        "communication_share": split["communication"] / float(times.mean()),
+        "communication_share": (split["communication"] / float(times.mean())
+                                if "communication" in split else None),
         "ranks": ranks, "replicas_identical": len({r["checksum"] for r in ranks}) == 1,
         "epoch_loss": epoch_loss,
         "final_loss": epoch_loss[-1] if epoch_loss else math.nan,

@@ -137,24 +137,31 @@ def test_empty_dataset_and_dangling_references(tmp_path):
         CocoDetection(tmp_path / "nowhere", "val", train=False)
 
 
-def test_sampler_is_deterministic_sharded_and_even():
+def test_sampler_is_deterministic_sharded_even_and_takes_full_batches_only():
     groups = aspect_ratio_groups([0.5, 1.0, 2.0, 1.0, 0.5] * 5, 2)
     assert len(set(groups)) == 3
     batches = {rank: list(ShardedBatchSampler(25, 4, seed=3, rank=rank, world_size=2, group_ids=groups))
                for rank in (0, 1)}
-    assert len(batches[0]) == len(batches[1]) == 4  # every rank the same number of batches
-    seen = [i for rank in batches for batch in batches[rank] for i in batch]
-    assert set(seen) == set(range(25)) and len(seen) == 26  # one index repeated to even out
+    # 13 images per rank: 3 full batches each, the short fourth dropped (the reference's recipe)
+    assert len(batches[0]) == len(batches[1]) == 3
+    assert all(len(batch) == 4 for rank in batches for batch in batches[rank])
+    # grouping never mixes aspect ratios, even in the batches completed from leftovers
+    assert all(len({groups[i] for i in batch}) == 1 for rank in batches for batch in batches[rank])
     again = list(ShardedBatchSampler(25, 4, seed=3, rank=0, world_size=2, group_ids=groups))
     assert again == batches[0]
     sampler = ShardedBatchSampler(25, 4, seed=3, rank=0, world_size=2, group_ids=groups)
     sampler.set_epoch(1)
     assert list(sampler) != batches[0]
-    # Grouping: only the leftovers (fewer than a batch per group) may mix aspect-ratio groups.
+    sampler.set_epoch(1, skip=2)
+    assert len(list(sampler)) == 1
+    # Without grouping: consecutive slices of the shuffled order, the tail dropped
+    plain = list(ShardedBatchSampler(10, 4, seed=3))
+    assert len(plain) == 2 and len({i for batch in plain for i in batch}) == 8
     many = aspect_ratio_groups([0.5, 1.0, 2.0, 1.0, 0.5] * 40, 2)
     batches = list(ShardedBatchSampler(200, 4, seed=3, group_ids=many))
-    mixed = [b for b in batches if len({many[i] for i in b}) > 1]
-    assert len(batches) == 50 and len(mixed) <= 3
+    assert len(batches) == 50 and all(len({many[i] for i in b}) == 1 for b in batches)
+    with pytest.raises(ValueError, match="fewer than one batch of 8: lower images_per_worker"):
+        ShardedBatchSampler(10, 8, seed=0, world_size=2)
 
 
 def test_in_memory_data_has_the_shapes_and_targets_without_reading_images(small_dataset, tmp_path):

@@ -149,7 +149,8 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
     added = {"data": ["mode"], "eval": ["every_epochs"],  # data modes, time-to-accuracy
              # checkpoints mid-epoch, a bound on waiting for a dead peer, elastic restarts
              "train": ["checkpoint_every", "precision", "channels_last",  # and mixed precision,
-                       "warmup_iters"],  # the reference's warm-up (auto) replaced 50 and 1000
+                       "warmup_iters",  # the reference's warm-up (auto) replaced 50 and 1000
+                       "time_split"],  # the per-phase timing can be switched off
              "parallel": ["timeout_s", "max_restarts"]}
     added["eval"].append("backend")  # COCOeval's implementation
 
@@ -166,6 +167,9 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
     # coco2017's loader processes follow the cores per training process now (data.workers: auto)
     assert before["coco2017"]["data"].pop("workers") == 4
     assert resolved["coco2017"]["data"].pop("workers") == "auto"
+    # and it scores one image at a time, as the reference trainer does (no padding to a batch)
+    assert before["coco2017"]["eval"].pop("batch_size") == 4
+    assert resolved["coco2017"]["eval"].pop("batch_size") == 1
     assert without(resolved["coco2017"]) == without(before["coco2017"])
     assert resolved["coco2017"]["data"]["mode"] == "real"
     # The demo's recipe as it was lives on as demo-parity (issue 15's accuracy check runs on

@@ -234,8 +234,8 @@ def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, en
     assert summary["status"] == "ok" and summary["replicas_identical"]
     workers = summary["processes"] - (entry.get("placement") == "dedicated")
     images = len(CocoDetection(cfg["data"]["root"], "train", train=True))
-    assert images % (workers * 5)  # shards end in a short batch: the uneven case
-    assert summary["iterations"] == math.ceil(math.ceil(images / workers) / 5)
+    assert images % (workers * 5)  # shards end in a short batch (dropped): the uneven case
+    assert summary["iterations"] == math.ceil(images / workers) // 5
     assert summary["global_batch"] == 5 * workers
     for rank in summary["ranks"]:
         for direction in ("sent", "received"):
@@ -297,9 +297,10 @@ def test_faster_rcnn_one_step_difference_from_single_is_measured(detection_cfg):
 def test_compressing_hooks_send_less_and_keep_replicas_identical(detection_cfg, hook, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
     cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "comm_hook": hook}]
+    cfg["train"]["epochs"] = 2  # PowerSGD compresses from the third iteration on: 2 of 4
     run = next(iter(runs(cfg).values()))
     summary = torchrun_train(cfg, run, tmp_path / "run")
-    assert summary["replicas_identical"]
+    assert summary["replicas_identical"] and summary["iterations"] == 4
     rank = summary["ranks"][0]
     plain = rank["gradient_bytes"]  # 2(N-1)/N = 1 for N = 2: uncompressed, one M each way
     assert rank["bytes_per_iteration"]["sent"] < 0.75 * plain

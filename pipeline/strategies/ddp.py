@@ -95,8 +95,8 @@ class DDP(TorchrunStrategy):
         kind = self.run["comm_hook"]
         state = None
         if kind == "powersgd":
-            # Compress from the second iteration on: the demo is too short for the default
-            # 1000 warm-up iterations of plain all-reduce.
+            # Compress from the third iteration on (the fewest PowerSGD's error feedback
+            # allows): the demo is too short for the default 1000 of plain all-reduce.
             state = powerSGD_hook.PowerSGDState(
                 process_group=None, matrix_approximation_rank=self.parallel["powersgd_rank"],
                 start_powerSGD_iter=2)

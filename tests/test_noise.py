@@ -29,6 +29,11 @@ def test_welch_interval_matches_the_textbook():
     assert (d.low, d.high) == pytest.approx((2 - half, 2 + half))
     assert d.verdict == "within the noise" and d.ratio == pytest.approx(1.2)  # 2 ± 2.27
     assert t975(4.9) == 2.776 and t975(100) == 1.96
+    assert d.t == pytest.approx(2 / math.sqrt(2 / 3)) and d.df == pytest.approx(4)
+    # the mean's own interval: 12 ± t(2) * 1 / sqrt(3)
+    assert Spread.of([11.0, 12.0, 13.0]).interval == pytest.approx((12 - 4.303 / math.sqrt(3),
+                                                                     12 + 4.303 / math.sqrt(3)))
+    assert all(math.isnan(x) for x in Spread.of([1.0]).interval)
 
 
 def test_the_statement_flips_when_the_spread_outgrows_the_difference():

@@ -1,5 +1,6 @@
 """Repeats and noise: the mean and spread of each sweep entry's runs, and whether two entries
-differ by more than their run-to-run spread.
+differ by more than their run-to-run spread. The report's comparisons and the accuracy
+benchmark over seeds (benchmarks/accuracy_seeds.py) both take their statistics from here.
 
 The rule (said in the report and the paper, from NOISE_RULE): Welch's two-sided 95 % t-interval
 of the difference of the two means; the difference is "beyond the noise" when the interval
@@ -42,6 +43,14 @@ class Spread:
         sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else math.nan
         return cls(mean, sd, n)
 
+    @property
+    def interval(self) -> tuple[float, float]:
+        """The 95 % t-interval of the mean; NaN with fewer than 2 runs."""
+        if self.n < 2:
+            return math.nan, math.nan
+        half = t975(self.n - 1) * self.sd / math.sqrt(self.n)
+        return self.mean - half, self.mean + half
+
     def text(self, places: int) -> str:
         """0.548 ± 0.010 (n=3); a single run shows its value and n=1."""
         if self.n == 0:
@@ -56,6 +65,8 @@ class Difference:
     b: Spread
     low: float    # the 95 % interval of mean(a) - mean(b); NaN when not judged
     high: float
+    t: float = math.nan   # Welch's t statistic and its Welch-Satterthwaite degrees of freedom
+    df: float = math.nan
 
     @property
     def verdict(self) -> str:
@@ -76,10 +87,10 @@ def difference(a: Spread, b: Spread) -> Difference:
     va, vb = a.sd ** 2 / a.n, b.sd ** 2 / b.n
     se = math.sqrt(va + vb)
     if se == 0:  # identical runs on both sides: any difference is beyond their (zero) spread
-        return Difference(a, b, diff, diff)
+        return Difference(a, b, diff, diff, math.copysign(math.inf, diff) if diff else 0.0)
     df = (va + vb) ** 2 / (va ** 2 / (a.n - 1) + vb ** 2 / (b.n - 1))
     half = t975(df) * se
-    return Difference(a, b, diff - half, diff + half)
+    return Difference(a, b, diff - half, diff + half, diff / se, df)
 
 
 def spreads(frame: pd.DataFrame, metric: str) -> dict[str, Spread]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from ..costmodel import Link
 from ..distributed import available_cores, default_device
 
 
@@ -157,6 +158,19 @@ class Strategy:
     def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
         """Bytes per iteration this process should send and receive, by the algorithm's analysis."""
         return {"sent": 0.0, "received": 0.0}
+
+    # ---- the cost model (its shared half is pipeline/costmodel.py) --------------------------------
+    @classmethod
+    def link_bytes(cls, run: dict, grad_bytes: float) -> dict[str, float]:
+        """Bytes per iteration, each way, over one worker's link and over the job's busiest
+        link (a server's, device 0's), by the algorithm's analysis, for M = grad_bytes."""
+        return {"worker": 0.0, "busiest": 0.0}
+
+    @classmethod
+    def communication_seconds(cls, run: dict, grad_bytes: float, link: Link, backward: float) -> float:
+        """Predicted communication seconds per iteration that no computation hides, over links
+        like `link`, given `backward` seconds of backward pass to overlap with."""
+        return 0.0
 
     def gpus_in_use(self, ctx: Context) -> list[int]:
         """The GPU indices this process computes on (sampled by pipeline/monitor.py)."""

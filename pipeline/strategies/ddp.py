@@ -9,6 +9,7 @@ rank 0 at every forward (DDP's forward_sync_buffers), or SyncBatchNorm if config
 """
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -16,12 +17,14 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.nn.parallel import DistributedDataParallel
 
 from .. import compat
+from ..costmodel import Link
 from .base import Context, Option, Traffic
 from .torchrun import TorchrunStrategy
 
 HOOKS = {"none": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
          "bf16": default_hooks.bf16_compress_hook}
 WIRE_BYTES = {"none": 4, "fp16": 2, "bf16": 2}  # bytes per gradient element on the wire
+BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
 
 
 def ring_factor(processes: int) -> float:
@@ -104,6 +107,26 @@ class DDP(TorchrunStrategy):
         return wrapped
 
     def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
-        payload = grad_bytes * WIRE_BYTES.get(self.run["comm_hook"], 4) / 4
-        wire = payload * ring_factor(ctx.processes)
+        wire = self.link_bytes(self.run, grad_bytes)["worker"]
         return {"sent": wire, "received": wire}
+
+    @classmethod
+    def link_bytes(cls, run: dict, grad_bytes: float) -> dict[str, float]:
+        """Ring all-reduce: every link carries 2(N-1)/N of the (compressed) payload each way.
+        PowerSGD's payload depends on the shapes; it is counted, not predicted (as fp32 here)."""
+        payload = grad_bytes * WIRE_BYTES.get(run["comm_hook"], 4) / 4
+        wire = payload * ring_factor(run["workers"])
+        return {"worker": wire, "busiest": wire}
+
+    @classmethod
+    def communication_seconds(cls, run: dict, grad_bytes: float, link: Link, backward: float) -> float:
+        """Each bucket is one ring all-reduce: 2(N-1) steps of a 1/N chunk, sent and received at
+        once. Buckets start as backward fills them, so all but the last overlap it: what stays
+        exposed is the last bucket, or the excess of all of them over the backward pass."""
+        n = run["workers"]
+        if n < 2:
+            return 0.0
+        wire = cls.link_bytes(run, grad_bytes)["worker"]
+        buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
+        per_bucket = link.seconds(wire / buckets, messages=2 * (n - 1))
+        return max(per_bucket, buckets * per_bucket - backward)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..costmodel import Link
 from .base import Context, Strategy, Traffic, gradient_bytes
 
 
@@ -98,5 +99,19 @@ class DataParallel(Strategy):
         return 0.0
 
     def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
-        through_master = (self.run["workers"] - 1) * grad_bytes
+        through_master = self.link_bytes(self.run, grad_bytes)["busiest"]
         return {"sent": through_master, "received": through_master}
+
+    @classmethod
+    def link_bytes(cls, run: dict, grad_bytes: float) -> dict[str, float]:
+        """Device 0 copies the weights to the N-1 others and receives their gradients: (N-1)M
+        each way over its link; each other device M."""
+        n = run["workers"]
+        return {"worker": grad_bytes if n > 1 else 0.0, "busiest": (n - 1) * grad_bytes}
+
+    @classmethod
+    def communication_seconds(cls, run: dict, grad_bytes: float, link: Link, backward: float) -> float:
+        """Replicate before the forward pass, reduce after backward, both through device 0,
+        one copy per other device: nothing overlaps."""
+        n = run["workers"]
+        return 2 * link.seconds(cls.link_bytes(run, grad_bytes)["busiest"], messages=n - 1)

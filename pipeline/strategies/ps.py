@@ -18,6 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from ..costmodel import Link
 from .base import Context, Option
 from .torchrun import TorchrunStrategy
 
@@ -153,6 +154,30 @@ class ParameterServer(TorchrunStrategy):
     def _set_gradients(self, flat: torch.Tensor) -> None:
         for p, piece in self._pieces(flat, self.params):
             p.grad = piece.clone()
+
+    @classmethod
+    def link_bytes(cls, run: dict, grad_bytes: float) -> dict[str, float]:
+        """N workers, K server shards of M/K each. A worker sends its gradients and receives
+        the weights: M each way, less the M/K of its own shard when it serves one (colocated).
+        A shard's server receives N gradients of M/K and sends N weight slices of M/K, less
+        its own worker's when colocated. Colocated server-worker: M + (N-2)M/K each way
+        (K = 1: (N-1)M; K = N: 2(N-1)/N M, ring all-reduce's). Dedicated: worker M,
+        server N M/K."""
+        n, k, m = run["workers"], run.get("servers", 1), grad_bytes
+        if run["placement"] == "dedicated":
+            return {"worker": m, "busiest": max(m, n * m / k)}
+        if n == 1:
+            return {"worker": 0.0, "busiest": 0.0}
+        serving = m + (n - 2) * m / k
+        return {"worker": m if n > k else serving, "busiest": serving}
+
+    @classmethod
+    def communication_seconds(cls, run: dict, grad_bytes: float, link: Link, backward: float) -> float:
+        """Gradients in, then (after the update) weights out, over the busiest link: two phases
+        that cannot overlap each other or the backward pass (the server needs every gradient)."""
+        n, k = run["workers"], run.get("servers", 1)
+        busiest = cls.link_bytes(run, grad_bytes)["busiest"]
+        return 2 * link.seconds(busiest, messages=max(1, n // k))
 
     def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
         if ctx.rank == SERVER:

@@ -1,0 +1,125 @@
+"""The machine's communication, measured: point-to-point send/recv and all-reduce timed over
+message sizes from 4 KiB up (64 MiB by default), and latency alpha and seconds per byte beta
+fitted per primitive (pipeline/costmodel.py), with the fit's residuals. The cost model takes
+its links from here instead of assuming a network.
+
+    python -m pipeline.elastic --nproc-per-node N -m pipeline.commbench --config '<preset JSON>' --out FILE
+        [--min-bytes 4096] [--max-bytes 67108864] [--repeats 5]
+
+send_recv is a ping-pong between ranks 0 and 1, half its round trip; all_reduce is every
+rank's, the slowest rank's time after a barrier. Both take the median of the repeats, after
+one untimed warm-up at each size (the first use of a buffer or a connection is slower).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from . import distributed, lifetime, provenance
+from .costmodel import fit
+from .files import write_json
+
+log = logging.getLogger("commbench")
+
+
+def sizes(min_bytes: int, max_bytes: int) -> list[int]:
+    """Powers of two from min_bytes to max_bytes (float32 elements: multiples of 4)."""
+    found, size = [], max(4, min_bytes)
+    while size <= max_bytes:
+        found.append(size)
+        size *= 2
+    return found
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_send_recv(tensor: torch.Tensor, rank: int) -> float:
+    """Half a round trip 0 -> 1 -> 0; the other ranks wait."""
+    _sync(tensor.device)
+    start = time.perf_counter()
+    if rank == 0:
+        dist.send(tensor, 1)
+        dist.recv(tensor, 1)
+    elif rank == 1:
+        dist.recv(tensor, 0)
+        dist.send(tensor, 0)
+    _sync(tensor.device)
+    return (time.perf_counter() - start) / 2
+
+
+def time_all_reduce(tensor: torch.Tensor, rank: int) -> float:
+    _sync(tensor.device)
+    start = time.perf_counter()
+    dist.all_reduce(tensor)
+    _sync(tensor.device)
+    return time.perf_counter() - start
+
+
+PRIMITIVES = {"send_recv": time_send_recv, "all_reduce": time_all_reduce}
+
+
+def measure(device: torch.device, rank: int, processes: int, message_sizes: list[int],
+            repeats: int) -> dict[str, dict]:
+    """Per primitive: the median seconds at each size (the slowest rank's), and the fit."""
+    results = {}
+    for name, timed in PRIMITIVES.items():
+        if name == "send_recv" and processes < 2:
+            continue
+        medians = []
+        for size in message_sizes:
+            tensor = torch.zeros(size // 4, device=device)
+            timed(tensor, rank)  # warm-up
+            samples = []
+            for _ in range(repeats):
+                dist.barrier()
+                seconds = torch.tensor([timed(tensor, rank)], dtype=torch.float64)
+                dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+                samples.append(float(seconds))
+            medians.append(statistics.median(samples))
+        found = fit(message_sizes, medians)
+        results[name] = {"bytes": message_sizes, "seconds": medians, "alpha_s": found.link.alpha,
+                         "beta_s_per_byte": found.link.beta,
+                         "bandwidth_gbit_s": 8 / found.link.beta / 1e9 if found.link.beta > 0 else None,
+                         "relative_residuals": found.residuals, "r2": found.r2}
+        if rank == 0:
+            log.info("%s over %d processes: alpha %.1f us, %.2f Gbit/s (r2 %.4f)", name, processes,
+                     found.link.alpha * 1e6, results[name]["bandwidth_gbit_s"] or 0, found.r2)
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="the resolved preset as JSON (its parallel section is used)")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--min-bytes", type=int, default=4096)
+    parser.add_argument("--max-bytes", type=int, default=64 * 2**20)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    lifetime.die_with_parent()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    cfg = json.loads(args.config)
+    member = distributed.init_process_group(cfg["parallel"], threads=0)
+    message_sizes = sizes(args.min_bytes, args.max_bytes)
+    results = measure(member.device, member.rank, member.processes, message_sizes, args.repeats)
+    if member.rank == 0:
+        write_json(Path(args.out), {
+            "backend": member.backend, "processes": member.processes, "repeats": args.repeats,
+            "primitives": results,
+            "provenance": provenance.collect({"parallel": cfg["parallel"]}, processes=member.processes,
+                                             backend=member.backend, device=str(member.device),
+                                             threads=member.threads)})
+    distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""The communication benchmark on this machine: two real gloo processes under torchrun time
+send/recv and all-reduce over message sizes, and fit latency and bandwidth per primitive."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from pipeline.commbench import sizes
+from pipeline.strategies.torchrun import torchrun
+
+from .conftest import REPO
+from .test_strategies import PARALLEL
+
+
+def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
+    out = tmp_path / "commbench.json"
+    cfg = {"parallel": dict(PARALLEL, backend="gloo", timeout_s=60)}
+    argv = torchrun(sys.executable, 2, cfg["parallel"], "") + [
+        "-m", "pipeline.commbench", "--config", json.dumps(cfg), "--out", str(out),
+        "--max-bytes", str(4 * 2**20), "--repeats", "3"]
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(out.read_text())
+    assert found["backend"] == "gloo" and found["processes"] == 2
+    assert set(found["primitives"]) == {"send_recv", "all_reduce"}
+    for name, primitive in found["primitives"].items():
+        assert primitive["bytes"] == sizes(4096, 4 * 2**20) == [4096 * 2**i for i in range(11)]
+        seconds = primitive["seconds"]
+        assert all(s > 0 for s in seconds) and seconds[-1] > seconds[0], (name, seconds)  # more bytes, more time
+        assert primitive["beta_s_per_byte"] > 0 and primitive["bandwidth_gbit_s"] > 0.1, (name, primitive)
+        assert len(primitive["relative_residuals"]) == len(seconds)
+    assert found["provenance"]["git_revision"] and found["provenance"]["backend"] == "gloo"

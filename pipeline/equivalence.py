@@ -55,7 +55,7 @@ def measure(cfg: dict) -> dict:
     # The same pixels for every strategy (no random flips), and the full learning rate.
     cfg["data"]["horizontal_flip"] = 0.0
     cfg["train"].update(warmup_iters=0, epochs=1)
-    cfg["eval"] = {"every_epochs": 0}  # one step: nothing to evaluate during training
+    cfg["eval"] = {"every_epochs": 0, "batch_size": 1}  # one step: nothing to evaluate during training
     # On one node, whatever parallel.nnodes says: the rule's job asks for one node, and a
     # torchrun told to expect a second node would wait for it forever.
     cfg["parallel"]["nnodes"] = 1

@@ -147,6 +147,7 @@ def save_checkpoint(job: Job) -> None:
     resumed run draws the same numbers and reports the bytes of all its iterations, not only of
     its last session). Its seconds are counted apart from training's."""
     start = time.perf_counter()
+    job.strategy.consolidate(job.model, job.optimizer, job.ctx)
     moved = distributed.all_gather(job.moved)
     rng = distributed.all_gather(rng_state(job.ctx.device))
     if job.strategy.saves_checkpoint(job.ctx):

@@ -374,6 +374,7 @@ def evaluations(state_dir: Path) -> list[dict]:
 def summarise(job: Job, live_log: Path) -> dict | None:
     """Gather every rank's report; the first worker writes the weights, the iteration log and
     the summary (last, so that its presence means the run finished)."""
+    job.strategy.consolidate(job.model, job.optimizer, job.ctx)
     ranks = rank_report(job)
     samples = [s for rank in distributed.all_gather(job.monitor.stop()) for s in rank]
     if not job.ctx.reports:

@@ -80,3 +80,16 @@ def test_the_fit_recovers_latency_and_bandwidth_within_5_percent():
     assert found.worst_relative_residual < 0.05 and found.r2 > 0.99
     with pytest.raises(ValueError, match="2 or more message sizes"):
         fit([4096, 4096], [1e-5, 1e-5])
+
+
+def test_shards_are_whole_tensors_balanced_by_bytes():
+    from pipeline.strategies.ps import balanced_shards
+
+    # 10 -> 0, 7 -> 1, 5 -> 1 (7 < 10), 3 -> 0 (10 < 12), 1 -> 1 (12 < 13); ties take the lower
+    assert balanced_shards([10, 7, 5, 3, 1], 2) == [0, 1, 1, 0, 1]
+    assert balanced_shards([5, 5], 2) == [0, 1] and balanced_shards([5, 3, 2], 2) == [0, 1, 1]
+    assert balanced_shards([4, 4, 4], 1) == [0, 0, 0]
+    sizes = [random.Random(1).randint(1, 10**6) for _ in range(60)]
+    owner = balanced_shards(sizes, 4)
+    loads = [sum(s for s, o in zip(sizes, owner) if o == k) for k in range(4)]
+    assert max(loads) - min(loads) <= max(sizes)  # within one tensor of each other

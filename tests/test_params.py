@@ -126,18 +126,23 @@ def test_strategy_options_belong_to_their_strategy(raw):
     demo = raw["presets"]["demo"]
     for entry, message in [({"strategy": "single", "workers": 2}, "single runs at most 1 worker"),
                            ({"strategy": "ps", "workers": 2, "comm_hook": "fp16"}, "comm_hook is a ddp option"),
-                           ({"strategy": "ddp", "workers": 2, "placement": "dedicated"}, "placement is a ps option")]:
+                           ({"strategy": "ddp", "workers": 2, "placement": "dedicated"}, "placement is a ps option"),
+                           ({"strategy": "ps", "workers": 2, "servers": 3},
+                            r"colocated servers live on workers: 3 servers need at least as many workers, not 2 \(or use placement: dedicated\)"),
+                           ({"strategy": "ps", "workers": 2, "servers": 0}, "servers: 0 is less than the minimum of 1")]:
         bad = copy.deepcopy(raw)
         bad["presets"]["demo"]["sweep"] = [entry]
         with pytest.raises(params.ParamsError, match=message):
             sweep.runs(params.resolve(bad))
     demo["sweep"] = [{"strategy": "ddp", "workers": 2}, {"strategy": "ddp", "workers": 2, "comm_hook": "powersgd"},
                      {"strategy": "ps", "workers": 2}, {"strategy": "ps", "workers": 1, "placement": "dedicated"},
-                     {"strategy": "dp", "workers": 2, "images_per_worker": 2}]
+                     {"strategy": "dp", "workers": 2, "images_per_worker": 2},
+                     {"strategy": "ps", "workers": 2, "placement": "dedicated", "servers": 2}]
     per_worker = demo["train"]["images_per_worker"]
     assert list(sweep.runs(params.resolve(raw))) == [
         f"ddp-w2-b{per_worker}-s0", f"ddp-powersgd-w2-b{per_worker}-s0",
-        f"ps-colocated-w2-b{per_worker}-s0", f"ps-dedicated-w1-b{per_worker}-s0", "dp-w2-b2-s0"]
+        f"ps-colocated-w2-b{per_worker}-s0", f"ps-dedicated-w1-b{per_worker}-s0", "dp-w2-b2-s0",
+        f"ps-dedicated-k2-w2-b{per_worker}-s0"]  # one server: named as before shards existed
 
 
 def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):

@@ -28,7 +28,7 @@ from pipeline.equivalence import measure
 from pipeline.launch import command
 from pipeline.params import canonical
 from pipeline.precision import Precision
-from pipeline.sweep import runs
+from pipeline.sweep import run_id, runs
 from pipeline.strategies.dp import gather_outputs, scatter_by_sample
 
 from .conftest import REPO, small_config
@@ -69,6 +69,7 @@ def one_step(model, strategy, ctx, x, y, steps: int = 1, precision: str = "fp32"
             optimizer.zero_grad()
             amp.backward(loss)
         strategy.step(model, amp.optimizer(optimizer), ctx)
+    strategy.consolidate(model, optimizer, ctx)  # as before a checkpoint or the run's report
     return strategy.unwrap(model)
 
 
@@ -104,7 +105,9 @@ def single_result(steps=1, precision="fp32"):
     ({"strategy": "ddp", "workers": 4, "comm_hook": "none"}, 4),
     ({"strategy": "ps", "workers": 2, "placement": "colocated"}, 2),
     ({"strategy": "ps", "workers": 2, "placement": "dedicated"}, 3),
-], ids=["ddp-w2", "ddp-w4", "ps-colocated-w2", "ps-dedicated-w2"])
+    ({"strategy": "ps", "workers": 2, "placement": "colocated", "servers": 2}, 2),
+    ({"strategy": "ps", "workers": 2, "placement": "dedicated", "servers": 2}, 4),
+], ids=["ddp-w2", "ddp-w4", "ps-colocated-w2", "ps-dedicated-w2", "ps-colocated-k2-w2", "ps-dedicated-k2-w2"])
 def test_one_step_equals_single_on_the_merged_batch(run, processes, tmp_path):
     reference = single_result(steps=2)
     results = run_processes(run, processes, tmp_path, steps=2)
@@ -225,14 +228,15 @@ def detection_cfg(small_dataset):
     {"strategy": "ddp", "workers": 2, "comm_hook": "fp16"},
     {"strategy": "ps", "workers": 2, "placement": "colocated"},
     {"strategy": "ps", "workers": 1, "placement": "dedicated"},
-], ids=["ddp", "ddp-fp16", "ps-colocated", "ps-dedicated"])
+    {"strategy": "ps", "workers": 2, "placement": "dedicated", "servers": 2},
+], ids=["ddp", "ddp-fp16", "ps-colocated", "ps-dedicated", "ps-dedicated-k2"])
 def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, entry, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
     cfg["sweep"] = [entry]
     run = next(iter(runs(cfg).values()))
     summary = torchrun_train(cfg, run, tmp_path / "run")
     assert summary["status"] == "ok" and summary["replicas_identical"]
-    workers = summary["processes"] - (entry.get("placement") == "dedicated")
+    workers = summary["processes"] - (entry.get("servers", 1) if entry.get("placement") == "dedicated" else 0)
     images = len(CocoDetection(cfg["data"]["root"], "train", train=True))
     assert images % (workers * 5)  # shards end in a short batch (dropped): the uneven case
     assert summary["iterations"] == math.ceil(images / workers) // 5
@@ -325,3 +329,24 @@ def test_what_a_job_asks_for_per_node():
     ps = strategies.get({"strategy": "ps", "workers": 3, "images_per_worker": 2,
                          "placement": "dedicated"}, two_nodes)
     assert (ps.nodes(), ps.processes(), ps.processes_per_node()) == (2, 4, 2)
+
+
+def test_sharded_ps_resumes_to_the_uninterrupted_result(detection_cfg, tmp_path):
+    """Two shards, each server holding its own parameters' momentum: a checkpoint gathers
+    them all, and a run stopped after it and rerun ends with the weights of one that was not."""
+    cfg = copy.deepcopy(detection_cfg)
+    cfg["train"].update(epochs=2, checkpoint_every=1)
+    cfg["sweep"] = [{"strategy": "ps", "workers": 2, "placement": "colocated", "servers": 2}]
+    run = next(iter(runs(cfg).values()))
+    assert run["servers"] == 2 and run_id(run) == "ps-colocated-k2-w2-b5-s0"
+    whole = torchrun_train(cfg, run, tmp_path / "whole")
+    interrupted = tmp_path / "interrupted"
+    subprocess.run(command(cfg, run, str(interrupted)) + ["--max-steps", "3"], cwd=REPO,
+                   capture_output=True, text=True, timeout=600, check=True)
+    assert (interrupted / "state" / "checkpoint.pt").exists()
+    resumed = torchrun_train(cfg, run, interrupted)
+    assert resumed["resumed_at_steps"] == [2] and resumed["replicas_identical"]  # the last checkpoint before step 3
+    final = [torch.load(d / "model_final.pt", weights_only=True)["model"] for d in (tmp_path / "whole", interrupted)]
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+    assert records(interrupted / "iterations.jsonl") == records(tmp_path / "whole" / "iterations.jsonl")
+    assert whole["iterations"] == resumed["iterations"] == 4

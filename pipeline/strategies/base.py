@@ -184,6 +184,11 @@ class Strategy:
         """Equal on every replica of a correct run (compared in the run summary)."""
         return parameter_checksum(self.unwrap(model))
 
+    def consolidate(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, ctx: Context) -> None:
+        """Make every process hold the whole model and rank 0 the whole optimizer state, where
+        the strategy spreads them (a sharded parameter server): called by every process before
+        a checkpoint and before the run's report."""
+
     def saves_checkpoint(self, ctx: Context) -> bool:
         """The process whose model and optimizer state is the run's: rank 0 in every strategy
         here (the ps server holds the only momentum)."""

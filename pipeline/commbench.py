@@ -8,7 +8,7 @@ its links from here instead of assuming a network.
 
 send_recv is a ping-pong between ranks 0 and 1, half its round trip; all_reduce is every
 rank's, the slowest rank's time after a barrier. Both take the median of the repeats, after
-one untimed warm-up at each size (the first use of a buffer or a connection is slower).
+untimed warm-ups (the first use of a connection or a buffer is slower).
 """
 from __future__ import annotations
 
@@ -76,6 +76,8 @@ def measure(device: torch.device, rank: int, processes: int, message_sizes: list
         if name == "send_recv" and processes < 2:
             continue
         medians = []
+        for _ in range(5):  # the primitive's first calls set up connections and buffers
+            timed(torch.zeros(message_sizes[0] // 4, device=device), rank)
         for size in message_sizes:
             tensor = torch.zeros(size // 4, device=device)
             timed(tensor, rank)  # warm-up

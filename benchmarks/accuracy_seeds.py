@@ -29,9 +29,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.common import train  # noqa: E402
 from pipeline import params, provenance, sweep, synthetic  # noqa: E402
 from pipeline.files import write_json  # noqa: E402
-from pipeline.launch import command  # noqa: E402
 from pipeline.report.noise import NOISE_RULE, Spread, difference  # noqa: E402
 
 METRICS = ("AP", "AP50")
@@ -66,14 +66,11 @@ def configuration(raw: dict, preset: str, *changes: dict) -> dict:
 
 def train_and_score(cfg: dict, seed: int, out: Path) -> dict:
     """One seed: the preset's single run, trained, then scored on the validation split."""
-    run = dict(sweep.fill({"strategy": "single", "workers": 1}, cfg), seed=seed)
-    steps = [command(cfg, run, str(out)),
-             [sys.executable, "-m", "pipeline.evaluate", "--config", json.dumps(cfg), "--run-dir", str(out)]]
-    for step in steps:
-        result = subprocess.run(step, cwd=REPO, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise SystemExit(f"{out.name} failed:\n{result.stderr[-3000:]}")
-    summary = json.loads((out / "train_summary.json").read_text())
+    summary = train(cfg, dict(sweep.fill({"strategy": "single", "workers": 1}, cfg), seed=seed), out)
+    result = subprocess.run([sys.executable, "-m", "pipeline.evaluate", "--config", json.dumps(cfg),
+                             "--run-dir", str(out)], cwd=REPO, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"evaluating {out.name} failed:\n{result.stderr[-3000:]}")
     metrics = json.loads((out / "metrics.json").read_text())
     return {"seed": seed, **{m: metrics[m] for m in METRICS},
             "images_per_second": summary["images_per_second"], "warmup_iters": summary["warmup_iters"],

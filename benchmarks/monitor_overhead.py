@@ -9,8 +9,6 @@ times in this one invocation, and prints the median images/s of each and their r
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -20,16 +18,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline import params, sweep, synthetic  # noqa: E402
-from pipeline.launch import command  # noqa: E402
+from benchmarks.common import train  # noqa: E402
 
 ENTRIES = [{"strategy": "single", "workers": 1}, {"strategy": "ddp", "workers": 2, "images_per_worker": 4}]
 
 
 def images_per_second(cfg: dict, run: dict, out: Path) -> float:
-    result = subprocess.run(command(cfg, run, str(out)), cwd=REPO, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"{sweep.run_id(run)} failed:\n{result.stderr[-2000:]}")
-    return json.loads((out / "train_summary.json").read_text())["images_per_second"]
+    return train(cfg, run, out)["images_per_second"]
 
 
 def main() -> None:

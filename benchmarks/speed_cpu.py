@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline import params, sweep, synthetic  # noqa: E402
-from pipeline.launch import command  # noqa: E402
+from benchmarks.common import train  # noqa: E402
 from pipeline.scoring import BACKENDS, METRICS, coco_metrics  # noqa: E402
 
 CONFIGS = {"before": ("fp32", False, "torchvision"), "fp32": ("fp32", False, ""),
@@ -42,11 +42,7 @@ def train_run(cfg: dict, entry: dict, config: str, out: Path) -> dict:
     cfg = json.loads(json.dumps(cfg))
     cfg["train"]["channels_last"] = channels_last
     run = sweep.fill(dict(entry, precision=precision), cfg)
-    env = dict(os.environ, FRCNN_BENCH_ROI_ALIGN=roi_align)
-    result = subprocess.run(command(cfg, run, str(out)), cwd=REPO, capture_output=True, text=True, env=env)
-    if result.returncode != 0:
-        raise SystemExit(f"{config} {sweep.run_id(run)} failed:\n{result.stderr[-2000:]}")
-    return json.loads((out / "train_summary.json").read_text())
+    return train(cfg, run, out, env={"FRCNN_BENCH_ROI_ALIGN": roi_align})
 
 
 def throughput(cfg: dict, work: Path, passes: int) -> None:

@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -21,8 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.common import train  # noqa: E402
 from pipeline import params, sweep, synthetic  # noqa: E402
-from pipeline.launch import command  # noqa: E402
 
 # name -> (sweep entry, train.time_split)
 CASES = {"single, split on": ({"strategy": "single", "workers": 1}, True),
@@ -35,11 +34,7 @@ RATIOS = [("split off / on (single)", "single, split off", "single, split on"),
 def images_per_second(cfg: dict, entry: dict, split: bool, out: Path) -> float:
     cfg = json.loads(json.dumps(cfg))
     cfg["train"]["time_split"] = split
-    run = sweep.fill(entry, cfg)
-    result = subprocess.run(command(cfg, run, str(out)), cwd=REPO, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"{out.name} failed:\n{result.stderr[-2000:]}")
-    return json.loads((out / "train_summary.json").read_text())["images_per_second"]
+    return train(cfg, sweep.fill(entry, cfg), out)["images_per_second"]
 
 
 def main() -> None:

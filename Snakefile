@@ -1,4 +1,5 @@
-"""Data-parallel Faster R-CNN benchmark: data -> train (one job per run) -> evaluate -> report -> paper.
+"""Data-parallel Faster R-CNN benchmark: data -> train (one job per run) -> evaluate -> report -> paper,
+with commbench (the machine's links, one job per process count) feeding the report's cost model.
 
     snakemake --cores all                              # the demo preset (embedded data, CPU)
     snakemake --cores all --config preset=coco2017     # the published recipe
@@ -23,6 +24,7 @@ from pipeline import paper, stale_locks, stages, strategies, sweep
 from pipeline.report.build import FILES as REPORT_FILES
 from pipeline.report.build import TABLES
 from pipeline.report.figures import FIGURES
+from pipeline.strategies.torchrun import torchrun
 
 min_version("9.0")
 
@@ -134,6 +136,20 @@ def equivalence_resources():
     return job_resources(1, ddp.processes(), ddp.gpus())
 
 
+def link_job(processes):
+    """The commbench job at `processes` processes: on one node, as a ddp run of that many
+    workers would be (its processes, their GPUs where NCCL is the backend)."""
+    return strategies.get({"strategy": "ddp", "workers": processes, "images_per_worker": 1,
+                           "comm_hook": "none"}, dict(CFG["parallel"], nnodes=1))
+
+
+# The process counts whose links the cost model needs: every multi-process run on one node
+# that this machine can run (a run over several nodes crosses links commbench does not time).
+COMMBENCH = sorted({s.processes() for s in (strategies.get(r, CFG["parallel"]) for r in RUNS.values())
+                    if s.processes() > 1 and s.nodes() == 1 and s.unavailable() is None})
+COMMBENCH_FILE = f"results/commbench/{PRESET}/p{{processes}}.json"
+
+
 def cores_or(cpus):
     """A job that times itself has the machine to itself: locally all of --cores. On a cluster
     (no --cores; each job is its own allocation) the CPUs it asks for, `cpus` of its wildcards."""
@@ -152,6 +168,7 @@ container: os.environ.get("BENCH_IMAGE", "docker://frcnn-dp-bench:latest")
 
 wildcard_constraints:
     run="|".join(re.escape(run) for run in RUNS),
+    processes=r"\d+",
 
 
 rule all:
@@ -257,9 +274,35 @@ rule equivalence:
         " --out {output} > {log} 2>&1"
 
 
+rule commbench:
+    input:
+        code=code("commbench"),
+    output:
+        COMMBENCH_FILE,
+    params:
+        config=stage_params("commbench"),
+        # restarts are a knob (they rerun nothing) and a benchmark this short needs none
+        launcher=lambda wildcards: " ".join(torchrun(PYTHON, int(wildcards.processes),
+                                                      dict(CFG["parallel"], nnodes=1, max_restarts=0), "")),
+    # Timings are the result: the job has the machine (or its allocation) to itself.
+    threads: cores_or(lambda wildcards: link_job(int(wildcards.processes)).processes())
+    resources:
+        **{name: (lambda wildcards, name=name: job_resources(
+            1, int(wildcards.processes), link_job(int(wildcards.processes)).gpus())[name])
+           for name in job_resources(1, 1, 0)},
+    log:
+        f"logs/commbench/{PRESET}/p{{processes}}.log",
+    benchmark:
+        f"logs/benchmarks/commbench_{PRESET}_p{{processes}}.tsv"
+    shell:
+        "exec {params.launcher} -m pipeline.commbench --config {params.config:q} --out {output}"
+        " > {log} 2>&1"
+
+
 rule report:
     input:
         equivalence=rules.equivalence.output[0],
+        commbench=expand(COMMBENCH_FILE, processes=COMMBENCH),
         summaries=expand(rules.train.output.summary, run=RUNS),
         metrics=expand(rules.evaluate.output.metrics, run=RUNS),
         code=code("report"),
@@ -275,6 +318,7 @@ rule report:
         report=P.canonical(CFG["report"]),
         preset=PRESET,
         runs=expand(RUN_DIR, run=RUNS),
+        commbench=lambda wildcards, input: " ".join(f"--commbench {f}" for f in input.commbench),
         out=lambda wildcards, output: os.path.dirname(output.html),
         python=PYTHON,
     resources:
@@ -286,7 +330,7 @@ rule report:
     shell:
         "{params.python} -m pipeline.report --report-config {params.report:q} --preset {params.preset}"
         " --summary {output.summary} --equivalence {input.equivalence} --out-dir {params.out}"
-        " {params.runs} > {log} 2>&1"
+        " {params.commbench} {params.runs} > {log} 2>&1"
 
 
 rule paper:

@@ -1,12 +1,17 @@
-"""AP over seeds: a preset's single run trained once per seed and configuration, with mean,
-standard deviation and 95 % interval of AP and AP50, and Welch's t between configurations.
-A single run misleads by up to 0.05 AP on the demo (issue 15): compare configurations here.
+"""AP over seeds: one run of a preset (its single run unless --entry says otherwise) trained
+once per seed and configuration, with mean, standard deviation and 95 % interval of AP, AP50
+and images/s, and Welch's t between configurations. A single run misleads by up to 0.05 AP on
+the demo (issue 15): compare configurations here.
 
     .venv/bin/python benchmarks/accuracy_seeds.py [--preset demo-parity] [--seeds 7]
-        [--parallel 2] [--set KEY=VALUE ...] [--config 'NAME: KEY=VALUE ...' ...] [--out FILE]
+        [--parallel 2] [--entry '{"strategy": "ps", ...}'] [--set KEY=VALUE ...]
+        [--config 'NAME: KEY=VALUE ...' ...] [--out FILE]
 
 --config adds a configuration: a name, then overrides of the preset in dotted keys with YAML
-values, e.g.  --config 'recipe:'  --config 'warm-up 50: train.warmup_iters=50'.
+values, e.g.  --config 'recipe:'  --config 'warm-up 50: train.warmup_iters=50'; keys under
+`entry.` change the sweep entry instead: --config 'ssp1: entry.staleness=1'.
+Runs are started as the workflow starts them, but without its check that the machine has a
+core per process (a dedicated parameter server shares them).
 Without --config the preset is trained as it is. --set applies to every configuration (a
 shrunk demo: data.synthetic.train_images=32 train.epochs=1). The first configuration is
 compared with each of the others. --parallel runs that many trainings at once, each with
@@ -34,7 +39,7 @@ from pipeline import params, provenance, sweep, synthetic  # noqa: E402
 from pipeline.files import write_json  # noqa: E402
 from pipeline.report.noise import NOISE_RULE, Spread, difference  # noqa: E402
 
-METRICS = ("AP", "AP50")
+METRICS = ("AP", "AP50", "images_per_second")
 
 
 def overrides(text: str, where: str) -> dict:
@@ -64,17 +69,18 @@ def configuration(raw: dict, preset: str, *changes: dict) -> dict:
         raise SystemExit(f"error: {err}") from None
 
 
-def train_and_score(cfg: dict, seed: int, out: Path) -> dict:
-    """One seed: the preset's single run, trained, then scored on the validation split."""
-    summary = train(cfg, dict(sweep.fill({"strategy": "single", "workers": 1}, cfg), seed=seed), out)
+def train_and_score(cfg: dict, entry: dict, seed: int, out: Path) -> dict:
+    """One seed of the entry: trained, then scored on the validation split (by one process)."""
+    summary = train(cfg, dict(sweep.fill(entry, cfg), seed=seed), out)
     result = subprocess.run([sys.executable, "-m", "pipeline.evaluate", "--config", json.dumps(cfg),
                              "--run-dir", str(out)], cwd=REPO, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"evaluating {out.name} failed:\n{result.stderr[-3000:]}")
     metrics = json.loads((out / "metrics.json").read_text())
-    return {"seed": seed, **{m: metrics[m] for m in METRICS},
+    return {"seed": seed, "AP": metrics["AP"], "AP50": metrics["AP50"],
             "images_per_second": summary["images_per_second"], "warmup_iters": summary["warmup_iters"],
-            "iterations": summary["iterations"]}
+            "iterations": summary["iterations"], "run_id": summary["run_id"],
+            **({"staleness": summary["staleness"]} if "staleness" in summary else {})}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -82,6 +88,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--preset", default="demo-parity")
     parser.add_argument("--seeds", type=int, default=7)
     parser.add_argument("--parallel", type=int, default=1, help="trainings at once")
+    parser.add_argument("--entry", default='{"strategy": "single", "workers": 1}',
+                        help="the sweep entry to train, as JSON")
     parser.add_argument("--set", nargs="*", default=[], help="KEY=VALUE for every configuration")
     parser.add_argument("--config", action="append", default=[], help="'NAME: KEY=VALUE ...'")
     parser.add_argument("--work", help="directory for data and runs (default: a new temporary one)")
@@ -92,12 +100,14 @@ def main(argv: list[str] | None = None) -> dict:
     if args.preset not in raw["presets"]:
         raise SystemExit(f"error: --preset {args.preset}: not in params.yaml ({', '.join(raw['presets'])})")
     common = overrides(" ".join(args.set), "--set")
-    configs = {}
+    configs, entries = {}, {}
     for text in args.config or ["as-is:"]:
         name, sep, changes = text.partition(":")
         if not sep or not name.strip():
             raise SystemExit(f"--config '{text}': write it as 'NAME: KEY=VALUE ...'")
-        configs[name.strip()] = configuration(raw, args.preset, common, overrides(changes, f"--config {name}"))
+        changed = overrides(changes, f"--config {name}")
+        entries[name.strip()] = {**json.loads(args.entry), **changed.pop("entry", {})}
+        configs[name.strip()] = configuration(raw, args.preset, common, changed)
     work = Path(args.work or tempfile.mkdtemp(prefix="accuracy-seeds-"))
     cores = os.cpu_count() or 1
     data = {}  # one generated dataset per distinct data section
@@ -115,7 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
     jobs = {(name, seed): work / f"{name.replace(' ', '_')}-s{seed}" for name in configs for seed in range(args.seeds)}
     results: dict[str, list[dict]] = {name: [] for name in configs}
     with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
-        futures = {pool.submit(train_and_score, configs[name], seed, out): name
+        futures = {pool.submit(train_and_score, configs[name], entries[name], seed, out): name
                    for (name, seed), out in jobs.items()}
         for future in concurrent.futures.as_completed(futures):
             record = future.result()

@@ -3,8 +3,8 @@ message sizes from 4 KiB up (64 MiB by default), and latency alpha and seconds p
 fitted per primitive (pipeline/costmodel.py), with the fit's residuals. The cost model takes
 its links from here instead of assuming a network.
 
-    python -m pipeline.elastic --nproc-per-node N -m pipeline.commbench --config '<preset JSON>' --out FILE
-        [--min-bytes 4096] [--max-bytes 67108864] [--repeats 5]
+    python -m pipeline.elastic --nproc-per-node N -m pipeline.commbench --config '<stage JSON>' --out FILE
+        [--min-bytes B] [--max-bytes B] [--repeats R]   (defaults: the config's commbench section)
 
 send_recv is a ping-pong between ranks 0 and 1, half its round trip; all_reduce is every
 rank's, the slowest rank's time after a barrier. Both take the median of the repeats, after
@@ -13,7 +13,6 @@ untimed warm-ups (the first use of a connection or a buffer is slower).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import statistics
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import distributed, lifetime, provenance
+from . import distributed, lifetime, provenance, stages
 from .costmodel import fit
 from .files import write_json
 
@@ -66,6 +65,7 @@ def time_all_reduce(tensor: torch.Tensor, rank: int) -> float:
 
 
 PRIMITIVES = {"send_recv": time_send_recv, "all_reduce": time_all_reduce}
+DEFAULTS = {"min_bytes": 4096, "max_bytes": 64 * 2**20, "repeats": 5}
 
 
 def measure(device: torch.device, rank: int, processes: int, message_sizes: list[int],
@@ -101,23 +101,26 @@ def measure(device: torch.device, rank: int, processes: int, message_sizes: list
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="the resolved preset as JSON (its parallel section is used)")
+    stages.add_config_arguments(parser)  # its parallel and commbench sections, and the knobs
     parser.add_argument("--out", required=True)
-    parser.add_argument("--min-bytes", type=int, default=4096)
-    parser.add_argument("--max-bytes", type=int, default=64 * 2**20)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--min-bytes", type=int)
+    parser.add_argument("--max-bytes", type=int)
+    parser.add_argument("--repeats", type=int)
     args = parser.parse_args(argv)
     lifetime.die_with_parent()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    cfg = json.loads(args.config)
+    cfg = stages.parsed_config(args, "commbench")
+    settings = {**DEFAULTS, **(cfg.get("commbench") or {}),
+                **{k: v for k, v in (("min_bytes", args.min_bytes), ("max_bytes", args.max_bytes),
+                                     ("repeats", args.repeats)) if v is not None}}
     member = distributed.init_process_group(cfg["parallel"], threads=0)
-    message_sizes = sizes(args.min_bytes, args.max_bytes)
-    results = measure(member.device, member.rank, member.processes, message_sizes, args.repeats)
+    message_sizes = sizes(settings["min_bytes"], settings["max_bytes"])
+    results = measure(member.device, member.rank, member.processes, message_sizes, settings["repeats"])
     if member.rank == 0:
         write_json(Path(args.out), {
-            "backend": member.backend, "processes": member.processes, "repeats": args.repeats,
+            "backend": member.backend, "processes": member.processes, "repeats": settings["repeats"],
             "primitives": results,
-            "provenance": provenance.collect({"parallel": cfg["parallel"]}, processes=member.processes,
+            "provenance": provenance.collect(cfg, processes=member.processes,
                                              backend=member.backend, device=str(member.device),
                                              threads=member.threads)})
     distributed.destroy_process_group()

@@ -45,6 +45,9 @@ STAGES = {
     "equivalence": Stage(("data", "model", "train", "parallel"),
                          ("pipeline.equivalence", "pipeline.elastic", "pipeline.train"),
                          FAULT_KNOBS + ("train.checkpoint_every",)),
+    # The machine's links for the cost model: one job per process count the sweep runs
+    "commbench": Stage(("parallel", "commbench"), ("pipeline.elastic", "pipeline.commbench"),
+                       FAULT_KNOBS),
     "report": Stage(("report",), ("pipeline.report",)),
     "paper": Stage((), ("pipeline.paper",)),
 }

@@ -407,7 +407,8 @@ def rank_report(job: Job) -> list[dict]:
         "gradient_bytes": grad_bytes,
         "bytes_per_iteration": {"sent": job.moved["sent"] / iterations,
                                 "received": job.moved["received"] / iterations},
-        "theory_bytes_per_iteration": job.strategy.theory_bytes(job.ctx, grad_bytes)})
+        "theory_bytes_per_iteration": job.strategy.theory_bytes(job.ctx, grad_bytes),
+        **job.strategy.rank_facts(job.ctx)})
 
 
 def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
@@ -442,6 +443,7 @@ def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
         "communication_share": (split["communication"] / float(times.mean())
                                 if "communication" in split else None),
         "ranks": ranks, "replicas_identical": len({r["checksum"] for r in ranks}) == 1,
+        **job.strategy.summary_facts(ranks),
         "epoch_loss": epoch_loss,
         "final_loss": epoch_loss[-1] if epoch_loss else math.nan,
     }

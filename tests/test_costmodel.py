@@ -56,15 +56,19 @@ def test_k_at_least_n_dedicated_servers_beat_ring_on_every_worker_link(n):
 def test_communication_seconds():
     link = Link.from_bandwidth(gbit_per_s=100, latency_us=5)
     assert link.beta == pytest.approx(8e-11) and link.seconds(0) == 0.0
+    links = {"send_recv": link}
     # DDP: with a long backward only the last bucket shows; with none, all of them
-    hidden, exposed = (DDP.communication_seconds(ddp(8), M, link, backward) for backward in (10.0, 0.0))
+    hidden, exposed = (DDP.communication_seconds(ddp(8), M, links, backward) for backward in (10.0, 0.0))
     assert hidden < exposed and exposed == pytest.approx(4 * hidden)  # 100 MB: 4 buckets of 25 MiB
-    assert DDP.communication_seconds(ddp(1), M, link, 0.0) == 0.0
+    assert DDP.communication_seconds(ddp(1), M, links, 0.0) == 0.0
     # One parameter server slows down with every worker; N dedicated shards do not
-    one = [PS.communication_seconds(ps(n, "colocated"), M, link, 0.0) for n in (2, 4, 8)]
+    one = [PS.communication_seconds(ps(n, "colocated"), M, links, 0.0) for n in (2, 4, 8)]
     assert one[0] < one[1] < one[2]
-    sharded = [PS.communication_seconds(ps(n, "dedicated", n), M, link, 0.0) for n in (2, 4, 8)]
+    sharded = [PS.communication_seconds(ps(n, "dedicated", n), M, links, 0.0) for n in (2, 4, 8)]
     assert sharded[2] == pytest.approx(sharded[0], rel=1e-3)
+    # Where all-reduce itself was measured, DDP takes its time per bucket from that fit
+    measured = {**links, "all_reduce": Link(alpha=1e-3, beta=1e-9)}
+    assert DDP.communication_seconds(ddp(2), M, measured, 0.0) == pytest.approx(4 * (1e-3 + 1e-9 * M / 4))
     it = Iteration(compute=0.5, data=0.1, optimizer=0.05, communication=0.35, images=16)
     assert it.seconds == pytest.approx(1.0) and it.images_per_second == pytest.approx(16)
 
@@ -93,3 +97,40 @@ def test_shards_are_whole_tensors_balanced_by_bytes():
     owner = balanced_shards(sizes, 4)
     loads = [sum(s for s, o in zip(sizes, owner) if o == k) for k in range(4)]
     assert max(loads) - min(loads) <= max(sizes)  # within one tensor of each other
+
+
+def summary(strategy: str, workers: int, per_worker: int, threads: int, images_per_second: float,
+            split: dict, **run) -> dict:
+    return {"run_id": f"{strategy}-w{workers}", "entry": f"{strategy}-w{workers}", "status": "ok",
+            "summary": {"strategy": strategy, "workers": workers, "processes": workers,
+                        "images_per_worker": per_worker, "global_batch": per_worker * workers,
+                        "threads": threads, "device": "cpu", "data_mode": "real",
+                        "images_per_second": images_per_second, "time_split": split,
+                        "ranks": [{"gradient_bytes": 10e6}],
+                        "provenance": {"run": {"strategy": strategy, "workers": workers, **run}}}}
+
+
+def test_every_multi_process_run_is_predicted_and_a_miss_is_flagged():
+    from pipeline.report.prediction import prediction_frame
+
+    single = summary("single", 1, 8, 2, 10.0, {"compute": 0.8, "data": 0.02, "optimizer": 0.01,
+                                               "communication": 0.0})
+    near = summary("ddp", 2, 4, 1, 9.5, {"compute": 0.7, "data": 0.02, "optimizer": 0.02,
+                                          "communication": 0.01}, comm_hook="none")
+    far = dict(near, run_id="ddp-far", summary=dict(near["summary"], images_per_second=20.0))
+    commbench = {2: {"processes": 2, "backend": "gloo", "primitives": {
+        "all_reduce": {"alpha_s": 1e-3, "beta_s_per_byte": 1e-9},
+        "send_recv": {"alpha_s": 1e-4, "beta_s_per_byte": 5e-10}}}}
+    frame = prediction_frame([single, near, far], commbench)
+    assert list(frame["run_id"]) == ["ddp-w2", "ddp-far"]  # single is the input, not predicted
+    # single: 0.1 s compute and 0.0025 s data per image at 2 threads; ddp's processes have 1:
+    # 4 images x 2 = 0.8 s compute, 0.02 data, 0.02 optimizer, one 10 MB all-reduce bucket
+    communication = 1e-3 + 1e-9 * 10e6
+    seconds = 0.8 + 0.02 + 0.02 + communication
+    row = frame.iloc[0]
+    assert row["predicted_communication_s"] == pytest.approx(communication)
+    assert row["predicted_images_per_second"] == pytest.approx(8 / seconds)
+    assert row["ratio"] == pytest.approx(8 / seconds / 9.5) and row["flag"] == ""
+    assert frame.iloc[1]["flag"] == "missed by more than 20%"
+    unmeasured = prediction_frame([single, near], {})
+    assert unmeasured.iloc[0]["flag"] == "no commbench for this process count"

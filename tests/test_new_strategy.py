@@ -52,7 +52,7 @@ def test_a_new_strategy_is_its_module_and_a_registry_entry(tmp_path):
     edit_params(tmp_path, sweep)
     result = snakemake(tmp_path)
     assert jobs(result) == {"all": 1, "data": 1, "train": 2, "evaluate": 2, "equivalence": 1,
-                            "report": 1, **PAPER_JOB}
+                            "commbench": 1, "report": 1, **PAPER_JOB}
     rows = {row["run_id"]: row for row in csv.DictReader((tmp_path / "results" / "summary.csv").open())}
     new = rows["allgather-w2-b2-s0"]
     assert new["status"] == "ok" and new["replicas_identical"] == "True" and new["processes"] == "2"
@@ -61,6 +61,8 @@ def test_a_new_strategy_is_its_module_and_a_registry_entry(tmp_path):
         float(new["busiest_rank_theory_bytes_per_iter"]), rel=1e-6)
     report = (tmp_path / "results" / "report" / "report.md").read_text()
     assert "allgather-w2-b2: gradient all-gather, 2 workers" in report  # its sweep entry's row
+    # It states no cost model, and the report's prediction says so instead of guessing
+    assert "allgather-w2-b2-s0: predicted nan images/s" in report and "states no cost model" in report
     metrics = json.loads((tmp_path / "results" / "runs" / "demo" / "allgather-w2-b2-s0" /
                           "metrics.json").read_text())
     assert metrics["images"] > 0 and metrics["processes"] == 1  # it did not ask to evaluate on its workers

@@ -21,7 +21,7 @@ def test_both_presets_validate(raw):
     for preset in raw["presets"]:
         cfg = params.resolve(dict(raw, preset=preset))
         assert set(cfg) == {"preset", "data", "model", "train", "parallel", "eval", "sweep",
-                            "resources", "report"}
+                            "resources", "commbench", "report"}
 
 
 def test_demo_is_the_default(raw):
@@ -160,10 +160,10 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
     added["eval"].append("backend")  # COCOeval's implementation
 
     def without(preset: dict, *sections: str) -> dict:
-        # `resources` came later (scheduler requests only; no stage reads it); the sweeps
-        # gained repeats (seeds) and data modes.
+        # `resources` came later (scheduler requests only; no stage reads it), and so did
+        # `commbench` (the cost model's link timings); the sweeps gained repeats and data modes.
         kept = {k: copy.deepcopy(v) for k, v in preset.items()
-                if k not in ("resources", "sweep") + sections}
+                if k not in ("resources", "sweep", "commbench") + sections}
         for section, keys in added.items():
             for key in keys:
                 kept.get(section, {}).pop(key, None)

@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -58,10 +59,12 @@ def toy_batch():
     return torch.randn(GLOBAL_BATCH, 6, generator=generator), torch.randn(GLOBAL_BATCH, 3, generator=generator)
 
 
-def one_step(model, strategy, ctx, x, y, steps: int = 1, precision: str = "fp32"):
+def one_step(model, strategy, ctx, x, y, steps: int = 1, precision: str = "fp32", slow_shard=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     amp = Precision(precision, ctx.device)  # the training loop's autocast and loss scaling
     for _ in range(steps):
+        if ctx.shard is not None and ctx.shard == slow_shard:
+            time.sleep(0.05)  # a straggler: the others may run ahead of it, within the bound
         if ctx.shard is not None:
             shard = slice(ctx.shard * len(x) // ctx.shards, (ctx.shard + 1) * len(x) // ctx.shards)
             with amp.autocast():
@@ -73,23 +76,23 @@ def one_step(model, strategy, ctx, x, y, steps: int = 1, precision: str = "fp32"
     return strategy.unwrap(model)
 
 
-def _worker(rank, world, port, run, out_dir, batchnorm, steps, precision="fp32"):
+def _worker(rank, world, port, run, out_dir, batchnorm, steps, precision="fp32", slow_shard=None):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     strategy = strategies.get(run, PARALLEL)
     ctx = strategy.start(threads=1)
     model = strategy.wrap(toy_model(batchnorm), ctx)
     x, y = toy_batch()
-    result = one_step(model, strategy, ctx, x, y, steps, precision)
-    torch.save({"state": result.state_dict(), "role": ctx.role, "shard": ctx.shard},
-               os.path.join(out_dir, f"rank{rank}.pt"))
+    result = one_step(model, strategy, ctx, x, y, steps, precision, slow_shard)
+    torch.save({"state": result.state_dict(), "role": ctx.role, "shard": ctx.shard,
+                "facts": strategy.rank_facts(ctx)}, os.path.join(out_dir, f"rank{rank}.pt"))
     strategy.finish(ctx)
 
 
 def run_processes(run: dict, processes: int, tmp_path, batchnorm=False, steps=1,
-                  precision="fp32") -> list[dict]:
-    mp.spawn(_worker, args=(processes, free_port(), run, str(tmp_path), batchnorm, steps, precision),
-             nprocs=processes, join=True)
+                  precision="fp32", slow_shard=None) -> list[dict]:
+    mp.spawn(_worker, args=(processes, free_port(), run, str(tmp_path), batchnorm, steps, precision,
+                            slow_shard), nprocs=processes, join=True)
     return [torch.load(tmp_path / f"rank{r}.pt") for r in range(processes)]
 
 
@@ -350,3 +353,35 @@ def test_sharded_ps_resumes_to_the_uninterrupted_result(detection_cfg, tmp_path)
     assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
     assert records(interrupted / "iterations.jsonl") == records(tmp_path / "whole" / "iterations.jsonl")
     assert whole["iterations"] == resumed["iterations"] == 4
+
+
+def test_bounded_staleness_lets_a_worker_run_ahead_within_the_bound(tmp_path):
+    """S = 1, 2 workers, the second a straggler: the first runs one update ahead of it (no
+    more); the server counts how stale each gradient was; the replicas end identical."""
+    run = {"strategy": "ps", "workers": 2, "placement": "dedicated", "staleness": 1}
+    results = run_processes(run, 3, tmp_path, steps=6, slow_shard=1)
+    server = next(r for r in results if r["role"] == "server")
+    facts = server["facts"]
+    assert facts["max_ahead"] == 1  # a worker was ahead of the slowest, and never by more than S
+    histogram = facts["staleness_histogram"]
+    assert sum(histogram.values()) == 2 * 6  # every gradient of both workers, once
+    assert any(k >= 1 for k, n in histogram.items() if n)  # some were computed on stale weights
+    reference = results[0]["state"]
+    for result in results:
+        assert all(torch.equal(result["state"][k], reference[k]) for k in reference), result["role"]
+    assert not torch.equal(reference["0.weight"], toy_model().state_dict()["0.weight"])
+    summary = strategies.get(dict(run, images_per_worker=4), PARALLEL).summary_facts([{"staleness_histogram": histogram}])
+    assert summary["staleness"]["bound"] == 1 and sum(summary["staleness"]["histogram"].values()) == 12
+
+
+def test_bounded_staleness_trains_faster_rcnn_and_reports_what_it_observed(detection_cfg, tmp_path):
+    cfg = copy.deepcopy(detection_cfg)
+    cfg["sweep"] = [{"strategy": "ps", "workers": 2, "placement": "dedicated", "staleness": 1}]
+    run = next(iter(runs(cfg).values()))
+    assert run_id(run) == "ps-dedicated-ssp1-w2-b5-s0"
+    summary = torchrun_train(cfg, run, tmp_path / "run")
+    assert summary["status"] == "ok" and summary["replicas_identical"]  # gathered at the end
+    staleness = summary["staleness"]
+    assert staleness["bound"] == 1
+    assert sum(staleness["histogram"].values()) == 2 * summary["iterations"]  # every gradient
+    assert max(int(k) for k in staleness["histogram"]) <= 3  # the other worker: 2S + 1 updates at most

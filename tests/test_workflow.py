@@ -20,6 +20,7 @@ import torch
 import yaml
 
 import pipeline.paper
+from pipeline.distributed import available_cores
 from pipeline.report.figures import FIGURES
 from pipeline.report.findings import MACRO_COLUMNS, parse_numbers
 
@@ -37,6 +38,7 @@ def tiny_params(raw: dict) -> dict:
     demo["model"].update(min_size=96, max_size=96, channels=32, representation_size=128)
     demo["train"].update(epochs=2, images_per_worker=4, base_batch=4, warmup_iters=4, lr_steps=[])
     demo["eval"].update(batch_size=4)
+    demo["commbench"] = {"max_bytes": 2**20, "repeats": 3}  # the links, timed in a second
     # Every strategy through the workflow; dp is skipped (with its reason) on a CPU machine.
     demo["sweep"] = [{"strategy": "single", "workers": 1},
                      {"strategy": "ddp", "workers": 2, "images_per_worker": 2},
@@ -106,8 +108,9 @@ def jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
 
 def test_workflow_runs_end_to_end(workdir):
     result = snakemake(workdir)
+    # commbench: the links at 2 processes, the one process count the multi-process runs use
     assert jobs(result) == {"all": 1, "data": 1, "train": RUNS, "evaluate": RUNS, "equivalence": 1,
-                            "report": 1, **PAPER_JOB}
+                            "commbench": 1, "report": 1, **PAPER_JOB}
     run_dir = workdir / "results" / "runs" / "demo" / "single-w1-b4-s0"
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert 0.0 <= metrics["AP"] <= 1.0 and metrics["images"] == SMALL_DATA["val_images"]
@@ -129,6 +132,14 @@ def test_workflow_runs_end_to_end(workdir):
         assert "dp-w2-b2-s0" in (workdir / "results" / "report" / "report.md").read_text()
     report_md = (workdir / "results" / "report" / "report.md").read_text()
     assert "Equivalence with single" in report_md and "proposals" in report_md
+    # Each multi-process run on real data beside the cost model's prediction from single's
+    # compute and the links commbench fitted (in-memory runs have no single to start from)
+    links = json.loads((workdir / "results" / "commbench" / "demo" / "p2.json").read_text())
+    assert set(links["primitives"]) == {"send_recv", "all_reduce"} and links["provenance"]["git_revision"]
+    predicted = {row["run_id"]: row for row in csv.DictReader((workdir / "results" / "report" / "prediction.csv").open())}
+    assert set(predicted) == {"ddp-w2-b2-s0", "ddp-w2-b2-s1", "ps-colocated-w2-b2-s0"}
+    assert all(float(row["predicted_images_per_second"]) > 0 for row in predicted.values())
+    assert "Predicted against measured (cost model)" in report_md and "2 processes, all_reduce over gloo" in report_md
     report = workdir / "results" / "report"
     assert "data:image/png;base64" in (report / "report.html").read_text()
     for name in ("table1", "table2"):
@@ -335,8 +346,12 @@ def test_coco2017_dry_run(tmp_path):
     result = subprocess.run(SNAKEMAKE + ["--cores", "2", "--dry-run", "--config", "preset=coco2017"],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+    # The links of each process count the sweep's runs use (2, 4, 8), where this machine can
+    # start that many: the others' runs are skipped, so nothing predicts them
+    room = torch.cuda.device_count() or available_cores()
+    links = {"commbench": n for n in [sum(1 for p in (2, 4, 8) if p <= room)] if n}
     assert jobs(result) == {"all": 1, "data": 1, "train": 16, "evaluate": 16, "equivalence": 1,
-                            "report": 1, **PAPER_JOB}
+                            **links, "report": 1, **PAPER_JOB}
     text = result.stdout + result.stderr
     # Three seeds of each 2-GPU entry (the study's setting), one of the larger ones.
     runs = ["single-w1-b2-s0"] + [f"{s}-w{n}-b2-s{seed}" for s in ("dp", "ddp", "ps-colocated")

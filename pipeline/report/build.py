@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..files import atomic_path, write_text
+from ..files import atomic_path, read_json, write_text
+from . import prediction as cost_model
 from .figures import FIGURES, ReportData, write_figures
 from .findings import numbers_tex
 from .load import dataset_of, load_run, scaling_frame, summary_frame, traffic_frame
@@ -18,7 +19,7 @@ from .tables import (AP_DECIMALS, AP_TABLE, DATA_MODE_DECIMALS, SCALING_DECIMALS
 
 # What the report stage writes into its directory besides the figures (the Snakefile declares
 # them): each table as .md, .csv and .tex, and these files.
-TABLES = ("table1", "table2", "scaling", "time_to_accuracy", "data_modes")
+TABLES = ("table1", "table2", "scaling", "time_to_accuracy", "data_modes", "prediction")
 FILES = ("report.html", "report.md", "traffic.csv", "comparisons.csv", "numbers.tex",
          "figures.tex")
 # The metrics every pair of entries is compared on, with the decimals their sentences show.
@@ -36,8 +37,9 @@ def figures_tex(figure_ext: str = "pdf") -> str:
 
 
 def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
-                 equivalence=None) -> pd.DataFrame:
-    """Read every run directory, write summary.csv and the whole report; return the summary."""
+                 equivalence=None, commbench=()) -> pd.DataFrame:
+    """Read every run directory (and the commbench stage's files), write summary.csv and the
+    whole report; return the summary."""
     out_dir = Path(out_dir)
     runs = [load_run(d) for d in run_dirs]
     summary = summary_frame(runs, preset, (report_cfg.get("target_ap") or {}).get(preset))
@@ -59,6 +61,9 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
                                             "time_to_accuracy")
     data_modes = data_mode_table(summary)
     shown["data_modes"] = write_table(data_modes, DATA_MODE_DECIMALS, 0, out_dir, "data_modes")
+    links = {int(found["processes"]): found for found in map(read_json, commbench)}
+    predicted = cost_model.prediction_frame(runs, links)
+    shown["prediction"] = write_table(predicted, cost_model.DECIMALS, 0, out_dir, "prediction")
     compared = comparisons(summary, COMPARED)
     with atomic_path(out_dir / "comparisons.csv") as tmp:
         compared.to_csv(tmp, index=False)
@@ -68,14 +73,15 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
     formats = list(report_cfg.get("figure_formats") or ["png"])
     write_text(out_dir / "figures.tex", figures_tex("pdf" if "pdf" in formats else formats[0]))
     ok = [run for run in runs if run["status"] == "ok"]
-    pngs = write_figures(ReportData(ok, table1, scaling, summary, data_modes), out_dir, formats,
+    pngs = write_figures(ReportData(ok, table1, scaling, summary, data_modes, predicted), out_dir, formats,
                          int(report_cfg.get("dpi", 150)))
     figure_ext = "png" if "png" in formats else formats[0]
     sections = report_sections(runs, summary, shown, published, preset, figure_ext, compared,
                                scaling, data_modes)
+    results_end = [s["title"] for s in sections].index("Definitions")
+    sections.insert(results_end, cost_model.section(shown["prediction"], predicted, links))
     if equivalence:
-        results_end = [s["title"] for s in sections].index("Definitions")
-        sections.insert(results_end, equivalence_section(equivalence))  # after the results
+        sections.insert(results_end + 1, equivalence_section(equivalence))  # after the results
     write_text(out_dir / "report.md", render_markdown(sections))
     write_text(out_dir / "report.html", render_html(sections, pngs))
     return summary

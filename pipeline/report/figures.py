@@ -29,6 +29,7 @@ class ReportData:
     scaling: pd.DataFrame
     summary: pd.DataFrame
     data_modes: pd.DataFrame
+    prediction: pd.DataFrame  # the cost model's images/s beside the measured (prediction.py)
 
     @property
     def first_seeds(self) -> list[dict]:
@@ -219,6 +220,23 @@ def draw_data_modes(ax, data: ReportData) -> None:
         ax.annotate(f"loader {share:.0%}", (0, labels.index(label)), xytext=(4, 0),
                     textcoords="offset points", va="center", fontsize=7, color="white")
     ax.set(xlabel="images/s", ylabel="")
+
+
+@figure("prediction", "Prediction (cost model) against measurement: images/s of every "
+                      "multi-process run; the line is equality, the band ±20 %")
+def draw_prediction(ax, data: ReportData) -> None:
+    frame = data.prediction.dropna(subset=["predicted_images_per_second"])
+    if frame.empty:
+        ax.text(0.5, 0.5, "no multi-process run with a commbench measurement", ha="center",
+                va="center", transform=ax.transAxes)
+        return
+    _seaborn().scatterplot(frame, x="measured_images_per_second", y="predicted_images_per_second",
+                           hue="strategy", style="flag", ax=ax)
+    top = 1.1 * float(max(frame["measured_images_per_second"].max(), frame["predicted_images_per_second"].max()))
+    ax.plot([0, top], [0, top], color="grey", linewidth=0.8)
+    ax.fill_between([0, top], [0, 0.8 * top], [0, 1.2 * top], color="grey", alpha=0.15, linewidth=0)
+    ax.set(xlabel="measured images/s", ylabel="predicted images/s (model)", xlim=(0, top), ylim=(0, top))
+    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=6)
 
 
 def _no_runs(ax) -> None:

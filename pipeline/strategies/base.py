@@ -10,6 +10,7 @@ communicates (measured and in theory), how its replicas are checksummed, and who
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,10 +168,13 @@ class Strategy:
         return {"worker": 0.0, "busiest": 0.0}
 
     @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, link: Link, backward: float) -> float:
-        """Predicted communication seconds per iteration that no computation hides, over links
-        like `link`, given `backward` seconds of backward pass to overlap with."""
-        return 0.0
+    def communication_seconds(cls, run: dict, grad_bytes: float, links: dict[str, Link],
+                              backward: float) -> float:
+        """Predicted communication seconds per iteration that no computation hides, given
+        `backward` seconds of backward pass to overlap with. `links`: primitive -> Link, as
+        the commbench stage fits them ("send_recv", "all_reduce"), or a hypothetical
+        cluster's "send_recv" alone. NaN: this strategy states no model (the report says so)."""
+        return math.nan
 
     def gpus_in_use(self, ctx: Context) -> list[int]:
         """The GPU indices this process computes on (sampled by pipeline/monitor.py)."""
@@ -183,6 +187,14 @@ class Strategy:
     def checksum(self, model: torch.nn.Module) -> str:
         """Equal on every replica of a correct run (compared in the run summary)."""
         return parameter_checksum(self.unwrap(model))
+
+    def rank_facts(self, ctx: Context) -> dict:
+        """What this process observed of the strategy, for the run's rank report."""
+        return {}
+
+    def summary_facts(self, ranks: list[dict]) -> dict:
+        """What the strategy adds to the run summary from every rank's report."""
+        return {}
 
     def consolidate(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, ctx: Context) -> None:
         """Make every process hold the whole model and rank 0 the whole optimizer state, where

@@ -119,14 +119,20 @@ class DDP(TorchrunStrategy):
         return {"worker": wire, "busiest": wire}
 
     @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, link: Link, backward: float) -> float:
-        """Each bucket is one ring all-reduce: 2(N-1) steps of a 1/N chunk, sent and received at
-        once. Buckets start as backward fills them, so all but the last overlap it: what stays
-        exposed is the last bucket, or the excess of all of them over the backward pass."""
+    def communication_seconds(cls, run: dict, grad_bytes: float, links: dict[str, Link],
+                              backward: float) -> float:
+        """Each bucket is one all-reduce: timed as such where commbench measured all-reduce at
+        this process count, else a ring of 2(N-1) point-to-point steps of a 1/N chunk, sent and
+        received at once. Buckets start as backward fills them, so all but the last overlap
+        it: what stays exposed is the last bucket, or the excess of all over the backward."""
         n = run["workers"]
         if n < 2:
             return 0.0
-        wire = cls.link_bytes(run, grad_bytes)["worker"]
         buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
-        per_bucket = link.seconds(wire / buckets, messages=2 * (n - 1))
+        if "all_reduce" in links:
+            payload = grad_bytes * WIRE_BYTES.get(run["comm_hook"], 4) / 4
+            per_bucket = links["all_reduce"].seconds(payload / buckets)
+        else:
+            wire = cls.link_bytes(run, grad_bytes)["worker"]
+            per_bucket = links["send_recv"].seconds(wire / buckets, messages=2 * (n - 1))
         return max(per_bucket, buckets * per_bucket - backward)

@@ -110,8 +110,9 @@ class DataParallel(Strategy):
         return {"worker": grad_bytes if n > 1 else 0.0, "busiest": (n - 1) * grad_bytes}
 
     @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, link: Link, backward: float) -> float:
+    def communication_seconds(cls, run: dict, grad_bytes: float, links: dict[str, Link],
+                              backward: float) -> float:
         """Replicate before the forward pass, reduce after backward, both through device 0,
         one copy per other device: nothing overlaps."""
         n = run["workers"]
-        return 2 * link.seconds(cls.link_bytes(run, grad_bytes)["busiest"], messages=n - 1)
+        return 2 * links["send_recv"].seconds(cls.link_bytes(run, grad_bytes)["busiest"], messages=n - 1)

@@ -12,6 +12,13 @@ spread keys over servers); shard s lives on server rank s. Every iteration:
 
 Placement `colocated`: ranks 0..K-1 serve and train (DataParallel's master device is K = 1).
 Placement `dedicated`: ranks 0..K-1 only serve; the N workers are ranks K..K+N-1.
+
+`staleness: S` > 0 (dedicated servers) trains asynchronously with bounded staleness (SSP): a
+server applies each worker's gradients (scaled by 1/N) as they arrive and answers that worker
+at once with its current weights, unless the worker is more than S updates ahead of the
+slowest, whose gradients it then waits for. Each gradient carries the version of the weights it
+was computed on; how many updates the server applied in between is its staleness, counted in
+the run summary. Bit-identity is lost by design; the synchronous path (S = 0) is unchanged.
 Per iteration a worker moves M bytes of gradients each way (less its own shard's when it also
 serves), a dedicated server N M/K, a colocated one M + (N-2) M/K: for K = 1 the 2(N-1)M through
 one server that is the bottleneck the study is about, against 2(N-1)/N M per rank for ring
@@ -24,12 +31,27 @@ import time
 import torch
 import torch.distributed as dist
 
+from collections import Counter
+from dataclasses import dataclass, field
+
 from .. import distributed
 from ..costmodel import Link
 from .base import Context, Option
 from .torchrun import TorchrunStrategy
 
 GRADIENTS, BUFFERS, WEIGHTS = 0, 1, 2  # message tags: each message matched by kind, not order
+
+
+@dataclass
+class Stale:
+    """A server's asynchronous state: each worker's gradients applied so far (its clock), the
+    updates applied in all (the weights' version), who waits for an answer."""
+    clock: dict
+    version: int = 0
+    waiting: list = field(default_factory=list)
+    sends: list = field(default_factory=list)    # answers on their way
+    histogram: Counter = field(default_factory=Counter)
+    max_ahead: int = 0        # the most updates an answered worker was ahead of the slowest
 
 
 def servers(run: dict) -> int:
@@ -53,7 +75,9 @@ class ParameterServer(TorchrunStrategy):
     options = {"placement": Option("colocated", {"enum": ["colocated", "dedicated"]},
                                    "servers beside the first workers, or in their own processes"),
                "servers": Option(1, {"type": "integer", "minimum": 1},
-                                 "K: server shards the parameters are split over")}
+                                 "K: server shards the parameters are split over"),
+               "staleness": Option(0, {"type": "integer", "minimum": 0},
+                                   "S: updates a worker may run ahead of the slowest (0: synchronous)")}
     evaluates_on_workers = True  # as ddp: one process per worker predicts its share
 
     def __init__(self, run: dict, parallel: dict):
@@ -62,17 +86,24 @@ class ParameterServer(TorchrunStrategy):
         self.servers = servers(run)
         self.extra_processes = self.servers if self.dedicated else 0
         self.first_worker = self.servers if self.dedicated else 0
+        self.staleness = run.get("staleness", 0)  # a run from before SSP was synchronous
+        self.ssp: Stale | None = None  # a server's asynchronous state
 
     @classmethod
     def variant(cls, run: dict) -> str:
-        # always named: ps-colocated-w2-b4, ps-dedicated-w2-b4; shards when more than one
-        return run["placement"] + (f"-k{servers(run)}" if servers(run) > 1 else "")
+        # always named: ps-colocated-w2-b4, ps-dedicated-w2-b4; shards when more than one,
+        # bounded staleness when not synchronous: ps-dedicated-k2-ssp1-w2-b4
+        return (run["placement"] + (f"-k{servers(run)}" if servers(run) > 1 else "")
+                + (f"-ssp{run['staleness']}" if run.get("staleness", 0) else ""))
 
     @classmethod
     def invalid(cls, run: dict) -> str | None:
         if run.get("precision") == "fp16":  # the workers' loss scale would have to follow the server's
             return ("fp16 needs a loss scale every process agrees on, and only the server steps; "
                     "use precision: bf16 (no scaler) for ps")
+        if run.get("staleness", 0) and run["placement"] != "dedicated":
+            return ("staleness > 0 needs placement: dedicated (a colocated server would stop "
+                    "serving while it computes its own gradients)")
         if run["placement"] == "colocated" and servers(run) > run["workers"]:
             return (f"colocated servers live on workers: {servers(run)} servers need at least as "
                     f"many workers, not {run['workers']} (or use placement: dedicated)")
@@ -140,6 +171,11 @@ class ParameterServer(TorchrunStrategy):
         return torch.empty(sum(t.numel() for t in tensors), device=ctx.device)
 
     def step(self, model, optimizer, ctx: Context) -> float:
+        if self.staleness:
+            return self._stale_serve(optimizer, ctx) if ctx.role == "server" else self._stale_worker_step(ctx)
+        return self._synchronous_step(optimizer, ctx)
+
+    def _synchronous_step(self, optimizer, ctx: Context) -> float:
         """Every message is posted without waiting, so a process that serves and trains never
         blocks the others: as a worker it sends each other server its gradients; as a server
         it waits for its shard's gradients, steps and sends the new values; as a worker it then
@@ -179,23 +215,114 @@ class ParameterServer(TorchrunStrategy):
         total = sum(grads.values()) if remote else torch.zeros(0, device=ctx.device)
         if ctx.role == "server+worker":
             total = total + self._gradients(mine) if remote else self._gradients(mine)
-        for p in self.params:  # the optimizer steps what has a gradient: this shard only
-            p.grad = None
-        for p, piece in self._pieces(total / len(self.workers), mine):
-            p.grad = piece.clone()
-        optimizer.step()  # <- the parameter server updates the weights here, and only here
-        if buffers is not None:
-            self._unflatten(buffers, self.buffers)
+        self._apply(optimizer, mine, total / len(self.workers), buffers)
         update = time.perf_counter() - start
         state = self._flat(self._state(ctx.rank))
         pending += [self._send(state, w, WEIGHTS) for w in remote]
         return update
 
+    def _apply(self, optimizer, mine: list, gradient: torch.Tensor, buffers: torch.Tensor | None) -> None:
+        """Step this server's parameters `mine` with `gradient` (flat), and take `buffers`."""
+        for p in self.params:  # the optimizer steps what has a gradient: this shard only
+            p.grad = None
+        for p, piece in self._pieces(gradient, mine):
+            p.grad = piece.clone()
+        optimizer.step()  # <- the parameter server updates the weights here, and only here
+        if buffers is not None:
+            self._unflatten(buffers, self.buffers)
+
+    # ---- bounded staleness (staleness: S > 0) ------------------------------------------------
+    def _message_size(self, server: int) -> int:
+        """A gradient message to `server`: its shard's gradients, server 0's the buffer slot
+        (filled by the first worker; every message has the same size, so the server can take
+        them from any worker as they come), and the weights' version."""
+        size = sum(p.numel() for p in self.shards[server]) + 1
+        return size + (sum(b.numel() for b in self.buffers) if server == 0 else 0)
+
+    def _stale_worker_step(self, ctx: Context) -> float:
+        """Send each server this worker's gradients with the version of the weights they were
+        computed on (and the first worker's buffers to server 0); take the weights it answers
+        with, and their version."""
+        start = time.perf_counter()
+        if not hasattr(self, "versions"):
+            self.versions = torch.zeros(self.servers, device=ctx.device)
+        works = []
+        for s in range(self.servers):
+            parts = [self._gradients(self.shards[s])]
+            if s == 0 and self.buffers:
+                parts.append(self._flat(self.buffers) if ctx.rank == self.first_worker
+                             else torch.zeros(sum(b.numel() for b in self.buffers), device=ctx.device))
+            works.append(self._send(torch.cat(parts + [self.versions[s:s + 1]]), s, GRADIENTS))
+        states = {s: torch.empty(sum(t.numel() for t in self._state(s)) + 1, device=ctx.device)
+                  for s in range(self.servers)}
+        works += [self._recv(state, s, WEIGHTS) for s, state in states.items()]
+        for work in works:
+            work.wait()
+        for s, state in states.items():
+            self._unflatten(state[:-1], self._state(s))
+            self.versions[s] = state[-1]
+        return time.perf_counter() - start
+
+    def _stale_serve(self, optimizer, ctx: Context) -> float:
+        """Apply gradients as they arrive, from whichever worker, as many as there are workers
+        (so the server's step count and the workers' stay equal), answering each worker unless
+        that would put it more than S updates ahead of the slowest. Returns the seconds not
+        spent updating."""
+        if self.ssp is None:
+            self.ssp = Stale(clock={w: 0 for w in self.workers})
+        mine, ssp, start, update = self.shards[ctx.rank], self.ssp, time.perf_counter(), 0.0
+        size = sum(p.numel() for p in mine)
+        message = torch.empty(self._message_size(ctx.rank), device=ctx.device)
+        for _ in self.workers:
+            self._traffic.received += message.numel() * message.element_size()
+            worker = dist.recv(message, tag=GRADIENTS)  # from any worker: the first to send
+            begin = time.perf_counter()
+            buffers = message[size:-1] if worker == self.first_worker and len(message) > size + 1 else None
+            ssp.histogram[ssp.version - int(message[-1])] += 1
+            self._apply(optimizer, mine, message[:size] / len(self.workers), buffers)
+            update += time.perf_counter() - begin
+            ssp.version += 1
+            ssp.clock[worker] += 1
+            ssp.waiting.append(worker)
+            self._answer(ctx)
+        for work in ssp.sends:
+            work.wait()
+        ssp.sends.clear()
+        return time.perf_counter() - start - update
+
+    def _answer(self, ctx: Context) -> None:
+        """Send the current weights to every waiting worker within S of the slowest."""
+        ssp = self.ssp
+        slowest = min(ssp.clock.values())
+        for w in [w for w in ssp.waiting if ssp.clock[w] - slowest <= self.staleness]:
+            ssp.waiting.remove(w)
+            ssp.max_ahead = max(ssp.max_ahead, ssp.clock[w] - slowest)
+            state = torch.cat([self._flat(self._state(ctx.rank)),
+                               torch.tensor([float(ssp.version)], device=ctx.device)])
+            ssp.sends.append(self._send(state, w, WEIGHTS))
+
+    def summary_facts(self, ranks: list[dict]) -> dict:
+        """The staleness the servers observed: updates applied between a gradient's weights and
+        its own application, counted over every gradient of the run."""
+        if not self.staleness:
+            return {}
+        histogram = Counter()
+        for rank in ranks:
+            histogram.update({int(k): v for k, v in (rank.get("staleness_histogram") or {}).items()})
+        return {"staleness": {"bound": self.staleness,
+                              "histogram": {str(k): histogram[k] for k in sorted(histogram)}}}
+
+    def rank_facts(self, ctx: Context) -> dict:
+        if self.ssp is None:
+            return {}
+        return {"staleness_histogram": dict(self.ssp.histogram), "max_ahead": self.ssp.max_ahead}
+
     def consolidate(self, model, optimizer, ctx: Context) -> None:
         """Before a checkpoint or the run's report: every server's parameters and optimizer
         state to every process, so that rank 0 saves the whole run and all replicas (a
-        dedicated server's included) are the same model. Nothing to do with one server."""
-        if self.servers == 1:
+        dedicated server's included) are the same model. Nothing to do with one synchronous
+        server, whose workers already hold its weights."""
+        if self.servers == 1 and not self.staleness:
             return
         mine = [i for i, owner in enumerate(self.owner) if owner == ctx.rank]  # none for a worker
         shard = {i: (self.params[i].detach().cpu(),
@@ -223,12 +350,13 @@ class ParameterServer(TorchrunStrategy):
         return {"worker": m if n > k else serving, "busiest": serving}
 
     @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, link: Link, backward: float) -> float:
+    def communication_seconds(cls, run: dict, grad_bytes: float, links: dict[str, Link],
+                              backward: float) -> float:
         """Gradients in, then (after the update) weights out, over the busiest link: two phases
         that cannot overlap each other or the backward pass (the server needs every gradient)."""
         n, k = run["workers"], servers(run)
         busiest = cls.link_bytes(run, grad_bytes)["busiest"]
-        return 2 * link.seconds(busiest, messages=max(1, n // k))
+        return 2 * links["send_recv"].seconds(busiest, messages=max(1, n // k))
 
     def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
         """This process's bytes each way: as a worker, the gradients of the shards others

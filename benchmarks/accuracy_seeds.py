@@ -40,6 +40,7 @@ from pipeline.files import write_json  # noqa: E402
 from pipeline.report.noise import NOISE_RULE, Spread, difference  # noqa: E402
 
 METRICS = ("AP", "AP50", "images_per_second")
+SHOWN = {"AP": "AP", "AP50": "AP50", "images_per_second": "images/s"}
 
 
 def overrides(text: str, where: str) -> dict:
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"   {futures[future]} seed {record['seed']}: AP {record['AP']:.4f} AP50 "
                   f"{record['AP50']:.4f} ({record['images_per_second']:.1f} images/s)", flush=True)
 
-    print(f"\n{'configuration':<24}{'runs':>5}" + "".join(f"{m + ' mean ± sd':>20}{'95 % interval':>18}" for m in METRICS))
+    print(f"\n{'configuration':<24}{'runs':>5}" + "".join(f"{SHOWN[m] + ' mean ± sd':>21}{'95 % interval':>20}" for m in METRICS))
     table = {}
     for name, records in results.items():
         records.sort(key=lambda r: r["seed"])
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
         for m in METRICS:
             spread = table[name][m]
             low, high = spread.interval
-            cells += f"{spread.mean:>12.4f} ± {spread.sd:.4f}{f'[{low:.3f}, {high:.3f}]':>18}"
+            cells += f"{spread.mean:>13.4f} ± {spread.sd:.4f}{f'[{low:.3f}, {high:.3f}]':>20}"
         print(f"{name:<24}{len(records):>5}{cells}")
     names = list(configs)
     comparisons = []
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> dict:
             d = difference(table[names[0]][m], table[other][m])
             comparisons.append({"a": names[0], "b": other, "metric": m, "difference": d.a.mean - d.b.mean,
                                 "low": d.low, "high": d.high, "t": d.t, "df": d.df, "verdict": d.verdict})
-            print(f"{names[0]} - {other}: {m} {d.a.mean - d.b.mean:+.4f} (95 % interval {d.low:+.4f} to "
+            print(f"{names[0]} - {other}: {SHOWN[m]} {d.a.mean - d.b.mean:+.4f} (95 % interval {d.low:+.4f} to "
                   f"{d.high:+.4f}; Welch t = {d.t:.2f}, df {d.df:.1f}): {d.verdict}")
     report = {"preset": args.preset, "seeds": args.seeds, "rule": NOISE_RULE,
               "configurations": {name: {"overrides": text, "runs": results[name],

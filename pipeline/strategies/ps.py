@@ -27,12 +27,11 @@ all-reduce (`link_bytes` below).
 from __future__ import annotations
 
 import time
+from collections import Counter
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-
-from collections import Counter
-from dataclasses import dataclass, field
 
 from .. import distributed
 from ..costmodel import Link
@@ -129,6 +128,7 @@ class ParameterServer(TorchrunStrategy):
         self.buffers = [b for b in model.buffers() if b.is_floating_point()]
         self.owner = balanced_shards([p.numel() * p.element_size() for p in self.params], self.servers)
         self.shards = [[p for p, o in zip(self.params, self.owner) if o == s] for s in range(self.servers)]
+        self.versions = torch.zeros(self.servers, device=ctx.device)  # of each shard's weights held (SSP)
         state = self._flat(self.params + self.buffers)
         dist.broadcast(state, src=0)  # every replica starts from server 0's weights
         self._unflatten(state, self.params + self.buffers)
@@ -244,8 +244,6 @@ class ParameterServer(TorchrunStrategy):
         computed on (and the first worker's buffers to server 0); take the weights it answers
         with, and their version."""
         start = time.perf_counter()
-        if not hasattr(self, "versions"):
-            self.versions = torch.zeros(self.servers, device=ctx.device)
         works = []
         for s in range(self.servers):
             parts = [self._gradients(self.shards[s])]
@@ -277,7 +275,7 @@ class ParameterServer(TorchrunStrategy):
             self._traffic.received += message.numel() * message.element_size()
             worker = dist.recv(message, tag=GRADIENTS)  # from any worker: the first to send
             begin = time.perf_counter()
-            buffers = message[size:-1] if worker == self.first_worker and len(message) > size + 1 else None
+            buffers = message[size:-1] if ctx.rank == 0 and worker == self.first_worker and self.buffers else None
             ssp.histogram[ssp.version - int(message[-1])] += 1
             self._apply(optimizer, mine, message[:size] / len(self.workers), buffers)
             update += time.perf_counter() - begin

@@ -29,7 +29,7 @@ def test_two_configurations_over_two_seeds(tmp_path, capsys):
         assert ap["n"] == 2 and 0 <= ap["mean"] <= 1
         assert ap["mean"] == pytest.approx(sum(r["AP"] for r in config["runs"]) / 2)
         assert math.isnan(ap["interval95"][0]) or ap["interval95"][0] <= ap["mean"] <= ap["interval95"][1]
-    assert {c["metric"] for c in report["comparisons"]} == {"AP", "AP50"}
+    assert {c["metric"] for c in report["comparisons"]} == {"AP", "AP50", "images_per_second"}
     saved = json.loads((tmp_path / "accuracy_seeds.json").read_text())
     assert saved["provenance"]["git_revision"] and saved["seeds"] == 2
     out = capsys.readouterr().out

@@ -4,7 +4,8 @@ fitted per primitive (pipeline/costmodel.py), with the fit's residuals. The cost
 its links from here instead of assuming a network.
 
     python -m pipeline.elastic --nproc-per-node N -m pipeline.commbench --config '<stage JSON>' --out FILE
-        [--min-bytes B] [--max-bytes B] [--repeats R]   (defaults: the config's commbench section)
+
+The sizes and repeats are the config's `commbench` section (params.yaml).
 
 send_recv is a ping-pong between ranks 0 and 1, half its round trip; all_reduce is every
 rank's, the slowest rank's time after a barrier. Both take the median of the repeats, after
@@ -65,7 +66,6 @@ def time_all_reduce(tensor: torch.Tensor, rank: int) -> float:
 
 
 PRIMITIVES = {"send_recv": time_send_recv, "all_reduce": time_all_reduce}
-DEFAULTS = {"min_bytes": 4096, "max_bytes": 64 * 2**20, "repeats": 5}
 
 
 def measure(device: torch.device, rank: int, processes: int, message_sizes: list[int],
@@ -103,16 +103,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     stages.add_config_arguments(parser)  # its parallel and commbench sections, and the knobs
     parser.add_argument("--out", required=True)
-    parser.add_argument("--min-bytes", type=int)
-    parser.add_argument("--max-bytes", type=int)
-    parser.add_argument("--repeats", type=int)
     args = parser.parse_args(argv)
     lifetime.die_with_parent()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     cfg = stages.parsed_config(args, "commbench")
-    settings = {**DEFAULTS, **(cfg.get("commbench") or {}),
-                **{k: v for k, v in (("min_bytes", args.min_bytes), ("max_bytes", args.max_bytes),
-                                     ("repeats", args.repeats)) if v is not None}}
+    settings = cfg["commbench"]
     member = distributed.init_process_group(cfg["parallel"], threads=0)
     message_sizes = sizes(settings["min_bytes"], settings["max_bytes"])
     results = measure(member.device, member.rank, member.processes, message_sizes, settings["repeats"])

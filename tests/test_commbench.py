@@ -15,10 +15,10 @@ from .test_strategies import PARALLEL
 
 def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     out = tmp_path / "commbench.json"
-    cfg = {"parallel": dict(PARALLEL, backend="gloo", timeout_s=60)}
+    cfg = {"parallel": dict(PARALLEL, backend="gloo", timeout_s=60),
+           "commbench": {"min_bytes": 4096, "max_bytes": 4 * 2**20, "repeats": 3}}
     argv = torchrun(sys.executable, 2, cfg["parallel"], "") + [
-        "-m", "pipeline.commbench", "--config", json.dumps(cfg), "--out", str(out),
-        "--max-bytes", str(4 * 2**20), "--repeats", "3"]
+        "-m", "pipeline.commbench", "--config", json.dumps(cfg), "--out", str(out)]
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(out.read_text())

@@ -24,7 +24,6 @@ import argparse
 import concurrent.futures
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -34,7 +33,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common import train  # noqa: E402
+from benchmarks.common import evaluate, train  # noqa: E402
 from pipeline import params, provenance, sweep, synthetic  # noqa: E402
 from pipeline.files import write_json  # noqa: E402
 from pipeline.report.noise import NOISE_RULE, Spread, difference  # noqa: E402
@@ -71,13 +70,10 @@ def configuration(raw: dict, preset: str, *changes: dict) -> dict:
 
 
 def train_and_score(cfg: dict, entry: dict, seed: int, out: Path) -> dict:
-    """One seed of the entry: trained, then scored on the validation split (by one process)."""
-    summary = train(cfg, dict(sweep.fill(entry, cfg), seed=seed), out)
-    result = subprocess.run([sys.executable, "-m", "pipeline.evaluate", "--config", json.dumps(cfg),
-                             "--run-dir", str(out)], cwd=REPO, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"evaluating {out.name} failed:\n{result.stderr[-3000:]}")
-    metrics = json.loads((out / "metrics.json").read_text())
+    """One seed of the entry: trained, then scored on the validation split, as the workflow does."""
+    run = dict(sweep.fill(entry, cfg), seed=seed)
+    summary = train(cfg, run, out)
+    metrics = evaluate(cfg, run, out)
     return {"seed": seed, "AP": metrics["AP"], "AP50": metrics["AP50"],
             "images_per_second": summary["images_per_second"], "warmup_iters": summary["warmup_iters"],
             "iterations": summary["iterations"], "run_id": summary["run_id"],

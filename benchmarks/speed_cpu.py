@@ -19,7 +19,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from pipeline import params, sweep, synthetic  # noqa: E402
-from benchmarks.common import train  # noqa: E402
+from benchmarks.common import evaluate, train  # noqa: E402
 from pipeline.scoring import BACKENDS, METRICS, coco_metrics  # noqa: E402
 
 CONFIGS = {"before": ("fp32", False, "torchvision"), "fp32": ("fp32", False, ""),
@@ -74,11 +73,7 @@ def accuracy(cfg: dict, work: Path, seeds: int) -> list[Path]:
             seeded["train"]["seed"] = seed
             out = work / f"accuracy-{config}-{seed}"
             train_run(seeded, ENTRIES[0], config, out)
-            result = subprocess.run([sys.executable, "-m", "pipeline.evaluate", "--config", json.dumps(seeded),
-                                     "--run-dir", str(out)], cwd=REPO, capture_output=True, text=True)
-            if result.returncode != 0:
-                raise SystemExit(result.stderr[-2000:])
-            scores.append(json.loads((out / "metrics.json").read_text()))
+            scores.append(evaluate(seeded, sweep.fill(ENTRIES[0], seeded), out))
             runs.append(out)
         for name in ("AP", "AP50"):
             values = [s[name] for s in scores]

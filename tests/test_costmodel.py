@@ -4,6 +4,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
 from pipeline.costmodel import Iteration, Link, fit
 from pipeline.strategies import STRATEGIES
@@ -134,3 +135,40 @@ def test_every_multi_process_run_is_predicted_and_a_miss_is_flagged():
     assert frame.iloc[1]["flag"] == "missed by more than 20%"
     unmeasured = prediction_frame([single, near], {})
     assert unmeasured.iloc[0]["flag"] == "no commbench for this process count"
+
+
+def test_the_compute_input_is_single_at_the_threads_of_the_runs_processes():
+    from pipeline.report.prediction import prediction_frame
+
+    split = {"compute": 0.8, "data": 0.0, "optimizer": 0.0, "communication": 0.0}
+    two_threads = summary("single", 1, 8, 2, 10.0, split)
+    one_thread = summary("single", 1, 8, 1, 8.0, dict(split, compute=1.2))  # 0.15 s an image
+    run = summary("ddp", 2, 4, 1, 9.5, dict(split, compute=0.6), comm_hook="none")
+    commbench = {2: {"processes": 2, "backend": "gloo", "primitives": {
+        "all_reduce": {"alpha_s": 0.0, "beta_s_per_byte": 0.0},
+        "send_recv": {"alpha_s": 0.0, "beta_s_per_byte": 0.0}}}}
+    measured = prediction_frame([two_threads, one_thread, run], commbench).iloc[0]
+    assert measured["compute_input"] == "single at 1 thread(s), measured"
+    assert measured["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.15))
+    scaled = prediction_frame([two_threads, run], commbench).iloc[0]  # no 1-thread single
+    assert scaled["compute_input"] == "single at 2 thread(s), scaled x2 (assumption)"
+    assert scaled["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.1 * 2))
+
+
+def test_a_single_run_with_pinned_threads_is_not_the_baseline():
+    from pipeline import params, sweep
+    from pipeline.report.load import is_baseline
+
+    cfg = params.load_resolved("params.yaml")
+    pinned = sweep.fill({"strategy": "single", "workers": 1, "threads": 1}, cfg)
+    assert sweep.run_id(pinned) == "single-t1-w1-b8-s0" and sweep.variant(pinned) == "t1"
+    plain = sweep.fill({"strategy": "single", "workers": 1}, cfg)
+    assert sweep.run_id(plain) == "single-w1-b8-s0"
+    assert is_baseline("single", "") and is_baseline("single", float("nan"))
+    assert not is_baseline("single", "t1") and not is_baseline("ddp", "")
+    before = torch.get_num_threads()
+    try:
+        assert STRATEGIES["single"](pinned, cfg["parallel"]).start(0).threads == 1
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)  # the rest of the session keeps its threads

@@ -17,7 +17,7 @@ from typing import Callable
 import pandas as pd
 
 from ..files import atomic_path
-from .load import AP_COLUMNS, TIME_SPLIT
+from .load import AP_COLUMNS, TIME_SPLIT, baseline_mask, strategy_label
 
 
 @dataclass(frozen=True)
@@ -155,11 +155,12 @@ def draw_utilisation(ax, data: ReportData) -> None:
                       "bars: 95% interval); dashed: linear scaling of single")
 def draw_throughput(ax, data: ReportData) -> None:
     done = data.summary[data.summary["status"] == "ok"].astype({"workers": float})
-    done = done.assign(strategy=[s + ("" if m == "real" else f" ({m} data)")
-                                 for s, m in zip(done["strategy"], done["data_mode"])])
+    baseline = baseline_mask(done)
+    done = done.assign(strategy=[strategy_label(s, v, m) for s, v, m in
+                                 zip(done["strategy"], done["variant"], done["data_mode"])])
     _seaborn().lineplot(done, x="workers", y="images_per_second", hue="strategy", marker="o",
                         err_style="bars", ax=ax)
-    single = done[(done["strategy"] == "single")]["images_per_second"].mean()
+    single = done[baseline]["images_per_second"].mean()
     top = max(2.0, float(done["workers"].max()))
     if single == single:  # not NaN
         ax.plot([1, top], [single, single * top], linestyle="--", color="grey", label="linear")

@@ -104,6 +104,28 @@ def load_run(run_dir: str | Path) -> dict:
             "utilisation": samples}
 
 
+def has_variant(variant) -> bool:
+    return isinstance(variant, str) and bool(variant)  # read back from CSV, '' becomes NaN
+
+
+def strategy_label(strategy: str, variant, data_mode: str = "real") -> str:
+    """How tables and figures name an entry's strategy: ps-dedicated-k2, ddp (synthetic data)."""
+    return (strategy + (f"-{variant}" if has_variant(variant) else "")
+            + ("" if data_mode == "real" else f" ({data_mode} data)"))
+
+
+def is_baseline(strategy, variant) -> bool:
+    """The runs every speed-up is measured against: `single` as configured, not a variant of it
+    (a `single` with pinned threads is the cost model's input, not the baseline)."""
+    return strategy == "single" and not has_variant(variant)
+
+
+def baseline_mask(frame: pd.DataFrame) -> pd.Series:
+    """Which rows of a frame with strategy and variant columns are baseline runs."""
+    return pd.Series([is_baseline(s, v) for s, v in zip(frame["strategy"], frame["variant"])],
+                     index=frame.index, dtype=bool)
+
+
 def workers_of(record: dict):
     """The run's count of workers; run directories written before the rename say `world_size`."""
     return record.get("workers", record.get("world_size"))
@@ -159,7 +181,7 @@ def scaling_frame(summary: pd.DataFrame) -> pd.DataFrame:
                   images_per_second=("images_per_second", "mean"),
                   images_per_second_sd=("images_per_second", "std"), n=("run_id", "count"))
              .reset_index())
-    single = means[means["strategy"] == "single"]
+    single = means[baseline_mask(means)]
     by_batch = {(m, b): v for m, b, v in zip(single["data_mode"], single["global_batch"],
                                               single["images_per_second"])}
     by_per_worker = {(m, p): v for m, p, v in zip(single["data_mode"], single["images_per_worker"],
@@ -171,9 +193,8 @@ def scaling_frame(summary: pd.DataFrame) -> pd.DataFrame:
                                     means["images_per_worker"])]
     speedup = means["images_per_second"].to_numpy() / [value for _, value in baselines]
     frame = pd.DataFrame({
-        "strategy": [s + (f"-{v}" if isinstance(v, str) and v else "")
-                     + ("" if mode == "real" else f" ({mode} data)")
-                     for s, v, mode in zip(means["strategy"], means["variant"], means["data_mode"])],
+        "strategy": [strategy_label(s, v, mode) for s, v, mode in
+                     zip(means["strategy"], means["variant"], means["data_mode"])],
         "workers": means["workers"].astype("Int64").to_numpy(),
         "global_batch": means["global_batch"].astype("Int64").to_numpy(),
         "n": means["n"].to_numpy(),
@@ -204,7 +225,7 @@ def summary_frame(runs: list[dict], preset: str, target_ap: float | None = None)
     single: dict[tuple, list[float]] = {}
     for r in runs:
         s = r["summary"]
-        if r["status"] == "ok" and s.get("strategy") == "single":
+        if r["status"] == "ok" and is_baseline(s.get("strategy"), s.get("variant")):
             key = (s.get("data_mode", "real"), s.get("global_batch"))
             single.setdefault(key, []).append(_number(s.get("images_per_second")))
     for run in runs:

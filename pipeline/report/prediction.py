@@ -4,8 +4,9 @@ from the commbench stage) and set beside what the run itself measured. A run the
 by more than BOUND is flagged, not hidden. Everything predicted is labelled as a prediction.
 
 The compute input is `single`'s seconds per image. On a CPU the processes of one run share its
-cores, so a process with fewer threads than `single` had computes proportionally slower (the
-assumption stated in the report); on GPUs each process has its own device.
+cores, so it is taken from a `single` run with as many threads as each process had (the demo
+runs `single` with `threads: 1` for its 2-process runs); without one, single's time is scaled
+by the ratio of threads (an assumption, named per row). On GPUs each process has its own device.
 """
 from __future__ import annotations
 
@@ -19,12 +20,14 @@ BOUND = 0.20  # |predicted / measured - 1| above this is a miss
 BACKWARD_SHARE = 2 / 3  # of forward + backward: what DDP's all-reduce can overlap with
 ASSUMPTIONS = (
     "Predictions (cost model): compute, data wait and optimizer per image from the mean of the "
-    "`single` runs in the same data mode; on a CPU scaled by single's threads over the run's "
-    "threads per process (the processes share the cores); the backward pass, which DDP's "
+    "`single` runs in the same data mode; on a CPU from the `single` run with the threads each "
+    "of the run's processes had (the processes share the cores), else single's time scaled by "
+    "its threads over theirs, an assumption named in the table; the backward pass, which DDP's "
     "all-reduce overlaps, taken as 2/3 of compute; communication from each strategy's own "
     f"model over the links the commbench stage fitted on this machine. A miss is a ratio off 1 "
     f"by more than {BOUND:.0%}.")
-COLUMNS = ["run_id", "entry", "strategy", "workers", "processes", "measured_images_per_second",
+COLUMNS = ["run_id", "entry", "strategy", "workers", "processes", "compute_input",
+           "measured_images_per_second",
            "predicted_images_per_second", "ratio", "measured_communication_s",
            "predicted_communication_s", "flag"]
 
@@ -37,30 +40,49 @@ def links_of(commbench: dict | None) -> dict[str, Link]:
             for name, p in commbench["primitives"].items()}
 
 
-def single_inputs(runs: list[dict]) -> dict[str, dict]:
-    """data mode -> per-image compute and data seconds, per-iteration optimizer seconds and
-    threads, averaged over the ok `single` runs."""
-    found: dict[str, list[dict]] = {}
+def single_inputs(runs: list[dict]) -> dict[tuple[str, int], dict]:
+    """(data mode, threads) -> per-image compute and data seconds and per-iteration optimizer
+    seconds, averaged over the ok `single` runs with those threads."""
+    found: dict[tuple[str, int], list[dict]] = {}
     for run in runs:
         s = run["summary"]
         if run["status"] == "ok" and s.get("strategy") == "single" and s.get("time_split", {}).get("compute"):
             per_image = s["global_batch"]
-            found.setdefault(s.get("data_mode", "real"), []).append({
+            found.setdefault((s.get("data_mode", "real"), s["threads"]), []).append({
                 "compute": s["time_split"]["compute"] / per_image,
                 "data": s["time_split"]["data"] / per_image,
-                "optimizer": s["time_split"]["optimizer"], "threads": s["threads"]})
-    return {mode: {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
-            for mode, rows in found.items()}
+                "optimizer": s["time_split"]["optimizer"]})
+    return {key: {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
+            for key, rows in found.items()}
 
 
-def predict_run(summary: dict, single: dict, links: dict[str, Link]) -> Iteration:
-    """The cost model's iteration for one run (its summary), from single's inputs and links."""
+def compute_input(summary: dict, inputs: dict[tuple[str, int], dict]) -> tuple[dict, float, str] | None:
+    """single's inputs for one run, the factor they are scaled by, and how they were chosen.
+    On a CPU the processes of a run share its cores: the `single` run with the same threads
+    per process is the measurement; without one, single's time is scaled by its threads over
+    the run's (the stated assumption, which overstates the cost of fewer threads where
+    threads do not scale linearly). On GPUs each process has its own device: no scaling."""
+    mode, threads = summary.get("data_mode", "real"), max(1, summary.get("threads") or 1)
+    candidates = {t: found for (m, t), found in inputs.items() if m == mode}
+    if not candidates:
+        return None
+    if str(summary.get("device", "cpu")).startswith("cuda"):
+        most = max(candidates)
+        return candidates[most], 1.0, "single on its GPU"
+    if threads in candidates:
+        return candidates[threads], 1.0, f"single at {threads} thread(s), measured"
+    most = max(candidates)
+    return (candidates[most], most / threads,
+            f"single at {most} thread(s), scaled x{most / threads:.2g} (assumption)")
+
+
+def predict_run(summary: dict, single: dict, scale: float, links: dict[str, Link]) -> Iteration:
+    """The cost model's iteration for one run (its summary), from single's inputs (times
+    `scale`) and links."""
     from pipeline.strategies import lookup  # imports torch: only when a prediction is made
 
     run = (summary.get("provenance") or {}).get("run") or {}
     run = {**run, "workers": summary["workers"]}
-    scale = 1.0 if str(summary.get("device", "cpu")).startswith("cuda") else (
-        single["threads"] / max(1, summary.get("threads") or 1))
     per_worker = summary["images_per_worker"]
     compute = single["compute"] * per_worker * scale
     grad_bytes = summary["ranks"][0]["gradient_bytes"]
@@ -78,18 +100,19 @@ def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFra
     inputs, rows = single_inputs(runs), []
     for run in runs:
         s = run["summary"]
-        mode = s.get("data_mode", "real")
-        if run["status"] != "ok" or (s.get("processes") or 1) < 2 or mode not in inputs:
+        chosen = compute_input(s, inputs) if run["status"] == "ok" else None
+        if (s.get("processes") or 1) < 2 or chosen is None:
             continue
+        single, scale, how = chosen
         links = links_of(commbench.get(s["processes"]))
-        predicted = predict_run(s, inputs[mode], links)
+        predicted = predict_run(s, single, scale, links)
         measured = s["images_per_second"]
         ratio = predicted.images_per_second / measured if measured else math.nan
         flag = ("no commbench for this process count" if not links else
                 "the strategy states no cost model" if math.isnan(predicted.communication) else
                 "" if abs(ratio - 1) <= BOUND else f"missed by more than {BOUND:.0%}")
         rows.append({"run_id": run["run_id"], "entry": run["entry"], "strategy": s["strategy"],
-                     "workers": s["workers"], "processes": s["processes"],
+                     "workers": s["workers"], "processes": s["processes"], "compute_input": how,
                      "measured_images_per_second": measured,
                      "predicted_images_per_second": predicted.images_per_second, "ratio": ratio,
                      "measured_communication_s": (s.get("time_split") or {}).get("communication", math.nan),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..files import atomic_path, write_text
-from .load import AP_COLUMNS, _number
+from .load import AP_COLUMNS, _number, strategy_label
 from .noise import Spread
 
 PUBLISHED_NAMES = {"dp": "DataParallel (DP)", "ddp": "DistributedDataParallel (DDP)"}
@@ -180,7 +180,7 @@ def data_mode_table(summary: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for (strategy, variant, workers, per_worker), row in both.iterrows():
         rows.append({
-            "strategy": strategy + (f"-{variant}" if isinstance(variant, str) and variant else ""),
+            "strategy": strategy_label(strategy, variant),
             "workers": int(workers), "images_per_worker": int(per_worker),
             "real n": int(row["n_real"]), "synthetic n": int(row["n_synthetic"]),
             "real images/s": row["images_per_second_real"],

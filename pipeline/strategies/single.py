@@ -1,11 +1,25 @@
 """`single`: one process, one device, no synchronisation. The baseline every strategy is
-compared with; its update is the reference the others must reproduce."""
+compared with; its update is the reference the others must reproduce.
+
+`threads: T` pins its torch threads (0: train.threads, as every strategy). A pinned run is not
+the baseline: it is the cost model's compute input at the threads each process of a
+multi-process CPU run gets (cores / processes), measured rather than scaled
+(pipeline/report/prediction.py)."""
 from __future__ import annotations
 
-from .base import Strategy
+from .base import Context, Option, Strategy
 
 
 class Single(Strategy):
     name = "single"
     label = "single process"
     max_workers = 1
+    options = {"threads": Option(0, {"type": "integer", "minimum": 0},
+                                 "torch threads of this run (0: train.threads)")}
+
+    @classmethod
+    def variant(cls, run: dict) -> str:
+        return f"t{run['threads']}" if run.get("threads") else ""
+
+    def start(self, threads: int) -> Context:
+        return super().start(self.run.get("threads") or threads)

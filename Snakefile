@@ -10,6 +10,7 @@ lists for its stage), and the source files its module executes, derived from its
 declared as its inputs, so Snakemake reruns exactly the stages a change affects.
 """
 import functools
+import glob
 import os
 import re
 import shutil
@@ -299,10 +300,18 @@ rule commbench:
         " > {log} 2>&1"
 
 
+# The predicted scaling's compute input: the single-GPU runs of report.predict's preset where
+# they exist (results of another preset's workflow); this preset's own runs are inputs anyway.
+PREDICT_PRESET = CFG["report"]["predict"]["compute"]["preset"]
+COMPUTE_RUNS = [] if PREDICT_PRESET == PRESET else sorted(
+    os.path.dirname(path) for path in glob.glob(f"results/runs/{PREDICT_PRESET}/single-w1-*/train_summary.json"))
+
+
 rule report:
     input:
         equivalence=rules.equivalence.output[0],
         commbench=expand(COMMBENCH_FILE, processes=COMMBENCH),
+        compute_runs=[f"{d}/train_summary.json" for d in COMPUTE_RUNS],
         summaries=expand(rules.train.output.summary, run=RUNS),
         metrics=expand(rules.evaluate.output.metrics, run=RUNS),
         code=code("report"),
@@ -319,6 +328,7 @@ rule report:
         preset=PRESET,
         runs=expand(RUN_DIR, run=RUNS),
         commbench=lambda wildcards, input: " ".join(f"--commbench {f}" for f in input.commbench),
+        compute_runs=" ".join(f"--compute-run {d}" for d in COMPUTE_RUNS),
         out=lambda wildcards, output: os.path.dirname(output.html),
         python=PYTHON,
     resources:
@@ -330,7 +340,7 @@ rule report:
     shell:
         "{params.python} -m pipeline.report --report-config {params.report:q} --preset {params.preset}"
         " --summary {output.summary} --equivalence {input.equivalence} --out-dir {params.out}"
-        " {params.commbench} {params.runs} > {log} 2>&1"
+        " {params.commbench} {params.compute_runs} {params.runs} > {log} 2>&1"
 
 
 rule paper:

@@ -1,11 +1,13 @@
 """The cost model's shared half: links measured as latency + bytes x seconds-per-byte, their
-least-squares fit from timings (pipeline/commbench.py), and the one place that adds compute,
-data wait, optimizer and communication into a predicted iteration.
+least-squares fit from timings (pipeline/commbench.py), the network that carries a strategy's
+messages (one host, or a cluster of GPU nodes), and the one place that adds compute, data wait,
+optimizer and communication into a predicted iteration.
 
-What each strategy communicates, and so how long it takes, is the strategy's own
-(`Strategy.link_bytes` and `Strategy.communication_seconds` in pipeline/strategies/): ring
-all-reduce in ddp.py, the scatter and gather through device 0 in dp.py, the parameter server's
-busiest link in ps.py. Everything here is a prediction, and labelled as one where it is shown.
+What each strategy communicates is the strategy's own (`Strategy.phases` in
+pipeline/strategies/: the ring of all-reduce in ddp.py, the copies through device 0 in dp.py,
+the gradients to and weights from the server shards in ps.py); `Network.seconds` times a phase
+by its busiest link, and the strategy says what overlaps (`communication_seconds`). Everything
+here is a prediction, and labelled as one where it is shown.
 """
 from __future__ import annotations
 
@@ -56,6 +58,74 @@ def fit(sizes: list[float], seconds: list[float]) -> Fit:
     total = float(((y - y.mean()) ** 2).sum())
     r2 = 1 - float(((y - fitted) ** 2).sum()) / total if total > 0 else 1.0
     return Fit(Link(float(alpha), float(beta)), [float(r) for r in (y - fitted) / y], r2)
+
+
+Endpoint = tuple[str, int]  # ("worker", i) or ("server", s): a process of the job
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Bytes one process sends another within a phase, in `messages` messages."""
+
+    src: Endpoint
+    dst: Endpoint
+    nbytes: float
+    messages: int = 1
+
+
+@dataclass(frozen=True)
+class Network:
+    """Where a job's processes sit and what links them.
+
+    One host (`gpus_per_node` None, the measured runs): every process has its own link,
+    `intra` (the commbench fit of this machine), and `all_reduce`, where measured, is that
+    collective's own fit. A cluster: workers fill nodes of `gpus_per_node` in rank order; two
+    processes of one node talk over their own `intra` links (NVLink, PCIe), of two nodes over
+    their nodes' `inter` link (the node's network, shared by its GPUs: a ring crosses it once
+    each way, a parameter server's G workers send through it G times). Dedicated servers run
+    on `server_machines` spare CPU machines (round robin), each with its own `inter` link, or,
+    without any, on the GPU nodes' CPUs, sharing their networks."""
+
+    intra: Link
+    inter: Link | None = None
+    gpus_per_node: int | None = None
+    nodes: int = 1
+    server_machines: int = 0
+    all_reduce: Link | None = None
+
+    def node(self, end: Endpoint):
+        kind, index = end
+        if self.gpus_per_node is None:
+            return 0
+        if kind == "worker":
+            return index // self.gpus_per_node
+        return ("server machine", index % self.server_machines) if self.server_machines else index % self.nodes
+
+    def _ports(self, flows: list[Flow]) -> dict[tuple, list[float]]:
+        """(link, direction) -> [bytes, seconds] that the flows put on it."""
+        ports: dict[tuple, list[float]] = {}
+        for flow in flows:
+            here, there = self.node(flow.src), self.node(flow.dst)
+            if here == there:
+                link, out, into = self.intra, ("link", flow.src), ("link", flow.dst)
+            else:
+                link, out, into = self.inter, ("network", here), ("network", there)
+            for port in ((out, "out"), (into, "in")):
+                load = ports.setdefault(port, [0.0, 0.0])
+                load[0] += flow.nbytes
+                load[1] += link.seconds(flow.nbytes, flow.messages)
+        return ports
+
+    def loads(self, flows: list[Flow]) -> dict[tuple, float]:
+        """link -> bytes over it each way (the larger of out and in)."""
+        loads: dict[tuple, float] = {}
+        for (link, _), (nbytes, _) in self._ports(flows).items():
+            loads[link] = max(loads.get(link, 0.0), nbytes)
+        return loads
+
+    def seconds(self, flows: list[Flow]) -> float:
+        """A phase's time: its busiest link's (links are full duplex and work in parallel)."""
+        return max((seconds for _, seconds in self._ports(flows).values()), default=0.0)
 
 
 @dataclass(frozen=True)

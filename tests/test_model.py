@@ -12,6 +12,7 @@ from torchvision.models import resnet50
 
 from pipeline.model import build_model
 from pipeline.params import load_resolved
+from pipeline.strategies.base import gradient_bytes
 
 from .conftest import REPO
 
@@ -69,6 +70,9 @@ def test_backbone_from_local_file(configs, backbone_file):
     _assert_loaded(model, state)
     trainable = {name.split(".")[0] for name, p in model.backbone.body.named_parameters() if p.requires_grad}
     assert trainable == {"layer2", "layer3", "layer4"}  # trainable_backbone_layers: 3
+    # the cost model's M for the predicted scaling is this model's, as coco2017 trains it
+    assumed = load_resolved(REPO / "params.yaml")["report"]["predict"]["compute"]["gradient_bytes"]
+    assert gradient_bytes(model) == assumed
 
 
 def test_backbone_from_url_on_local_server(configs, backbone_file, tmp_path, monkeypatch):

@@ -16,6 +16,7 @@ from pipeline.report.figures import FIGURES as REGISTERED_FIGURES
 from pipeline.report.figures import ReportData, figure
 from pipeline.report.load import load_run, summary_frame
 from pipeline.report.render import provenance_table
+from pipeline.params import load_resolved
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -29,6 +30,7 @@ REPORT_CFG = {
     },
     "figure_formats": ["png", "pdf"],
     "dpi": 40,  # small figures keep the test fast; the layout code is the same
+    "predict": load_resolved(REPO / "params.yaml")["report"]["predict"],
 }
 FIGURES = list(REGISTERED_FIGURES)  # before any test adds one
 PAPER_FIGURES = ["loss_vs_time", "loss_vs_epoch", "ap", "time_split"]  # paper/paper.tex includes them
@@ -351,3 +353,28 @@ def test_utilisation_figure_draws_recorded_samples(tmp_path):
     assert load_run(run)["utilisation"] == samples
     build_report([run], REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "r")
     assert (tmp_path / "r" / "figures" / "utilisation.png").stat().st_size > 1000
+
+
+def test_predicted_scaling_draws_the_measured_runs_beside_the_predictions(report):
+    from pipeline.report.clusters import compute_input, prediction_points
+    from pipeline.report.figures import FIGURES as DRAWN, _pyplot
+    from pipeline.report.load import scaling_frame
+
+    out, summary = report
+    predict = REPORT_CFG["predict"]
+    points = prediction_points(predict, compute_input(predict, []))
+    written = pd.read_csv(out / "report" / "predicted_scaling_points.csv")
+    assert len(written) == len(points) and (written["predicted_efficiency"] <= 1.0 + 1e-9).all()
+    table = pd.read_csv(out / "report" / "predicted_scaling.csv")
+    assert "256 GPUs (predicted images/s)" in table.columns  # never in the measured tables
+    assert not any("predicted" in c for c in pd.read_csv(out / "report" / "scaling.csv").columns)
+    plt = _pyplot()
+    for name, measured in (("predicted_throughput", "images_per_second"), ("predicted_efficiency", "efficiency")):
+        fig, ax = plt.subplots()
+        DRAWN[name].draw(ax, ReportData([], None, scaling_frame(summary), summary, None, None, points))
+        crosses = [c for c in ax.collections if c.get_label().startswith("measured")]
+        assert len(crosses) == 1 and sorted(map(tuple, crosses[0].get_offsets().tolist())) == sorted(
+            zip([1.0, 2.0], scaling_frame(summary).set_index("workers").loc[[1, 2], measured]))
+        assert len(ax.get_lines()) >= points["model"].nunique()  # a line per model and cluster
+        assert DRAWN[name].caption.startswith("PREDICTION")
+        plt.close(fig)

@@ -141,6 +141,14 @@ def test_workflow_runs_end_to_end(workdir):
     assert all(float(row["predicted_images_per_second"]) > 0 for row in predicted.values())
     assert "Predicted against measured (cost model)" in report_md and "2 processes, all_reduce over gloo" in report_md
     report = workdir / "results" / "report"
+    # Past this machine: every strategy's predicted curve on every cluster of params, and the
+    # figure that draws them beside these real runs; labelled as predictions
+    points = pd.read_csv(report / "predicted_scaling_points.csv")
+    assert points["gpus"].max() >= 256 and points.groupby("cluster")["model"].nunique().min() >= 4
+    assert "Predicted scaling past this machine (cost model)" in report_md
+    assert "Predictions, not measurements" in report_md and "assumed: the reproduced study" in report_md
+    assert report_md.count(": by the model, the sharded parameter server") == points["cluster"].nunique()
+    assert all((report / "figures" / f"predicted_{name}.png").stat().st_size > 0 for name in ("throughput", "efficiency"))
     assert "data:image/png;base64" in (report / "report.html").read_text()
     for name in ("table1", "table2"):
         assert all((report / f"{name}.{ext}").stat().st_size > 0 for ext in ("md", "csv", "tex"))

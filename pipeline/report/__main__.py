@@ -2,7 +2,7 @@
 
     python -m pipeline.report --report-config '<report section JSON>' --preset NAME \\
         --summary results/summary.csv --out-dir results/report [--equivalence FILE] \\
-        [--commbench FILE]... RUN_DIR [RUN_DIR ...]
+        [--commbench FILE]... [--compute-run DIR]... RUN_DIR [RUN_DIR ...]
 """
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--equivalence", help="results/equivalence.json (pipeline.equivalence)")
     parser.add_argument("--commbench", action="append", default=[], metavar="FILE",
                         help="a commbench stage's file (the cost model's links); once per file")
+    parser.add_argument("--compute-run", action="append", default=[], metavar="DIR",
+                        help="a run directory of report.predict's compute preset, where that is "
+                             "another preset (its single-GPU time feeds the predicted scaling)")
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     args = parser.parse_args(argv)
     try:
@@ -33,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
                          "section of params.yaml as JSON") from None
     try:
         build_report(args.run_dirs, report_cfg, args.preset, args.summary, args.out_dir,
-                     args.equivalence, args.commbench)
+                     args.equivalence, args.commbench, args.compute_run)
     except (FileNotFoundError, ValueError) as err:
         raise SystemExit(f"error: {err}") from None
 

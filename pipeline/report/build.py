@@ -6,6 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..files import atomic_path, read_json, write_text
+from . import clusters
 from . import prediction as cost_model
 from .figures import FIGURES, ReportData, write_figures
 from .findings import numbers_tex
@@ -19,9 +20,10 @@ from .tables import (AP_DECIMALS, AP_TABLE, DATA_MODE_DECIMALS, SCALING_DECIMALS
 
 # What the report stage writes into its directory besides the figures (the Snakefile declares
 # them): each table as .md, .csv and .tex, and these files.
-TABLES = ("table1", "table2", "scaling", "time_to_accuracy", "data_modes", "prediction")
+TABLES = ("table1", "table2", "scaling", "time_to_accuracy", "data_modes", "prediction",
+          "predicted_scaling")
 FILES = ("report.html", "report.md", "traffic.csv", "comparisons.csv", "numbers.tex",
-         "figures.tex")
+         "figures.tex", "predicted_scaling_points.csv")
 # The metrics every pair of entries is compared on, with the decimals their sentences show.
 COMPARED = {"images_per_second": 2, "AP": 3}
 
@@ -37,8 +39,9 @@ def figures_tex(figure_ext: str = "pdf") -> str:
 
 
 def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
-                 equivalence=None, commbench=()) -> pd.DataFrame:
-    """Read every run directory (and the commbench stage's files), write summary.csv and the
+                 equivalence=None, commbench=(), compute_runs=()) -> pd.DataFrame:
+    """Read every run directory (and the commbench stage's files, and the run directories of
+    report.predict's compute preset when that is another preset), write summary.csv and the
     whole report; return the summary."""
     out_dir = Path(out_dir)
     runs = [load_run(d) for d in run_dirs]
@@ -64,6 +67,16 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
     links = {int(found["processes"]): found for found in map(read_json, commbench)}
     predicted = cost_model.prediction_frame(runs, links)
     shown["prediction"] = write_table(predicted, cost_model.DECIMALS, 0, out_dir, "prediction")
+    predict = report_cfg["predict"]
+    compute = clusters.compute_input(predict, runs if predict["compute"]["preset"] == preset
+                                     else [load_run(d) for d in compute_runs])
+    points = clusters.prediction_points(predict, compute)
+    with atomic_path(out_dir / "predicted_scaling_points.csv") as tmp:
+        points.to_csv(tmp, index=False)
+    compact = clusters.compact_table(points)
+    shown["predicted_scaling"] = write_table(
+        compact, {c: 1 for c in compact.columns if c.endswith("(predicted images/s)")}, 0, out_dir,
+        "predicted_scaling")
     compared = comparisons(summary, COMPARED)
     with atomic_path(out_dir / "comparisons.csv") as tmp:
         compared.to_csv(tmp, index=False)
@@ -73,15 +86,16 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
     formats = list(report_cfg.get("figure_formats") or ["png"])
     write_text(out_dir / "figures.tex", figures_tex("pdf" if "pdf" in formats else formats[0]))
     ok = [run for run in runs if run["status"] == "ok"]
-    pngs = write_figures(ReportData(ok, table1, scaling, summary, data_modes, predicted), out_dir, formats,
+    pngs = write_figures(ReportData(ok, table1, scaling, summary, data_modes, predicted, points), out_dir, formats,
                          int(report_cfg.get("dpi", 150)))
     figure_ext = "png" if "png" in formats else formats[0]
     sections = report_sections(runs, summary, shown, published, preset, figure_ext, compared,
                                scaling, data_modes)
     results_end = [s["title"] for s in sections].index("Definitions")
     sections.insert(results_end, cost_model.section(shown["prediction"], predicted, links))
+    sections.insert(results_end + 1, clusters.section(shown["predicted_scaling"], points, predict, compute))
     if equivalence:
-        sections.insert(results_end + 1, equivalence_section(equivalence))  # after the results
+        sections.insert(results_end + 2, equivalence_section(equivalence))  # after the results
     write_text(out_dir / "report.md", render_markdown(sections))
     write_text(out_dir / "report.html", render_html(sections, pngs))
     return summary

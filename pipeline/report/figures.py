@@ -30,6 +30,7 @@ class ReportData:
     summary: pd.DataFrame
     data_modes: pd.DataFrame
     prediction: pd.DataFrame  # the cost model's images/s beside the measured (prediction.py)
+    cluster_points: pd.DataFrame  # predicted scaling on hypothetical clusters (clusters.py)
 
     @property
     def first_seeds(self) -> list[dict]:
@@ -238,6 +239,43 @@ def draw_prediction(ax, data: ReportData) -> None:
     ax.fill_between([0, top], [0, 0.8 * top], [0, 1.2 * top], color="grey", alpha=0.15, linewidth=0)
     ax.set(xlabel="measured images/s", ylabel="predicted images/s (model)", xlim=(0, top), ylim=(0, top))
     ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=6)
+
+
+def _predicted_scaling(ax, data: ReportData, column: str, measured_column: str, ylabel: str,
+                       log_y: bool) -> None:
+    """One line per cluster (style) and strategy model (colour) against GPUs, and this preset's
+    measured runs as black crosses: predictions and measurements apart, on one pair of axes."""
+    points = data.cluster_points
+    _seaborn().lineplot(points, x="gpus", y=column, hue="model", style="cluster", marker="o",
+                        markersize=3, ax=ax)
+    measured = data.scaling.dropna(subset=[measured_column])
+    device = (data.summary["device"].dropna().iloc[0] if data.summary["device"].notna().any() else "?")
+    ax.scatter(measured["workers"].astype(float), measured[measured_column], marker="x",
+               color="black", zorder=5, label=f"measured: this preset's runs ({device})")
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter("{x:g}")  # 1, 2, 4 .. 256 GPUs, not powers of two
+    if log_y:
+        ax.set_yscale("log")
+    ax.set(xlabel="GPUs (workers)", ylabel=ylabel)
+    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=5)
+
+
+@figure("predicted_throughput", "PREDICTION (cost model) past this machine: images/s against "
+                                "GPUs on the hypothetical clusters of report.predict, per "
+                                "strategy; crosses: this preset's measured runs (their own "
+                                "model and hardware)")
+def draw_predicted_throughput(ax, data: ReportData) -> None:
+    _predicted_scaling(ax, data, "predicted_images_per_second", "images_per_second",
+                       "images/s (predicted; crosses measured)", log_y=True)
+
+
+@figure("predicted_efficiency", "PREDICTION (cost model) past this machine: scaling "
+                                "efficiency (images/s over GPUs times one GPU's) against GPUs; "
+                                "crosses: this preset's measured runs")
+def draw_predicted_efficiency(ax, data: ReportData) -> None:
+    _predicted_scaling(ax, data, "predicted_efficiency", "efficiency",
+                       "efficiency (predicted; crosses measured)", log_y=False)
+    ax.set_ylim(0, 1.1)
 
 
 def _no_runs(ax) -> None:

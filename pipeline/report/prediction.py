@@ -14,15 +14,16 @@ import math
 
 import pandas as pd
 
-from ..costmodel import Iteration, Link
+from ..costmodel import Iteration, Link, Network
 
 BOUND = 0.20  # |predicted / measured - 1| above this is a miss
 BACKWARD_SHARE = 2 / 3  # of forward + backward: what DDP's all-reduce can overlap with
 ASSUMPTIONS = (
-    "Predictions (cost model): compute, data wait and optimizer per image from the mean of the "
-    "`single` runs in the same data mode; on a CPU from the `single` run with the threads each "
-    "of the run's processes had (the processes share the cores), else single's time scaled by "
-    "its threads over theirs, an assumption named in the table; the backward pass, which DDP's "
+    "Predictions (cost model): data wait per image from the mean of the `single` runs in the "
+    "same data mode; compute and optimizer from the `single` runs (on a CPU, those with the "
+    "threads each of the run's processes had, as the processes share the cores; without one, "
+    "single's time scaled by its threads over theirs, an assumption named in the table); the "
+    "backward pass, which DDP's "
     "all-reduce overlaps, taken as 2/3 of compute; communication from each strategy's own "
     f"model over the links the commbench stage fitted on this machine. A miss is a ratio off 1 "
     f"by more than {BOUND:.0%}.")
@@ -32,64 +33,74 @@ COLUMNS = ["run_id", "entry", "strategy", "workers", "processes", "compute_input
            "predicted_communication_s", "flag"]
 
 
-def links_of(commbench: dict | None) -> dict[str, Link]:
-    """primitive -> Link, from one commbench JSON (empty without one)."""
+def network_of(commbench: dict | None) -> Network | None:
+    """This host's network as one commbench JSON measured it (None without one): each
+    process's point-to-point link, and all-reduce where it was timed."""
     if not commbench:
-        return {}
-    return {name: Link(p["alpha_s"], p["beta_s_per_byte"])
-            for name, p in commbench["primitives"].items()}
+        return None
+    links = {name: Link(p["alpha_s"], p["beta_s_per_byte"])
+             for name, p in commbench["primitives"].items()}
+    return Network(intra=links["send_recv"], all_reduce=links.get("all_reduce"))
 
 
-def single_inputs(runs: list[dict]) -> dict[tuple[str, int], dict]:
-    """(data mode, threads) -> per-image compute and data seconds and per-iteration optimizer
-    seconds, averaged over the ok `single` runs with those threads."""
-    found: dict[tuple[str, int], list[dict]] = {}
+def single_inputs(runs: list[dict]) -> list[dict]:
+    """Per ok `single` run: its data mode, threads, per-image compute and data seconds and
+    per-iteration optimizer seconds."""
+    found = []
     for run in runs:
         s = run["summary"]
         if run["status"] == "ok" and s.get("strategy") == "single" and s.get("time_split", {}).get("compute"):
             per_image = s["global_batch"]
-            found.setdefault((s.get("data_mode", "real"), s["threads"]), []).append({
-                "compute": s["time_split"]["compute"] / per_image,
-                "data": s["time_split"]["data"] / per_image,
-                "optimizer": s["time_split"]["optimizer"]})
-    return {key: {k: sum(r[k] for r in rows) / len(rows) for k in rows[0]}
-            for key, rows in found.items()}
+            found.append({"mode": s.get("data_mode", "real"), "threads": s["threads"],
+                          "compute": s["time_split"]["compute"] / per_image,
+                          "data": s["time_split"]["data"] / per_image,
+                          "optimizer": s["time_split"]["optimizer"]})
+    return found
 
 
-def compute_input(summary: dict, inputs: dict[tuple[str, int], dict]) -> tuple[dict, float, str] | None:
-    """single's inputs for one run, the factor they are scaled by, and how they were chosen.
-    On a CPU the processes of a run share its cores: the `single` run with the same threads
-    per process is the measurement; without one, single's time is scaled by its threads over
-    the run's (the stated assumption, which overstates the cost of fewer threads where
-    threads do not scale linearly). On GPUs each process has its own device: no scaling."""
+def _mean(rows: list[dict], key: str) -> float:
+    return sum(row[key] for row in rows) / len(rows)
+
+
+def compute_input(summary: dict, singles: list[dict]) -> tuple[dict, str] | None:
+    """single's inputs for one run and how they were chosen (None: no single run in its data
+    mode). Data wait: from the `single` runs in the run's data mode. Compute and optimizer: on
+    GPUs each process has its own device, so any `single` run; on a CPU the processes share
+    the cores, so the `single` runs with the threads each process had, in any data mode (the
+    model's work does not depend on it); without one, single's time scaled by its threads
+    over the run's (the stated assumption, which overstates the cost of fewer threads where
+    threads do not scale linearly)."""
     mode, threads = summary.get("data_mode", "real"), max(1, summary.get("threads") or 1)
-    candidates = {t: found for (m, t), found in inputs.items() if m == mode}
-    if not candidates:
+    same_mode = [row for row in singles if row["mode"] == mode]
+    if not same_mode:
         return None
+    same_threads = [row for row in singles if row["threads"] == threads]
     if str(summary.get("device", "cpu")).startswith("cuda"):
-        most = max(candidates)
-        return candidates[most], 1.0, "single on its GPU"
-    if threads in candidates:
-        return candidates[threads], 1.0, f"single at {threads} thread(s), measured"
-    most = max(candidates)
-    return (candidates[most], most / threads,
-            f"single at {most} thread(s), scaled x{most / threads:.2g} (assumption)")
+        chosen, scale, how = same_mode, 1.0, "single on its GPU"
+    elif same_threads:
+        chosen, scale, how = same_threads, 1.0, f"single at {threads} thread(s), measured"
+    else:
+        most = max(row["threads"] for row in same_mode)
+        chosen = [row for row in same_mode if row["threads"] == most]
+        scale, how = most / threads, f"single at {most} thread(s), scaled x{most / threads:.2g} (assumption)"
+    return ({"compute": _mean(chosen, "compute") * scale, "optimizer": _mean(chosen, "optimizer") * scale,
+             "data": _mean(same_mode, "data")}, how)
 
 
-def predict_run(summary: dict, single: dict, scale: float, links: dict[str, Link]) -> Iteration:
-    """The cost model's iteration for one run (its summary), from single's inputs (times
-    `scale`) and links."""
+def predict_run(summary: dict, single: dict, network: Network | None) -> Iteration:
+    """The cost model's iteration for one run (its summary), from single's inputs and the
+    host's network."""
     from pipeline.strategies import lookup  # imports torch: only when a prediction is made
 
     run = (summary.get("provenance") or {}).get("run") or {}
     run = {**run, "workers": summary["workers"]}
     per_worker = summary["images_per_worker"]
-    compute = single["compute"] * per_worker * scale
+    compute = single["compute"] * per_worker
     grad_bytes = summary["ranks"][0]["gradient_bytes"]
     communication = lookup(summary["strategy"]).communication_seconds(
-        run, grad_bytes, links, compute * BACKWARD_SHARE) if links else math.nan
-    return Iteration(compute=compute, data=single["data"] * per_worker * scale,
-                     optimizer=single["optimizer"] * scale, communication=communication,
+        run, grad_bytes, network, compute * BACKWARD_SHARE) if network else math.nan
+    return Iteration(compute=compute, data=single["data"] * per_worker,
+                     optimizer=single["optimizer"], communication=communication,
                      images=summary["global_batch"])
 
 
@@ -103,12 +114,12 @@ def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFra
         chosen = compute_input(s, inputs) if run["status"] == "ok" else None
         if (s.get("processes") or 1) < 2 or chosen is None:
             continue
-        single, scale, how = chosen
-        links = links_of(commbench.get(s["processes"]))
-        predicted = predict_run(s, single, scale, links)
+        single, how = chosen
+        network = network_of(commbench.get(s["processes"]))
+        predicted = predict_run(s, single, network)
         measured = s["images_per_second"]
         ratio = predicted.images_per_second / measured if measured else math.nan
-        flag = ("no commbench for this process count" if not links else
+        flag = ("no commbench for this process count" if network is None else
                 "the strategy states no cost model" if math.isnan(predicted.communication) else
                 "" if abs(ratio - 1) <= BOUND else f"missed by more than {BOUND:.0%}")
         rows.append({"run_id": run["run_id"], "entry": run["entry"], "strategy": s["strategy"],

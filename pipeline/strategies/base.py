@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..costmodel import Link
+from ..costmodel import Flow, Link, Network
 from ..distributed import available_cores, default_device
 
 
@@ -162,19 +162,29 @@ class Strategy:
 
     # ---- the cost model (its shared half is pipeline/costmodel.py) --------------------------------
     @classmethod
-    def link_bytes(cls, run: dict, grad_bytes: float) -> dict[str, float]:
-        """Bytes per iteration, each way, over one worker's link and over the job's busiest
-        link (a server's, device 0's), by the algorithm's analysis, for M = grad_bytes."""
-        return {"worker": 0.0, "busiest": 0.0}
+    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]] | None:
+        """The messages of one iteration by the algorithm's analysis, for M = grad_bytes, phase
+        by phase (a phase starts when the one before has ended). None: no model is stated
+        (the report says so); []: nothing is communicated."""
+        return None
 
     @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, links: dict[str, Link],
+    def link_bytes(cls, run: dict, grad_bytes: float) -> dict[str, float]:
+        """Bytes per iteration, each way, over the last worker's link and over the job's
+        busiest link (a server's, device 0's), all processes on one host."""
+        flows = [flow for phase in cls.phases(run, grad_bytes) or [] for flow in phase]
+        loads = Network(Link(0.0, 0.0)).loads(flows)
+        return {"worker": loads.get(("link", ("worker", run["workers"] - 1)), 0.0),
+                "busiest": max(loads.values(), default=0.0)}
+
+    @classmethod
+    def communication_seconds(cls, run: dict, grad_bytes: float, network: Network,
                               backward: float) -> float:
         """Predicted communication seconds per iteration that no computation hides, given
-        `backward` seconds of backward pass to overlap with. `links`: primitive -> Link, as
-        the commbench stage fits them ("send_recv", "all_reduce"), or a hypothetical
-        cluster's "send_recv" alone. NaN: this strategy states no model (the report says so)."""
-        return math.nan
+        `backward` seconds of backward pass to overlap with: by default the phases one after
+        the other, none overlapping. NaN: this strategy states no model (the report says so)."""
+        phases = cls.phases(run, grad_bytes)
+        return math.nan if phases is None else sum(network.seconds(phase) for phase in phases)
 
     def gpus_in_use(self, ctx: Context) -> list[int]:
         """The GPU indices this process computes on (sampled by pipeline/monitor.py)."""

@@ -17,7 +17,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from torch.nn.parallel import DistributedDataParallel
 
 from .. import compat
-from ..costmodel import Link
+from ..costmodel import Flow, Network
 from .base import Context, Option, Traffic
 from .torchrun import TorchrunStrategy
 
@@ -111,28 +111,29 @@ class DDP(TorchrunStrategy):
         return {"sent": wire, "received": wire}
 
     @classmethod
-    def link_bytes(cls, run: dict, grad_bytes: float) -> dict[str, float]:
-        """Ring all-reduce: every link carries 2(N-1)/N of the (compressed) payload each way.
-        PowerSGD's payload depends on the shapes; it is counted, not predicted (as fp32 here)."""
-        payload = grad_bytes * WIRE_BYTES.get(run["comm_hook"], 4) / 4
-        wire = payload * ring_factor(run["workers"])
-        return {"worker": wire, "busiest": wire}
-
-    @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, links: dict[str, Link],
-                              backward: float) -> float:
-        """Each bucket is one all-reduce: timed as such where commbench measured all-reduce at
-        this process count, else a ring of 2(N-1) point-to-point steps of a 1/N chunk, sent and
-        received at once. Buckets start as backward fills them, so all but the last overlap
-        it: what stays exposed is the last bucket, or the excess of all over the backward."""
+    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
+        """Ring all-reduce: every rank sends its successor 2(N-1)/N of the (compressed)
+        payload, in 2(N-1) steps. PowerSGD's payload depends on the shapes; it is counted,
+        not predicted (as fp32 here)."""
         n = run["workers"]
         if n < 2:
+            return []
+        wire = grad_bytes * WIRE_BYTES.get(run["comm_hook"], 4) / 4 * ring_factor(n)
+        return [[Flow(("worker", i), ("worker", (i + 1) % n), wire, 2 * (n - 1)) for i in range(n)]]
+
+    @classmethod
+    def communication_seconds(cls, run: dict, grad_bytes: float, network: Network,
+                              backward: float) -> float:
+        """Each bucket is one all-reduce: timed as such where commbench measured all-reduce at
+        this process count, else as the ring over the network's links. Buckets start as
+        backward fills them, so all but the last overlap it: what stays exposed is the last
+        bucket, or the excess of all over the backward."""
+        if run["workers"] < 2:
             return 0.0
         buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
-        if "all_reduce" in links:
+        if network.all_reduce is not None:
             payload = grad_bytes * WIRE_BYTES.get(run["comm_hook"], 4) / 4
-            per_bucket = links["all_reduce"].seconds(payload / buckets)
+            per_bucket = network.all_reduce.seconds(payload / buckets)
         else:
-            wire = cls.link_bytes(run, grad_bytes)["worker"]
-            per_bucket = links["send_recv"].seconds(wire / buckets, messages=2 * (n - 1))
+            per_bucket = network.seconds(cls.phases(run, grad_bytes / buckets)[0])
         return max(per_bucket, buckets * per_bucket - backward)

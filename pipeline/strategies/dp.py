@@ -12,10 +12,12 @@ and gathers the loss dictionaries (training) or detection lists (evaluation) cor
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
-from ..costmodel import Link
+from ..costmodel import Flow, Network
 from .base import Context, Strategy, Traffic, gradient_bytes
 
 
@@ -103,16 +105,17 @@ class DataParallel(Strategy):
         return {"sent": through_master, "received": through_master}
 
     @classmethod
-    def link_bytes(cls, run: dict, grad_bytes: float) -> dict[str, float]:
-        """Device 0 copies the weights to the N-1 others and receives their gradients: (N-1)M
-        each way over its link; each other device M."""
-        n = run["workers"]
-        return {"worker": grad_bytes if n > 1 else 0.0, "busiest": (n - 1) * grad_bytes}
+    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
+        """Device 0 copies the weights to the N-1 others before the forward pass, and their
+        gradients come back to it after backward: (N-1)M each way over its link, M over each
+        other device's. Nothing overlaps."""
+        others = range(1, run["workers"])
+        return [[Flow(("worker", 0), ("worker", i), grad_bytes) for i in others],
+                [Flow(("worker", i), ("worker", 0), grad_bytes) for i in others]]
 
     @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, links: dict[str, Link],
+    def communication_seconds(cls, run: dict, grad_bytes: float, network: Network,
                               backward: float) -> float:
-        """Replicate before the forward pass, reduce after backward, both through device 0,
-        one copy per other device: nothing overlaps."""
-        n = run["workers"]
-        return 2 * links["send_recv"].seconds(cls.link_bytes(run, grad_bytes)["busiest"], messages=n - 1)
+        if network.nodes > 1:
+            return math.nan  # one process: DataParallel cannot span machines
+        return super().communication_seconds(run, grad_bytes, network, backward)

@@ -22,7 +22,7 @@ the run summary. Bit-identity is lost by design; the synchronous path (S = 0) is
 Per iteration a worker moves M bytes of gradients each way (less its own shard's when it also
 serves), a dedicated server N M/K, a colocated one M + (N-2) M/K: for K = 1 the 2(N-1)M through
 one server that is the bottleneck the study is about, against 2(N-1)/N M per rank for ring
-all-reduce (`link_bytes` below).
+all-reduce (`phases` below).
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from .. import distributed
-from ..costmodel import Link
+from ..costmodel import Flow
 from .base import Context, Option
 from .torchrun import TorchrunStrategy
 
@@ -332,29 +332,17 @@ class ParameterServer(TorchrunStrategy):
                     optimizer.state[self.params[i]] = {k: v.to(ctx.device) for k, v in state.items()}
 
     @classmethod
-    def link_bytes(cls, run: dict, grad_bytes: float) -> dict[str, float]:
-        """N workers, K server shards of M/K each. A worker sends its gradients and receives
-        the weights: M each way, less the M/K of its own shard when it serves one (colocated).
-        A shard's server receives N gradients of M/K and sends N weight slices of M/K, less
-        its own worker's when colocated. Colocated server-worker: M + (N-2)M/K each way
-        (K = 1: (N-1)M; K = N: 2(N-1)/N M, ring all-reduce's). Dedicated: worker M,
-        server N M/K."""
-        n, k, m = run["workers"], servers(run), grad_bytes
-        if run["placement"] == "dedicated":
-            return {"worker": m, "busiest": max(m, n * m / k)}
-        if n == 1:
-            return {"worker": 0.0, "busiest": 0.0}
-        serving = m + (n - 2) * m / k
-        return {"worker": m if n > k else serving, "busiest": serving}
-
-    @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, links: dict[str, Link],
-                              backward: float) -> float:
-        """Gradients in, then (after the update) weights out, over the busiest link: two phases
-        that cannot overlap each other or the backward pass (the server needs every gradient)."""
+    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
+        """N workers, K server shards of M/K each: every worker sends each shard's server its
+        gradients, then (after the update; the server needs every worker's) receives its
+        weights. A colocated server keeps its own worker's slice local. So a dedicated server
+        moves N M/K each way and a worker M; a colocated server-worker M + (N-2)M/K (K = 1: the
+        2(N-1)M through one server the study is about; K = N: ring all-reduce's 2(N-1)/N M)."""
         n, k = run["workers"], servers(run)
-        busiest = cls.link_bytes(run, grad_bytes)["busiest"]
-        return 2 * links["send_recv"].seconds(busiest, messages=max(1, n // k))
+        server = (lambda s: ("server", s)) if run["placement"] == "dedicated" else (lambda s: ("worker", s))
+        gradients = [Flow(("worker", w), server(s), grad_bytes / k)
+                     for w in range(n) for s in range(k) if server(s) != ("worker", w)]
+        return [gradients, [Flow(f.dst, f.src, f.nbytes) for f in gradients]]
 
     def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
         """This process's bytes each way: as a worker, the gradients of the shards others

@@ -21,5 +21,9 @@ class Single(Strategy):
     def variant(cls, run: dict) -> str:
         return f"t{run['threads']}" if run.get("threads") else ""
 
+    @classmethod
+    def phases(cls, run: dict, grad_bytes: float) -> list:
+        return []  # nothing to synchronise
+
     def start(self, threads: int) -> Context:
         return super().start(self.run.get("threads") or threads)

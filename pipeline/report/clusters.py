@@ -1,0 +1,216 @@
+"""Predicted scaling where the hardware stops: images/s and scaling efficiency against GPUs on
+the hypothetical clusters of `report.predict` (params.yaml), for each strategy's cost model.
+
+One GPU's compute per image is measured where a `single` run of `report.predict.compute.preset`
+ran on a GPU (its summary, with M, the gradient bytes); otherwise the stated assumption of
+params is used, and the report says which. Communication is each strategy's own model
+(`Strategy.communication_seconds` over a `costmodel.Network` of the cluster). Every number here
+is a prediction and is labelled as one; the measured runs are marked beside the curves, never
+mixed into them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..costmodel import Iteration, Link, Network
+from .prediction import BACKWARD_SHARE
+
+COLUMNS = ["cluster", "model", "gpus", "nodes", "predicted_images_per_second",
+           "predicted_efficiency", "predicted_communication_s", "busiest_link_bytes"]
+SHOWN_GPUS = (1, 8, 64, 256)  # the compact table's columns (where a cluster reaches them)
+
+
+@dataclass(frozen=True)
+class Compute:
+    """One GPU's work per image and the gradient bytes M, and where they come from."""
+
+    seconds_per_image: float  # forward + backward (+ data wait and optimizer, when measured)
+    gradient_bytes: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    gpus_per_node: int
+    nodes: int
+    intra: Link
+    inter: Link
+    spare_cpu_machines_per_node: int
+
+    @classmethod
+    def of(cls, cfg: dict) -> "Cluster":
+        return cls(cfg["name"], cfg["gpus_per_node"], cfg["nodes"],
+                   Link.from_bandwidth(cfg["intra_gbit_s"], cfg["intra_latency_us"]),
+                   Link.from_bandwidth(cfg["inter_gbit_s"], cfg["inter_latency_us"]),
+                   cfg["spare_cpu_machines_per_node"])
+
+    def gpu_counts(self) -> list[int]:
+        """1, 2, 4 .. one node's GPUs, then whole nodes doubling up to all of them."""
+        within = [g for g in (2 ** i for i in range(12)) if g < self.gpus_per_node] + [self.gpus_per_node]
+        across = [self.gpus_per_node * n for n in (2 ** i for i in range(1, 12)) if n < self.nodes]
+        return within + across + ([self.gpus_per_node * self.nodes] if self.nodes > 1 else [])
+
+    def network(self, gpus: int) -> Network:
+        nodes = math.ceil(gpus / self.gpus_per_node)
+        return Network(intra=self.intra, inter=self.inter, gpus_per_node=self.gpus_per_node,
+                       nodes=nodes, server_machines=self.spare_cpu_machines_per_node * nodes)
+
+    def servers(self, gpus: int) -> int:
+        """K of the sharded parameter server: one per spare machine (at least one)."""
+        return max(1, self.spare_cpu_machines_per_node * math.ceil(gpus / self.gpus_per_node))
+
+
+def models(predict: dict) -> dict[str, dict]:
+    """label -> the sweep entry (without workers) whose strategy's cost model draws the curve.
+    The sharded server's K follows the cluster (`Cluster.servers`)."""
+    hook = predict["ddp_comm_hook"]
+    return {"DataParallel (device 0)": {"strategy": "dp"},
+            "DDP (ring all-reduce)": {"strategy": "ddp", "comm_hook": "none"},
+            f"DDP + {hook} compression": {"strategy": "ddp", "comm_hook": hook},
+            "PS, 1 server (colocated)": {"strategy": "ps", "placement": "colocated", "servers": 1},
+            "PS, K servers (dedicated, spare CPU machines)": {"strategy": "ps", "placement": "dedicated",
+                                                             "servers": "K"}}
+
+
+def compute_input(predict: dict, runs: list[dict]) -> Compute:
+    """The first measured single-GPU run among `runs` (those of report.predict's compute
+    preset) where there is one, else the assumption of params."""
+    wanted = predict["compute"]
+    for run in runs:
+        s = run["summary"]
+        if (run["status"] == "ok" and s.get("strategy") == "single" and not s.get("variant")
+                and str(s.get("device", "")).startswith("cuda") and (s.get("time_split") or {}).get("compute")):
+            split = s["time_split"]
+            per_image = (split["compute"] + split["data"] + split["optimizer"]) / s["global_batch"]
+            return Compute(per_image, s["ranks"][0]["gradient_bytes"],
+                           f"measured: {run['run_id']} of the {wanted['preset']} preset on {s['device']}")
+    return Compute(wanted["assumed_seconds_per_image"], wanted["gradient_bytes"],
+                   f"assumed: {wanted['assumed_source']}")
+
+
+def predict_point(run: dict, compute: Compute, per_gpu: int, network: Network) -> dict | None:
+    """Predicted images/s, efficiency, exposed communication and the busiest link's bytes of
+    one run (a sweep entry with its workers) on one network; None where the strategy cannot
+    run there (DataParallel past one node)."""
+    from pipeline.strategies import lookup  # imports torch: only when a prediction is made
+
+    strategy, gpus, work = lookup(run["strategy"]), run["workers"], compute.seconds_per_image * per_gpu
+    communication = strategy.communication_seconds(run, compute.gradient_bytes, network,
+                                                   work * BACKWARD_SHARE)
+    if math.isnan(communication):
+        return None
+    rate = Iteration(work, 0.0, 0.0, communication, per_gpu * gpus).images_per_second
+    flows = [f for phase in strategy.phases(run, compute.gradient_bytes) or [] for f in phase]
+    return {"predicted_images_per_second": rate,
+            "predicted_efficiency": rate * compute.seconds_per_image / gpus,
+            "predicted_communication_s": communication,
+            "busiest_link_bytes": max(network.loads(flows).values(), default=0.0)}
+
+
+def prediction_points(predict: dict, compute: Compute) -> pd.DataFrame:
+    """One row per cluster, model and GPU count: predicted images/s, scaling efficiency
+    (images/s over GPUs times one GPU's), exposed communication seconds per iteration and the
+    bytes each way over the busiest link."""
+    rows = []
+    for cluster in map(Cluster.of, predict["clusters"]):
+        for label, entry in models(predict).items():
+            for gpus in cluster.gpu_counts():
+                run = {**entry, "workers": gpus, "images_per_worker": predict["images_per_gpu"]}
+                if run.get("servers") == "K":
+                    run["servers"] = cluster.servers(gpus)
+                point = predict_point(run, compute, predict["images_per_gpu"], cluster.network(gpus))
+                if point:
+                    rows.append({"cluster": cluster.name, "model": label, "gpus": gpus,
+                                 "nodes": math.ceil(gpus / cluster.gpus_per_node), **point})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def device0_saturation(cluster: Cluster, compute: Compute, per_gpu: int) -> int | None:
+    """The fewest GPUs at which DataParallel's device 0, were they all in one machine on its
+    intra-node links, would spend as long communicating as computing (efficiency below 50 %):
+    where its design, not the machine's size, stops it. None: not up to the cluster's GPUs."""
+    for gpus in (2 ** i for i in range(1, 16)):
+        if gpus > cluster.gpus_per_node * cluster.nodes:
+            return None
+        point = predict_point({"strategy": "dp", "workers": gpus}, compute, per_gpu,
+                              Network(intra=cluster.intra, gpus_per_node=gpus))
+        if point["predicted_efficiency"] < 0.5:
+            return gpus
+    return None
+
+
+def compact_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Predicted images/s per cluster and model at a few GPU counts (the report's table)."""
+    shown = points[points["gpus"].isin(SHOWN_GPUS)]
+    table = shown.pivot_table(index=["cluster", "model"], columns="gpus",
+                              values="predicted_images_per_second", sort=False)
+    table.columns = [f"{g} GPUs (predicted images/s)" for g in table.columns]
+    return table.reset_index()
+
+
+def findings(points: pd.DataFrame, predict: dict, compute: Compute) -> list[str]:
+    """Generated sentences per cluster: where, by the model, the sharded parameter server
+    overtakes ring all-reduce in bytes over the busiest link and in images/s, and where
+    DataParallel's device 0 saturates."""
+    dp, ring, _, _, sharded = models(predict)
+    sentences = []
+    for cluster in map(Cluster.of, predict["clusters"]):
+        frame = points[points["cluster"] == cluster.name]
+        rate, load = (frame.pivot_table(index="gpus", columns="model", values=column)[[ring, sharded]]
+                      for column in ("predicted_images_per_second", "busiest_link_bytes"))
+        top = int(rate.index.max())
+        fewer = load.index[(load[sharded] < load[ring]).to_numpy()]
+        faster = rate.index[(rate[sharded] > rate[ring]).to_numpy()]
+        sentences.append(
+            f"{cluster.name}: by the model, the sharded parameter server "
+            + (f"moves fewer bytes over its busiest link than ring all-reduce from {int(fewer.min())} "
+               f"GPUs on ({load.loc[top, sharded] / 1e6:.0f} against {load.loc[top, ring] / 1e6:.0f} "
+               f"MB each way at {top})" if len(fewer) else
+               f"never moves fewer bytes over its busiest link than ring all-reduce up to {top} GPUs "
+               f"({load.loc[top, sharded] / 1e6:.0f} against {load.loc[top, ring] / 1e6:.0f} MB each "
+               f"way at {top}: the {cluster.gpus_per_node} workers of a node each send their whole "
+               "gradients over its one network; BytePS sums them within the node first, this "
+               "project's server does not)")
+            + (f", and overtakes it in images/s at {int(faster.min())} GPUs "
+               f"({rate.loc[int(faster.min()), sharded]:.0f} against {rate.loc[int(faster.min()), ring]:.0f})."
+               if len(faster) else
+               f", but stays behind it in images/s up to {top} GPUs ({rate.loc[top, sharded]:.0f} "
+               f"against {rate.loc[top, ring]:.0f}): its gradients leave only after the backward "
+               "pass and its weights return only after the update, while DDP's buckets overlap "
+               "the backward pass."))
+        saturated = device0_saturation(cluster, compute, predict["images_per_gpu"])
+        within = frame[frame["model"] == dp]
+        widest = within.loc[within["gpus"].idxmax()]
+        sentences.append(
+            f"{cluster.name}: DataParallel needs 2 GPUs in one machine; this cluster has "
+            f"{cluster.gpus_per_node}." if cluster.gpus_per_node < 2 else
+            f"{cluster.name}: DataParallel keeps {widest['predicted_efficiency']:.0%} efficiency "
+            f"at the node's {int(widest['gpus'])} GPUs and cannot span nodes; by the model its "
+            "device 0 would saturate (efficiency below 50 %) "
+            + (f"at {saturated} GPUs in one machine." if saturated else
+               f"at no size up to {cluster.gpus_per_node * cluster.nodes} GPUs in one machine."))
+    return sentences
+
+
+def section(shown: pd.DataFrame, points: pd.DataFrame, predict: dict, compute: Compute) -> dict:
+    """The report's section: inputs, the generated findings and the compact table."""
+    return {"title": "Predicted scaling past this machine (cost model)", "text": [
+        "Predictions, not measurements: each strategy's cost model on the hypothetical clusters "
+        "of report.predict, at "
+        f"{predict['images_per_gpu']} images per GPU. One GPU's time per image: "
+        f"{compute.seconds_per_image:.4g} s; gradient bytes M: {compute.gradient_bytes / 1e6:.1f} "
+        f"MB ({compute.source}). Backward, which DDP's buckets overlap, is {BACKWARD_SHARE:.2f} of "
+        "it. Efficiency is images/s over GPUs times one GPU's. The parameter server with K "
+        "servers has one per spare CPU machine. The figures predicted_throughput and "
+        "predicted_efficiency draw every point (predicted_scaling_points.csv) and mark this "
+        "preset's measured runs beside them.",
+        *(f"{c['name']}: {c['gpus_per_node']} GPU(s) per node, up to {c['nodes']} nodes; "
+          f"within a node {c['intra_gbit_s']:g} Gbit/s, {c['intra_latency_us']:g} us; between "
+          f"nodes {c['inter_gbit_s']:g} Gbit/s, {c['inter_latency_us']:g} us; "
+          f"{c['spare_cpu_machines_per_node']} spare CPU machine(s) per node."
+          for c in predict["clusters"])],
+        "table": shown, "bullets": findings(points, predict, compute)}

@@ -225,16 +225,16 @@ def test_data_parallel_stays_in_one_machine():
 
 def test_predicted_scaling_uses_a_measured_gpu_run_and_finds_device_0s_limit():
     from pipeline.params import load_resolved
-    from pipeline.report.clusters import (Cluster, Compute, compute_input, device0_saturation,
+    from pipeline.report.clusters import (Cluster, Compute, device0_saturation, gpu_compute,
                                           findings, prediction_points)
 
     predict = load_resolved("params.yaml")["report"]["predict"]
-    assumed = compute_input(predict, [])
+    assumed = gpu_compute(predict, [])
     assert assumed.source.startswith("assumed: ") and assumed.gradient_bytes == predict["compute"]["gradient_bytes"]
     gpu_run = summary("single", 1, 2, 8, 10.0, {"compute": 0.1, "data": 0.02, "optimizer": 0.08,
                                                 "communication": 0.0})
     gpu_run["summary"]["device"] = "cuda:0"
-    measured = compute_input(predict, [gpu_run])
+    measured = gpu_compute(predict, [gpu_run])
     assert measured.seconds_per_image == pytest.approx(0.1) and measured.gradient_bytes == 10e6
     assert measured.source.startswith("measured: single-w1")
     points = prediction_points(predict, assumed)

@@ -356,13 +356,13 @@ def test_utilisation_figure_draws_recorded_samples(tmp_path):
 
 
 def test_predicted_scaling_draws_the_measured_runs_beside_the_predictions(report):
-    from pipeline.report.clusters import compute_input, prediction_points
+    from pipeline.report.clusters import gpu_compute, prediction_points
     from pipeline.report.figures import FIGURES as DRAWN, _pyplot
     from pipeline.report.load import scaling_frame
 
     out, summary = report
     predict = REPORT_CFG["predict"]
-    points = prediction_points(predict, compute_input(predict, []))
+    points = prediction_points(predict, gpu_compute(predict, []))
     written = pd.read_csv(out / "report" / "predicted_scaling_points.csv")
     assert len(written) == len(points) and (written["predicted_efficiency"] <= 1.0 + 1e-9).all()
     table = pd.read_csv(out / "report" / "predicted_scaling.csv")

@@ -68,7 +68,7 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
     predicted = cost_model.prediction_frame(runs, links)
     shown["prediction"] = write_table(predicted, cost_model.DECIMALS, 0, out_dir, "prediction")
     predict = report_cfg["predict"]
-    compute = clusters.compute_input(predict, runs if predict["compute"]["preset"] == preset
+    compute = clusters.gpu_compute(predict, runs if predict["compute"]["preset"] == preset
                                      else [load_run(d) for d in compute_runs])
     points = clusters.prediction_points(predict, compute)
     with atomic_path(out_dir / "predicted_scaling_points.csv") as tmp:

@@ -54,29 +54,37 @@ class Cluster:
         across = [self.gpus_per_node * n for n in (2 ** i for i in range(1, 12)) if n < self.nodes]
         return within + across + ([self.gpus_per_node * self.nodes] if self.nodes > 1 else [])
 
-    def network(self, gpus: int) -> Network:
-        nodes = math.ceil(gpus / self.gpus_per_node)
-        return Network(intra=self.intra, inter=self.inter, gpus_per_node=self.gpus_per_node,
-                       nodes=nodes, server_machines=self.spare_cpu_machines_per_node * nodes)
+    def nodes_for(self, gpus: int) -> int:
+        return math.ceil(gpus / self.gpus_per_node)
 
-    def servers(self, gpus: int) -> int:
-        """K of the sharded parameter server: one per spare machine (at least one)."""
-        return max(1, self.spare_cpu_machines_per_node * math.ceil(gpus / self.gpus_per_node))
+    def network(self, gpus: int) -> Network:
+        return Network(intra=self.intra, inter=self.inter, gpus_per_node=self.gpus_per_node,
+                       nodes=self.nodes_for(gpus), server_machines=self.servers(gpus, spare_only=True))
+
+    def servers(self, gpus: int, spare_only: bool = False) -> int:
+        """K of the sharded parameter server: one per spare CPU machine (without any, one on
+        the GPU nodes; `spare_only`: the spare machines alone)."""
+        spare = self.spare_cpu_machines_per_node * self.nodes_for(gpus)
+        return spare if spare_only else max(1, spare)
+
+
+DEVICE_0 = "DataParallel (device 0)"
+RING = "DDP (ring all-reduce)"
+SHARDED = "PS, K servers (dedicated, spare CPU machines)"
 
 
 def models(predict: dict) -> dict[str, dict]:
     """label -> the sweep entry (without workers) whose strategy's cost model draws the curve.
     The sharded server's K follows the cluster (`Cluster.servers`)."""
     hook = predict["ddp_comm_hook"]
-    return {"DataParallel (device 0)": {"strategy": "dp"},
-            "DDP (ring all-reduce)": {"strategy": "ddp", "comm_hook": "none"},
+    return {DEVICE_0: {"strategy": "dp"},
+            RING: {"strategy": "ddp", "comm_hook": "none"},
             f"DDP + {hook} compression": {"strategy": "ddp", "comm_hook": hook},
             "PS, 1 server (colocated)": {"strategy": "ps", "placement": "colocated", "servers": 1},
-            "PS, K servers (dedicated, spare CPU machines)": {"strategy": "ps", "placement": "dedicated",
-                                                             "servers": "K"}}
+            SHARDED: {"strategy": "ps", "placement": "dedicated", "servers": "K"}}
 
 
-def compute_input(predict: dict, runs: list[dict]) -> Compute:
+def gpu_compute(predict: dict, runs: list[dict]) -> Compute:
     """The first measured single-GPU run among `runs` (those of report.predict's compute
     preset) where there is one, else the assumption of params."""
     wanted = predict["compute"]
@@ -125,7 +133,7 @@ def prediction_points(predict: dict, compute: Compute) -> pd.DataFrame:
                 point = predict_point(run, compute, predict["images_per_gpu"], cluster.network(gpus))
                 if point:
                     rows.append({"cluster": cluster.name, "model": label, "gpus": gpus,
-                                 "nodes": math.ceil(gpus / cluster.gpus_per_node), **point})
+                                 "nodes": cluster.nodes_for(gpus), **point})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -156,7 +164,7 @@ def findings(points: pd.DataFrame, predict: dict, compute: Compute) -> list[str]
     """Generated sentences per cluster: where, by the model, the sharded parameter server
     overtakes ring all-reduce in bytes over the busiest link and in images/s, and where
     DataParallel's device 0 saturates."""
-    dp, ring, _, _, sharded = models(predict)
+    ring, sharded = RING, SHARDED
     sentences = []
     for cluster in map(Cluster.of, predict["clusters"]):
         frame = points[points["cluster"] == cluster.name]
@@ -183,7 +191,7 @@ def findings(points: pd.DataFrame, predict: dict, compute: Compute) -> list[str]
                "pass and its weights return only after the update, while DDP's buckets overlap "
                "the backward pass."))
         saturated = device0_saturation(cluster, compute, predict["images_per_gpu"])
-        within = frame[frame["model"] == dp]
+        within = frame[frame["model"] == DEVICE_0]
         widest = within.loc[within["gpus"].idxmax()]
         sentences.append(
             f"{cluster.name}: DataParallel needs 2 GPUs in one machine; this cluster has "

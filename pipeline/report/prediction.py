@@ -11,6 +11,7 @@ by the ratio of threads (an assumption, named per row). On GPUs each process has
 from __future__ import annotations
 
 import math
+from statistics import fmean
 
 import pandas as pd
 
@@ -58,10 +59,6 @@ def single_inputs(runs: list[dict]) -> list[dict]:
     return found
 
 
-def _mean(rows: list[dict], key: str) -> float:
-    return sum(row[key] for row in rows) / len(rows)
-
-
 def compute_input(summary: dict, singles: list[dict]) -> tuple[dict, str] | None:
     """single's inputs for one run and how they were chosen (None: no single run in its data
     mode). Data wait: from the `single` runs in the run's data mode. Compute and optimizer: on
@@ -83,8 +80,9 @@ def compute_input(summary: dict, singles: list[dict]) -> tuple[dict, str] | None
         most = max(row["threads"] for row in same_mode)
         chosen = [row for row in same_mode if row["threads"] == most]
         scale, how = most / threads, f"single at {most} thread(s), scaled x{most / threads:.2g} (assumption)"
-    return ({"compute": _mean(chosen, "compute") * scale, "optimizer": _mean(chosen, "optimizer") * scale,
-             "data": _mean(same_mode, "data")}, how)
+    return ({"compute": fmean(row["compute"] for row in chosen) * scale,
+             "optimizer": fmean(row["optimizer"] for row in chosen) * scale,
+             "data": fmean(row["data"] for row in same_mode)}, how)
 
 
 def predict_run(summary: dict, single: dict, network: Network | None) -> Iteration:

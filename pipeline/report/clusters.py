@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..costmodel import Iteration, Link, Network
-from .prediction import BACKWARD_SHARE
+from .prediction import BACKWARD_SHARE, single_inputs
 
 COLUMNS = ["cluster", "model", "gpus", "nodes", "predicted_images_per_second",
            "predicted_efficiency", "predicted_communication_s", "busiest_link_bytes"]
@@ -85,17 +85,14 @@ def models(predict: dict) -> dict[str, dict]:
 
 
 def gpu_compute(predict: dict, runs: list[dict]) -> Compute:
-    """The first measured single-GPU run among `runs` (those of report.predict's compute
-    preset) where there is one, else the assumption of params."""
+    """The first measured single-GPU baseline run among `runs` (those of report.predict's
+    compute preset) where there is one, else the assumption of params."""
     wanted = predict["compute"]
-    for run in runs:
-        s = run["summary"]
-        if (run["status"] == "ok" and s.get("strategy") == "single" and not s.get("variant")
-                and str(s.get("device", "")).startswith("cuda") and (s.get("time_split") or {}).get("compute")):
-            split = s["time_split"]
-            per_image = (split["compute"] + split["data"] + split["optimizer"]) / s["global_batch"]
-            return Compute(per_image, s["ranks"][0]["gradient_bytes"],
-                           f"measured: {run['run_id']} of the {wanted['preset']} preset on {s['device']}")
+    for single in single_inputs(runs):
+        if single["baseline"] and single["device"].startswith("cuda"):
+            per_image = single["compute"] + single["data"] + single["optimizer"] / single["images"]
+            return Compute(per_image, single["gradient_bytes"],
+                           f"measured: {single['run_id']} of the {wanted['preset']} preset on {single['device']}")
     return Compute(wanted["assumed_seconds_per_image"], wanted["gradient_bytes"],
                    f"assumed: {wanted['assumed_source']}")
 

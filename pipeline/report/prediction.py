@@ -16,6 +16,7 @@ from statistics import fmean
 import pandas as pd
 
 from ..costmodel import Iteration, Link, Network
+from .load import is_baseline
 
 BOUND = 0.20  # |predicted / measured - 1| above this is a miss
 BACKWARD_SHARE = 2 / 3  # of forward + backward: what DDP's all-reduce can overlap with
@@ -45,17 +46,21 @@ def network_of(commbench: dict | None) -> Network | None:
 
 
 def single_inputs(runs: list[dict]) -> list[dict]:
-    """Per ok `single` run: its data mode, threads, per-image compute and data seconds and
-    per-iteration optimizer seconds."""
+    """Per ok `single` run with a time split: its data mode, threads, device, per-image
+    compute and data seconds, per-iteration optimizer seconds and images per iteration, its
+    gradient bytes, and whether it is the baseline (not a variant such as pinned threads)."""
     found = []
     for run in runs:
         s = run["summary"]
         if run["status"] == "ok" and s.get("strategy") == "single" and s.get("time_split", {}).get("compute"):
-            per_image = s["global_batch"]
-            found.append({"mode": s.get("data_mode", "real"), "threads": s["threads"],
-                          "compute": s["time_split"]["compute"] / per_image,
-                          "data": s["time_split"]["data"] / per_image,
-                          "optimizer": s["time_split"]["optimizer"]})
+            images = s["global_batch"]
+            found.append({"run_id": run["run_id"], "mode": s.get("data_mode", "real"),
+                          "threads": s["threads"], "device": str(s.get("device", "cpu")),
+                          "baseline": is_baseline(s["strategy"], s.get("variant")),
+                          "compute": s["time_split"]["compute"] / images,
+                          "data": s["time_split"]["data"] / images,
+                          "optimizer": s["time_split"]["optimizer"], "images": images,
+                          "gradient_bytes": (s.get("ranks") or [{}])[0].get("gradient_bytes", math.nan)})
     return found
 
 

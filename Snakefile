@@ -5,7 +5,7 @@ with commbench (the machine's links, one job per process count) feeding the repo
     snakemake --cores all --config preset=coco2017     # the published recipe
     snakemake --profile profiles/slurm                 # every job submitted to SLURM (README)
 
-Every value a rule depends on is passed as its `params` (the config sections pipeline/stages.py
+Every value a rule depends on is passed as its `params` (the config sections pipeline/config/stages.py
 lists for its stage), and the source files its module executes, derived from its imports, are
 declared as its inputs, so Snakemake reruns exactly the stages a change affects.
 """
@@ -20,8 +20,12 @@ from snakemake.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 from snakemake.utils import min_version
 
-from pipeline import params as P
-from pipeline import paper, stale_locks, stages, strategies, sweep
+from pipeline.config import params as P
+from pipeline.config import stages
+from pipeline.report import paper
+from pipeline.runtime import stale_locks
+from pipeline import strategies
+from pipeline.strategies import sweep
 from pipeline.report.build import FILES as REPORT_FILES
 from pipeline.report.build import TABLES
 from pipeline.report.figures import FIGURES
@@ -34,7 +38,7 @@ configfile: "params.yaml"
 
 
 # A Snakemake killed with SIGKILL leaves its locks; the next run clears them once it is sure
-# their owner is gone (pipeline/stale_locks.py), so rerunning the same command just works.
+# their owner is gone (pipeline/runtime/stale_locks.py), so rerunning the same command just works.
 # profiles/default turns on --rerun-incomplete for the same reason.
 RELEASED = stale_locks.release_stale()
 if RELEASED:
@@ -71,7 +75,7 @@ if MISSING_TEX:
 
 def code(stage):
     """Snakemake tracks a rule's own code, not what it imports: the files each stage executes
-    are derived from the imports of the module it runs (pipeline/stages.py)."""
+    are derived from the imports of the module it runs (pipeline/config/stages.py)."""
     return stages.code_files(stage, fetch=stage == "data" and DATA["fetch"] is not None)
 
 
@@ -81,7 +85,7 @@ def stage_params(stage):
 
 # How a stage outlives faults (timeouts, restarts, checkpoint interval) reaches it through the
 # environment its jobs inherit, not as its params, so changing one reruns nothing
-# (pipeline/stages.py); a job on a cluster parses this file again and sets it there too.
+# (pipeline/config/stages.py); a job on a cluster parses this file again and sets it there too.
 os.environ[stages.KNOBS_ENV] = stages.knobs_environment(CFG)
 
 
@@ -199,7 +203,7 @@ rule data:
     benchmark:
         f"logs/benchmarks/data_{DATA['name']}.tsv"
     shell:
-        "{params.python} -m pipeline.prepare --config {params.data:q} --manifest {output.manifest}"
+        "{params.python} -m pipeline.data.prepare --config {params.data:q} --manifest {output.manifest}"
         " > {log} 2>&1"
 
 
@@ -296,7 +300,7 @@ rule commbench:
     benchmark:
         f"logs/benchmarks/commbench_{PRESET}_p{{processes}}.tsv"
     shell:
-        "exec {params.launcher} -m pipeline.commbench --config {params.config:q} --out {output}"
+        "exec {params.launcher} -m pipeline.costmodel.commbench --config {params.config:q} --out {output}"
         " > {log} 2>&1"
 
 
@@ -360,4 +364,4 @@ rule paper:
     benchmark:
         "logs/benchmarks/paper.tsv"
     shell:
-        "{params.python} -m pipeline.paper --source {input.source} --out {output} > {log} 2>&1"
+        "{params.python} -m pipeline.report.paper --source {input.source} --out {output} > {log} 2>&1"

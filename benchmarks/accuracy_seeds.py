@@ -34,9 +34,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import evaluate, train  # noqa: E402
-from pipeline import params, provenance, sweep, synthetic  # noqa: E402
-from pipeline.files import write_json  # noqa: E402
+from pipeline.config import params
+from pipeline.data import synthetic  # noqa: E402
 from pipeline.report.noise import NOISE_RULE, Spread, difference  # noqa: E402
+from pipeline.runtime import provenance
+from pipeline.runtime.files import write_json  # noqa: E402
+from pipeline.strategies import sweep
 
 METRICS = ("AP", "AP50", "images_per_second")
 SHOWN = {"AP": "AP", "AP50": "AP50", "images_per_second": "images/s"}

@@ -25,10 +25,12 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline import params, sweep, synthetic  # noqa: E402
-from pipeline.files import save_torch  # noqa: E402
-from pipeline.model import build_model  # noqa: E402
-from pipeline.train import train  # noqa: E402
+from pipeline.config import params
+from pipeline.data import synthetic  # noqa: E402
+from pipeline.detection.model import build_model  # noqa: E402
+from pipeline.runtime.files import save_torch  # noqa: E402
+from pipeline.strategies import sweep
+from pipeline.training.train import train  # noqa: E402
 
 
 def demo_runs(epochs: int, work: Path) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline import sweep  # noqa: E402
 from pipeline.launch import command, evaluation_command  # noqa: E402
+from pipeline.strategies import sweep  # noqa: E402
 
 
 def _run(argv: list[str], what: str, env: dict | None = None) -> None:

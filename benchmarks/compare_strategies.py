@@ -23,9 +23,11 @@ from statistics import median
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline import params, sweep, synthetic  # noqa: E402
+from pipeline.config import params
+from pipeline.data import synthetic  # noqa: E402
 from pipeline.launch import command  # noqa: E402
 from pipeline.report.load import busiest_rank_bytes  # noqa: E402
+from pipeline.strategies import sweep
 
 GLOBAL_BATCH = 8
 SWEEP = [

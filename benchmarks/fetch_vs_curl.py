@@ -25,8 +25,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.coco_fetch import download, extract, md5sum  # noqa: E402
-from pipeline.prepare import dvc  # noqa: E402
+from pipeline.data.coco_fetch import download, extract, md5sum  # noqa: E402
+from pipeline.data.prepare import dvc  # noqa: E402
 
 IMAGE_BYTES = 160_000  # about a COCO JPEG
 

@@ -5,10 +5,10 @@ channels-last, the model alone and through the project's training loop.
         [--pipeline-batches 2 8 16] [--pipeline-iterations 30] [--skip model|pipeline]
 
 Part 2 (issue 15's table) trains the `single` run of the coco2017 preset through
-pipeline/train.py, the loader included (data.workers: auto, pinned memory), on synthetic
+pipeline/training/train.py, the loader included (data.workers: auto, pinned memory), on synthetic
 640 px images that the model resizes to 800x800, for each batch in --pipeline-batches and fp32 /
 bf16: images/s, the data wait's share of an iteration, and the GPU's SM utilisation sampled by
-NVML every second (pipeline/monitor.py), the first 5 iterations left out as everywhere.
+NVML every second (pipeline/training/monitor.py), the first 5 iterations left out as everywhere.
 
 The coco2017 preset's model and compute (frozen BatchNorm, 3 trainable backbone stages, its
 backbone weights random and read from a local file, so nothing is downloaded), on synthetic
@@ -36,9 +36,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import train  # noqa: E402
-from pipeline import params, sweep, synthetic  # noqa: E402
-from pipeline.model import build_model  # noqa: E402
-from pipeline.precision import Precision  # noqa: E402
+from pipeline.config import params
+from pipeline.data import synthetic  # noqa: E402
+from pipeline.detection.model import build_model  # noqa: E402
+from pipeline.strategies import sweep
+from pipeline.training.precision import Precision  # noqa: E402
 
 CONFIGS = [("fp32", False), ("fp32", True), ("bf16", False), ("bf16", True), ("fp16", False), ("fp16", True)]
 

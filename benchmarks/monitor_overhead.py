@@ -17,8 +17,10 @@ from statistics import median
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline import params, sweep, synthetic  # noqa: E402
 from benchmarks.common import train  # noqa: E402
+from pipeline.config import params
+from pipeline.data import synthetic  # noqa: E402
+from pipeline.strategies import sweep
 
 ENTRIES = [{"strategy": "single", "workers": 1}, {"strategy": "ddp", "workers": 2, "images_per_worker": 4}]
 

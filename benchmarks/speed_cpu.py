@@ -27,9 +27,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline import params, sweep, synthetic  # noqa: E402
 from benchmarks.common import evaluate, train  # noqa: E402
-from pipeline.scoring import BACKENDS, METRICS, coco_metrics  # noqa: E402
+from pipeline.config import params
+from pipeline.data import synthetic  # noqa: E402
+from pipeline.detection.scoring import BACKENDS, METRICS, coco_metrics  # noqa: E402
+from pipeline.strategies import sweep
 
 CONFIGS = {"before": ("fp32", False, "torchvision"), "fp32": ("fp32", False, ""),
            "bf16": ("bf16", False, ""), "bf16+channels-last": ("bf16", True, "")}

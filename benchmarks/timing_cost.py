@@ -21,7 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import train  # noqa: E402
-from pipeline import params, sweep, synthetic  # noqa: E402
+from pipeline.config import params
+from pipeline.data import synthetic  # noqa: E402
+from pipeline.strategies import sweep
 
 # name -> (sweep entry, train.time_split)
 CASES = {"single, split on": ({"strategy": "single", "workers": 1}, True),

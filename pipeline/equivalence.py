@@ -13,7 +13,6 @@ the replicas stay identical to each other.
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import functools
 import json
@@ -25,10 +24,13 @@ from pathlib import Path
 
 import torch
 
-from . import lifetime, stages, strategies, sweep
-from .files import write_json
+from . import strategies
+from .config import cli
+from .detection.model import build_model
 from .launch import command
-from .model import build_model
+from .runtime import lifetime
+from .runtime.files import write_json
+from .strategies import sweep
 
 WHY = ("Faster R-CNN's RPN and box-head losses sample anchors and proposals per image batch "
        "and normalise by the sample count, and each worker draws its samples with its own "
@@ -83,14 +85,13 @@ def measure(cfg: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="One-step difference of each strategy from single.")
-    stages.add_config_arguments(parser)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    lifetime.die_with_parent()  # the rule's shell execs us: go with Snakemake
-    report = measure(stages.parsed_config(args, "equivalence"))
-    write_json(args.out, report)
-    print(json.dumps(report["strategies"], indent=1))
+    def body(args):
+        report = measure(args.cfg)
+        write_json(args.out, report)
+        print(json.dumps(report["strategies"], indent=1))
+
+    cli.run_stage("One-step difference of each strategy from single.", body, stage="equivalence",
+                  arguments=lambda parser: parser.add_argument("--out", required=True), argv=argv)
 
 
 if __name__ == "__main__":

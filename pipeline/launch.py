@@ -6,24 +6,26 @@
 A run this machine cannot do (DataParallel without 2 GPUs, more processes than cores, NCCL
 without GPUs, ...) gets a train_summary.json with status "skipped" and the reason, so it shows
 in the summary and the report instead of vanishing. Otherwise this process becomes the
-strategy's launcher (`python` or `torchrun`) running `-m pipeline.train`: torchrun, not this
+strategy's launcher (`python` or `torchrun`) running `-m pipeline.training.train`: torchrun, not this
 module, starts and watches the worker processes.
 
 Inside a SLURM allocation a run over several nodes (parallel.nnodes > 1) starts one torchrun
 per node itself: `srun` on the allocation's nodes, rendezvous on its first node
-(pipeline/slurm.py). Outside SLURM the launcher starts torchrun on this node only, as before.
+(pipeline/runtime/slurm.py). Outside SLURM the launcher starts torchrun on this node only, as before.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 
-from . import lifetime, provenance, slurm, stages, strategies, sweep
-from .scoring import not_evaluated
-from .files import read_json, write_json, write_text
+from . import strategies
+from .config import cli, stages
+from .detection.scoring import not_evaluated
+from .runtime import lifetime, provenance, slurm
+from .runtime.files import read_json, write_json, write_text
+from .strategies import sweep
 
 
 def skipped_summary(cfg: dict, run: dict, reason: str) -> dict:
@@ -39,7 +41,7 @@ def command(cfg: dict, run: dict, out: str, python: str = sys.executable,
                                                                    rdzv_endpoint=rdzv_endpoint)
     strategy = strategies.get(run, parallel)
     return strategy.launcher(python) + [
-        "-m", "pipeline.train", "--config", json.dumps(cfg), "--entry", json.dumps(run), "--out", out]
+        "-m", "pipeline.training.train", "--config", json.dumps(cfg), "--entry", json.dumps(run), "--out", out]
 
 
 def evaluation_command(cfg: dict, run: dict, run_dir: str, python: str = sys.executable) -> list[str]:
@@ -48,7 +50,7 @@ def evaluation_command(cfg: dict, run: dict, run_dir: str, python: str = sys.exe
     launcher = [python]
     if not_evaluated(read_json(Path(run_dir) / "train_summary.json")) is None:
         launcher = strategies.get(run, cfg["parallel"]).evaluation_launcher(python)
-    return launcher + ["-m", "pipeline.evaluate", "--config", json.dumps(cfg), "--run-dir", run_dir]
+    return launcher + ["-m", "pipeline.detection.evaluate", "--config", json.dumps(cfg), "--run-dir", run_dir]
 
 
 def multi_node_command(cfg: dict, run: dict, out: str) -> list[str]:
@@ -71,29 +73,33 @@ def multi_node_command(cfg: dict, run: dict, out: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Launch one training run (see module docstring).")
-    stages.add_config_arguments(parser)
-    parser.add_argument("--entry", required=True, help="the sweep entry as JSON")
-    parser.add_argument("--out", required=True, help="run directory")
-    parser.add_argument("--stage", choices=["train", "evaluate"], default="train")
-    args = parser.parse_args(argv)
-    # Killed with its job: the rule's shell execs us, so our parent is Snakemake (or srun's
-    # step daemon); the request survives the exec of torchrun below.
-    lifetime.become_launcher()
-    cfg, run = stages.parsed_config(args, args.stage), json.loads(args.entry)
-    if args.stage == "evaluate":
-        argv = evaluation_command(cfg, run, args.out)
+    def arguments(parser):
+        stages.add_config_arguments(parser)
+        parser.add_argument("--entry", required=True, help="the sweep entry as JSON")
+        parser.add_argument("--out", required=True, help="run directory")
+        parser.add_argument("--stage", choices=["train", "evaluate"], default="train")
+
+    def body(args):
+        # Killed with its job: the rule's shell execs us, so our parent is Snakemake (or srun's
+        # step daemon); the request survives the exec of torchrun below.
+        lifetime.become_launcher()
+        cfg, run = stages.parsed_config(args, args.stage), json.loads(args.entry)
+        if args.stage == "evaluate":
+            argv = evaluation_command(cfg, run, args.out)
+            os.execv(argv[0], argv)
+        reason = strategies.get(run, cfg["parallel"]).unavailable()
+        if reason:
+            print(f"skipping {sweep.run_id(run)}: {reason}", file=sys.stderr)
+            out = Path(args.out)
+            write_text(out / "iterations.jsonl", "")
+            write_json(out / "train_summary.json", skipped_summary(cfg, run, reason))
+            return
+        argv = multi_node_command(cfg, run, args.out)
+        sys.stdout.flush()
         os.execv(argv[0], argv)
-    reason = strategies.get(run, cfg["parallel"]).unavailable()
-    if reason:
-        print(f"skipping {sweep.run_id(run)}: {reason}", file=sys.stderr)
-        out = Path(args.out)
-        write_text(out / "iterations.jsonl", "")
-        write_json(out / "train_summary.json", skipped_summary(cfg, run, reason))
-        return
-    argv = multi_node_command(cfg, run, args.out)
-    sys.stdout.flush()
-    os.execv(argv[0], argv)
+
+    cli.run_stage("Launch one training run (see module docstring).", body, arguments=arguments,
+                  follows_parent=False, argv=argv)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import params, synthetic
+from pipeline.config import params
+from pipeline.data import synthetic
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL_DATA = {"seed": 7, "image_size": 96, "train_images": 24, "val_images": 8,

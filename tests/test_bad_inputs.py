@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipeline import params, prepare, sweep
-from pipeline.dataset import CocoDetection, DatasetError, annotation_path, build_manifest
-from pipeline.params import canonical
-from pipeline.train import train
+from pipeline.config import params
+from pipeline.config.params import canonical
+from pipeline.data import prepare
+from pipeline.data.dataset import CocoDetection, DatasetError, annotation_path, build_manifest
+from pipeline.strategies import sweep
+from pipeline.training.train import train
 
 from .conftest import REPO, small_config, write_coco
 
@@ -214,7 +216,7 @@ def test_degenerate_boxes_are_skipped_with_a_warning(case, tmp_path, caplog):
     good_dataset(root)
     set_bbox(bbox)(root)
     before = snapshot(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="pipeline.dataset"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.data.dataset"):
         evaluation = CocoDetection(root, "train", train=False)
         manifest = build_manifest(root, decode_images=True)
     assert f"{ann_file(root)}: {warning}" in caplog.text
@@ -410,7 +412,7 @@ def test_bad_run_state(case, checkpointed, tmp_path):
         pytest.skip("needs a mount namespace (unshare --mount --map-root-user) for a read-only "
                     "or full file system; this machine refuses one")
     before = snapshot(out)
-    command = [sys.executable, "-m", "pipeline.train", "--config", canonical(cfg),
+    command = [sys.executable, "-m", "pipeline.training.train", "--config", canonical(cfg),
                "--entry", canonical(run), "--out", str(out)]
     if setup:
         # Inside the namespace, after the run: the checkpoint still there, byte for byte.

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline.coco_fetch import FetchError, check_free_space, download, extract
-from pipeline.dataset import CocoDetection
-from pipeline.files import MARKER, read_json
-from pipeline.params import load_resolved
+from pipeline.config.params import load_resolved
+from pipeline.data.coco_fetch import FetchError, check_free_space, download, extract
+from pipeline.data.dataset import CocoDetection
+from pipeline.runtime.files import MARKER, read_json
 
 from .conftest import REPO
 from .http_server import Server
@@ -212,7 +212,7 @@ def test_a_users_directory_at_data_root_is_used_or_refused_never_deleted(served,
     root = repo / "data" / "coco2017"
     team_copy = tmp_path / "team" / "coco2017"
     shutil.copytree(small_dataset, team_copy, ignore=shutil.ignore_patterns(MARKER))
-    prepare = [sys.executable, "-m", "pipeline.prepare", "--params", "params.yaml",
+    prepare = [sys.executable, "-m", "pipeline.data.prepare", "--params", "params.yaml",
                "--preset", "coco2017", "--manifest", "data/coco2017.manifest.json"]
 
     def data_stage(expect_ok: bool) -> str:
@@ -280,7 +280,7 @@ def test_dvc_fetch_train_push_pull_without_retraining(served, tmp_path):
     shutil.rmtree(repo / "data" / "coco2017")
     data_cfg = load_resolved(repo / "params.yaml", "coco2017")["data"]  # as the Snakefile passes it
     data_cfg["fetch"]["remote"] = str(remote)
-    output = run([sys.executable, "-m", "pipeline.prepare", "--config", json.dumps(data_cfg),
+    output = run([sys.executable, "-m", "pipeline.data.prepare", "--config", json.dumps(data_cfg),
                   "--manifest", "data/coco2017.manifest.json"], repo)
     assert f"pulled from {remote}" in output
     assert len(server.requests) == served_before

@@ -6,7 +6,8 @@ import json
 import subprocess
 import sys
 
-from pipeline.commbench import sizes
+from pipeline.costmodel.commbench import sizes
+
 from pipeline.strategies.torchrun import torchrun
 
 from .conftest import REPO
@@ -18,7 +19,7 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     cfg = {"parallel": dict(PARALLEL, backend="gloo", timeout_s=60),
            "commbench": {"min_bytes": 4096, "max_bytes": 4 * 2**20, "repeats": 3}}
     argv = torchrun(sys.executable, 2, cfg["parallel"], "") + [
-        "-m", "pipeline.commbench", "--config", json.dumps(cfg), "--out", str(out)]
+        "-m", "pipeline.costmodel.commbench", "--config", json.dumps(cfg), "--out", str(out)]
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(out.read_text())

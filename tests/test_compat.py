@@ -6,7 +6,7 @@ import inspect
 
 from torch.nn.parallel import DistributedDataParallel
 
-from pipeline import compat
+from pipeline.runtime import compat
 
 
 def test_ddp_buffer_sync_uses_the_keyword_this_torch_has():

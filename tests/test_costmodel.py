@@ -6,8 +6,8 @@ import random
 
 import pytest
 import torch
+from pipeline.costmodel.network import Iteration, Link, Network, fit
 
-from pipeline.costmodel import Iteration, Link, Network, fit
 from pipeline.strategies import STRATEGIES
 
 M = 100e6  # bytes of gradients
@@ -165,8 +165,9 @@ def test_the_compute_input_is_single_at_the_threads_of_the_runs_processes():
 
 
 def test_a_single_run_with_pinned_threads_is_not_the_baseline():
-    from pipeline import params, sweep
+    from pipeline.config import params
     from pipeline.report.load import is_baseline
+    from pipeline.strategies import sweep
 
     cfg = params.load_resolved("params.yaml")
     pinned = sweep.fill({"strategy": "single", "workers": 1, "threads": 1}, cfg)
@@ -224,9 +225,15 @@ def test_data_parallel_stays_in_one_machine():
 
 
 def test_predicted_scaling_uses_a_measured_gpu_run_and_finds_device_0s_limit():
-    from pipeline.params import load_resolved
-    from pipeline.report.clusters import (Cluster, Compute, device0_saturation, gpu_compute,
-                                          findings, prediction_points)
+    from pipeline.config.params import load_resolved
+    from pipeline.report.clusters import (
+        Cluster,
+        Compute,
+        device0_saturation,
+        findings,
+        gpu_compute,
+        prediction_points,
+    )
 
     predict = load_resolved("params.yaml")["report"]["predict"]
     assumed = gpu_compute(predict, [])

@@ -8,8 +8,14 @@ import pytest
 import torch
 from PIL import Image
 
-from pipeline.dataset import CocoDetection, DatasetError, annotation_path, build_manifest, clean_box
-from pipeline.sampler import ShardedBatchSampler, aspect_ratio_groups
+from pipeline.data.dataset import (
+    CocoDetection,
+    DatasetError,
+    annotation_path,
+    build_manifest,
+    clean_box,
+)
+from pipeline.data.sampler import ShardedBatchSampler, aspect_ratio_groups
 
 from .conftest import write_coco
 
@@ -167,7 +173,7 @@ def test_sampler_is_deterministic_sharded_even_and_takes_full_batches_only():
 def test_in_memory_data_has_the_shapes_and_targets_without_reading_images(small_dataset, tmp_path):
     import shutil
 
-    from pipeline.dataset import InMemory
+    from pipeline.data.dataset import InMemory
 
     root = tmp_path / "copy"
     shutil.copytree(small_dataset, root)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.params import canonical
-from pipeline.sweep import runs
+from pipeline.config.params import canonical
+from pipeline.strategies.sweep import runs
 
 from .conftest import REPO, small_config
 

@@ -2,14 +2,14 @@
 backends' twelve numbers against each other on a dataset's worth of imperfect detections."""
 from __future__ import annotations
 
-import pytest
-import torch
-
 import json
 import random
 
-from pipeline.dataset import annotation_path
-from pipeline.scoring import BACKENDS, METRICS, coco_metrics, to_coco_results
+import pytest
+import torch
+
+from pipeline.data.dataset import annotation_path
+from pipeline.detection.scoring import BACKENDS, METRICS, coco_metrics, to_coco_results
 
 from .conftest import write_coco
 

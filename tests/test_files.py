@@ -8,9 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import coco_fetch, files, synthetic
-from pipeline.files import (MARKER, ForeignDirectoryError, atomic_path, replacing_dir, save_torch,
-                            write_json, write_text)
+from pipeline.data import coco_fetch, synthetic
+from pipeline.runtime import files
+from pipeline.runtime.files import (
+    MARKER,
+    ForeignDirectoryError,
+    atomic_path,
+    replacing_dir,
+    save_torch,
+    write_json,
+    write_text,
+)
 
 from .conftest import SMALL_DATA
 from .test_coco_fetch import build_archives

@@ -17,21 +17,28 @@ import csv
 import json
 import os
 import re
+import shutil
 import signal
 import stat
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from pipeline import files
-from pipeline.scoring import METRICS
+from pipeline.detection.scoring import METRICS
+from pipeline.runtime import files
 
 from .test_dead_worker import checkpoint_inside_an_epoch, process_rank
-from .test_workflow import (PAPER_JOB, SNAKEMAKE, copy_workflow, edit_params, jobs, snakemake,
-                            tiny_params)
+from .test_workflow import (
+    PAPER_JOB,
+    SNAKEMAKE,
+    copy_workflow,
+    edit_params,
+    jobs,
+    snakemake,
+    tiny_params,
+)
 
 pytestmark = pytest.mark.slow
 DDP = "ddp-w2-b2-s0"
@@ -159,7 +166,7 @@ def wait_for(condition, what: str, timeout: float = 180):
 
 def workers(workdir: Path, module: str) -> dict[int, str]:
     return {pid: cmd for pid, cmd in job_processes(workdir).items()
-            if f"-m {module} " in cmd and "pipeline.elastic" not in cmd}
+            if f"-m {module} " in cmd and "pipeline.runtime.elastic" not in cmd}
 
 
 def mid_epoch_checkpoint(workdir: Path, run: str) -> bool:
@@ -193,7 +200,7 @@ KILL_POINTS = {
     "single, inside an epoch": ("single-w1-b4-s0/train_summary.json", "mid-epoch checkpoint", "group"),
     "ddp, one worker": (f"{DDP}/train_summary.json", "mid-epoch checkpoint", "rank 1"),
     "ddp, its torchrun": (f"{DDP}/train_summary.json", "mid-epoch checkpoint", "torchrun"),
-    "ddp, during evaluation": (f"{DDP}/metrics.json", "pipeline.evaluate", "group"),
+    "ddp, during evaluation": (f"{DDP}/metrics.json", "pipeline.detection.evaluate", "group"),
     "during the report": ("summary.csv", "pipeline.report", "group"),
 }
 
@@ -216,9 +223,9 @@ def test_kill_9_anywhere_and_the_same_command_finishes_the_same_results(workdir,
     if victim == "group":
         os.killpg(snake.pid, signal.SIGKILL)
     elif victim == "rank 1":
-        os.kill(next(pid for pid in workers(workdir, "pipeline.train") if process_rank(pid) == 1), signal.SIGKILL)
+        os.kill(next(pid for pid in workers(workdir, "pipeline.training.train") if process_rank(pid) == 1), signal.SIGKILL)
     else:
-        os.kill(next(pid for pid, cmd in job_processes(workdir).items() if "-m pipeline.elastic" in cmd),
+        os.kill(next(pid for pid, cmd in job_processes(workdir).items() if "-m pipeline.runtime.elastic" in cmd),
                 signal.SIGKILL)
     killed = time.monotonic()
     snake.wait(timeout=180)  # a dead worker or torchrun: the job fails, and Snakemake stops
@@ -255,7 +262,7 @@ def test_a_dead_worker_is_restarted_by_torchrun_to_the_same_result(workdir, unin
     uninterrupted_seconds = float(benchmark.read_text().splitlines()[1].split("\t")[0])
     snake = start(workdir, f"results/runs/demo/{DDP}/train_summary.json")
     wait_for(lambda: mid_epoch_checkpoint(workdir, DDP), "a mid-epoch checkpoint")
-    os.kill(next(pid for pid in workers(workdir, "pipeline.train") if process_rank(pid) == 1), signal.SIGKILL)
+    os.kill(next(pid for pid in workers(workdir, "pipeline.training.train") if process_rank(pid) == 1), signal.SIGKILL)
     assert snake.wait(timeout=300) == 0  # no rerun needed
     restarted = summary(workdir, DDP)
     assert restarted["restarts"] == 1 and restarted["resumed_at_steps"][0] > 0

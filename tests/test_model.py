@@ -10,8 +10,8 @@ import pytest
 import torch
 from torchvision.models import resnet50
 
-from pipeline.model import build_model
-from pipeline.params import load_resolved
+from pipeline.config.params import load_resolved
+from pipeline.detection.model import build_model
 from pipeline.strategies.base import gradient_bytes
 
 from .conftest import REPO
@@ -111,7 +111,7 @@ def test_threaded_roi_align_backward_is_torchvisions_bit_for_bit(configs, monkey
     gradient must equal torchvision's own single-threaded kernel's exactly."""
     from torchvision.ops import MultiScaleRoIAlign
 
-    from pipeline.roi_align import ThreadedRoIPool
+    from pipeline.detection.roi_align import ThreadedRoIPool
 
     torch.manual_seed(0)
     model = build_model(configs["demo"]["model"], num_classes=6)

@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from pipeline.monitor import Monitor
+from pipeline.training.monitor import Monitor
 
 
 def busy(seconds: float) -> None:

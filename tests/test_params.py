@@ -7,7 +7,9 @@ import json
 import pytest
 import yaml
 
-from pipeline import params, strategies, sweep
+from pipeline import strategies
+from pipeline.config import params
+from pipeline.strategies import sweep
 
 from .conftest import REPO
 

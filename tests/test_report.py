@@ -11,12 +11,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pipeline.config.params import load_resolved
 from pipeline.report import SUMMARY_COLUMNS, build_report, progress_per_epoch
 from pipeline.report.figures import FIGURES as REGISTERED_FIGURES
 from pipeline.report.figures import ReportData, figure
 from pipeline.report.load import load_run, summary_frame
 from pipeline.report.render import provenance_table
-from pipeline.params import load_resolved
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -357,7 +357,8 @@ def test_utilisation_figure_draws_recorded_samples(tmp_path):
 
 def test_predicted_scaling_draws_the_measured_runs_beside_the_predictions(report):
     from pipeline.report.clusters import gpu_compute, prediction_points
-    from pipeline.report.figures import FIGURES as DRAWN, _pyplot
+    from pipeline.report.figures import FIGURES as DRAWN
+    from pipeline.report.figures import _pyplot
     from pipeline.report.load import scaling_frame
 
     out, summary = report

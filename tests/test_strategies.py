@@ -24,13 +24,13 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from pipeline import strategies
-from pipeline.dataset import CocoDetection
+from pipeline.config.params import canonical
+from pipeline.data.dataset import CocoDetection
 from pipeline.equivalence import measure
 from pipeline.launch import command
-from pipeline.params import canonical
-from pipeline.precision import Precision
-from pipeline.sweep import run_id, runs
 from pipeline.strategies.dp import gather_outputs, scatter_by_sample
+from pipeline.strategies.sweep import run_id, runs
+from pipeline.training.precision import Precision
 
 from .conftest import REPO, small_config
 
@@ -177,7 +177,7 @@ def test_dp_scatter_splits_samples_not_tensors():
 @pytest.mark.skipif(torch.cuda.device_count() < 2,
                     reason=f"DataParallel needs 2 GPUs; this machine has {torch.cuda.device_count()}")
 def test_dp_trains_faster_rcnn_on_gpus(small_dataset, tmp_path):
-    from pipeline.train import train
+    from pipeline.training.train import train
 
     cfg = small_config(small_dataset, epochs=1)
     run = {"strategy": "dp", "workers": 2, "images_per_worker": 2}
@@ -188,7 +188,7 @@ def test_dp_trains_faster_rcnn_on_gpus(small_dataset, tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the reasons given on CPU-only machines")
 def test_unavailable_runs_say_why(monkeypatch):
-    monkeypatch.setattr("pipeline.distributed.available_cores", lambda: 4)
+    monkeypatch.setattr("pipeline.runtime.distributed.available_cores", lambda: 4)
 
     def why(run, parallel=PARALLEL):
         return strategies.get(dict(run, images_per_worker=2), parallel).unavailable()

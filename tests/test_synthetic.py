@@ -9,9 +9,9 @@ import json
 import pytest
 from pycocotools.coco import COCO
 
-from pipeline import prepare, synthetic
-from pipeline.dataset import SPLIT_DIRS, annotation_path
-from pipeline.files import ForeignDirectoryError
+from pipeline.data import prepare, synthetic
+from pipeline.data.dataset import SPLIT_DIRS, annotation_path
+from pipeline.runtime.files import ForeignDirectoryError
 
 from .conftest import SMALL_DATA
 from .test_coco_fetch import snapshot

@@ -1,4 +1,4 @@
-"""The iteration clock (pipeline/timing.py): each record is finished one iteration later, with
+"""The iteration clock (pipeline/training/timing.py): each record is finished one iteration later, with
 its losses and its phase seconds, on a CPU (clock readings) and on a GPU (CUDA events)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from pipeline.timing import IterationClock, Pending
+from pipeline.training.timing import IterationClock, Pending
 
 DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="CUDA events need a GPU; CPU marks are tested beside"))]

@@ -11,11 +11,11 @@ import time
 import pytest
 import torch
 
-from pipeline.params import canonical
-from pipeline.sweep import runs
-from pipeline import stages
-from pipeline.checkpoint import fingerprint
-from pipeline.train import learning_rate, train
+from pipeline.config import stages
+from pipeline.config.params import canonical
+from pipeline.strategies.sweep import runs
+from pipeline.training.checkpoint import fingerprint
+from pipeline.training.train import learning_rate, train
 
 from .conftest import REPO, small_config
 
@@ -91,7 +91,7 @@ def test_killed_run_resumes_mid_epoch_to_the_uninterrupted_result(small_dataset,
     assert whole["checkpoints"]["count"] == 4 + 4  # every epoch's end, and steps 4, 8, 16, 20
 
     out = tmp_path / "killed"
-    command = [sys.executable, "-m", "pipeline.train", "--config", canonical(cfg),
+    command = [sys.executable, "-m", "pipeline.training.train", "--config", canonical(cfg),
                "--entry", canonical(run), "--out", str(out)]
     process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.DEVNULL)
     checkpoint = out / "state" / "checkpoint.pt"
@@ -137,15 +137,15 @@ def test_checkpoint_identity_covers_parallel_and_code(small_dataset):
     other_parallel["parallel"]["powersgd_rank"] += 1
     assert fingerprint(other_parallel, run) != fingerprint(cfg, run)
     code = stages.code_files("train")
-    assert "pipeline/train.py" in code and "pipeline/strategies/ddp.py" in code
-    assert "pipeline/params.py" in code and "pipeline/evaluate.py" not in code
+    assert "pipeline/training/train.py" in code and "pipeline/strategies/ddp.py" in code
+    assert "pipeline/config/params.py" in code and "pipeline/detection/evaluate.py" not in code
 
 
 def test_diverging_loss_stops_with_a_clear_error(small_dataset, tmp_path):
     cfg = small_config(small_dataset, epochs=2, base_lr=1e6, warmup_iters=0)
     cfg["train"]["checkpoint_every"] = 1  # a loss is checked before the weights after it are saved
     out = tmp_path / "run"
-    result = subprocess.run([sys.executable, "-m", "pipeline.train", "--config", canonical(cfg),
+    result = subprocess.run([sys.executable, "-m", "pipeline.training.train", "--config", canonical(cfg),
                              "--entry", canonical(single_run(cfg)), "--out", str(out)],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
@@ -198,7 +198,7 @@ def test_synthetic_data_mode_trains_without_the_loader(small_dataset, tmp_path):
 def test_fp16_overflow_is_a_skipped_step_not_an_error():
     """fp16's loss scaler: an overflowed step leaves the weights as they were, lowers the scale
     and is counted; the next step goes on."""
-    from pipeline.precision import Precision
+    from pipeline.training.precision import Precision
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 1)
@@ -218,8 +218,8 @@ def test_fp16_overflow_is_a_skipped_step_not_an_error():
 
 
 def test_precision_names_the_run_and_fp16_is_refused_for_ps(small_dataset):
-    from pipeline.params import ParamsError
-    from pipeline.sweep import fill, run_id
+    from pipeline.config.params import ParamsError
+    from pipeline.strategies.sweep import fill, run_id
 
     cfg = small_config(small_dataset)
     assert run_id(fill({"strategy": "ddp", "workers": 2, "precision": "bf16"}, cfg)) == "ddp-w2-b4-amp-bf16-s0"
@@ -229,8 +229,8 @@ def test_precision_names_the_run_and_fp16_is_refused_for_ps(small_dataset):
 
 
 def test_loader_workers_auto_follow_the_cores_per_process(monkeypatch):
-    from pipeline import distributed
-    from pipeline.train import loader_workers
+    from pipeline.runtime import distributed
+    from pipeline.training.train import loader_workers
 
     monkeypatch.setattr(distributed, "available_cores", lambda: 16)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
@@ -241,7 +241,7 @@ def test_loader_workers_auto_follow_the_cores_per_process(monkeypatch):
 
 
 def test_warmup_auto_is_the_reference_trainers():
-    from pipeline.train import warmup_iterations
+    from pipeline.training.train import warmup_iterations
 
     assert warmup_iterations({"warmup_iters": "auto"}, 31) == 30      # the demo: 31 steps an epoch
     assert warmup_iterations({"warmup_iters": "auto"}, 7329) == 1000  # COCO at 16 images a step

@@ -19,10 +19,10 @@ import pytest
 import torch
 import yaml
 
-import pipeline.paper
-from pipeline.distributed import available_cores
+import pipeline.report.paper
 from pipeline.report.figures import FIGURES
 from pipeline.report.findings import MACRO_COLUMNS, parse_numbers
+from pipeline.runtime.distributed import available_cores
 
 from .conftest import REPO, SMALL_DATA
 
@@ -48,7 +48,7 @@ def tiny_params(raw: dict) -> dict:
 
 
 RUNS = 6  # in the module's workdir: single, ddp x2 seeds, ps, dp, ddp on in-memory data
-PAPER_JOB = {} if pipeline.paper.missing_tools() else {"paper": 1}  # with a LaTeX toolchain
+PAPER_JOB = {} if pipeline.report.paper.missing_tools() else {"paper": 1}  # with a LaTeX toolchain
 
 
 def edit_params(workdir: Path, change) -> None:
@@ -398,7 +398,7 @@ def test_dvc_stage_generates_the_embedded_dataset(workdir):
 
 def test_without_latex_the_workflow_says_so_and_still_plans_the_report(tmp_path, monkeypatch):
     """No latexmk on PATH: the paper is left out with the reason and the remedy, the rest runs."""
-    hidden = set(pipeline.paper.TOOLS)
+    hidden = set(pipeline.report.paper.TOOLS)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for directory in os.environ["PATH"].split(os.pathsep):
@@ -418,5 +418,5 @@ def test_without_latex_the_workflow_says_so_and_still_plans_the_report(tmp_path,
     # The stage itself, asked for the paper anyway, says the same and writes nothing.
     monkeypatch.setenv("PATH", str(bin_dir))
     with pytest.raises(SystemExit, match="latexmk, pdflatex, bibtex not found.*report.html"):
-        pipeline.paper.build(REPO / "paper" / "paper.tex", tmp_path / "paper.pdf")
+        pipeline.report.paper.build(REPO / "paper" / "paper.tex", tmp_path / "paper.pdf")
     assert not (tmp_path / "paper.pdf").exists()

@@ -16,7 +16,7 @@ Writes:
   OUT_DIR/report.md              what was run, the tables, definitions, figures, provenance
   OUT_DIR/report.html            the same, self-contained (figures embedded as base64 PNG)
 The .tex tables are booktabs tabular fragments for paper/paper.tex to \\input.
-Every file is written atomically (pipeline/files.py), so a crash never leaves half a report.
+Every file is written atomically (pipeline/runtime/files.py), so a crash never leaves half a report.
 
 No module imports matplotlib or seaborn until a figure is drawn, so importing pipeline.report.load
 (benchmarks) or pipeline.report.figures (the Snakefile) stays light.

@@ -6,39 +6,39 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 
+from ..config import cli
 from .build import build_report
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline.report",
-        description="Summary table, paper tables, figures and reports of all runs (see the "
-                    "docstring of pipeline/report/__init__.py).")
-    parser.add_argument("--report-config", required=True, help="the report section as JSON")
-    parser.add_argument("--preset", required=True)
-    parser.add_argument("--summary", required=True, help="CSV with one row per run")
-    parser.add_argument("--out-dir", required=True)
-    parser.add_argument("--equivalence", help="results/equivalence.json (pipeline.equivalence)")
-    parser.add_argument("--commbench", action="append", default=[], metavar="FILE",
-                        help="a commbench stage's file (the cost model's links); once per file")
-    parser.add_argument("--compute-run", action="append", default=[], metavar="DIR",
-                        help="a run directory of report.predict's compute preset, where that is "
-                             "another preset (its single-GPU time feeds the predicted scaling)")
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    args = parser.parse_args(argv)
-    try:
-        report_cfg = json.loads(args.report_config)
-    except json.JSONDecodeError as err:
-        raise SystemExit(f"error: --report-config is not valid JSON ({err.msg}); pass the report "
-                         "section of params.yaml as JSON") from None
-    try:
+    def arguments(parser):
+        parser.add_argument("--report-config", required=True, help="the report section as JSON")
+        parser.add_argument("--preset", required=True)
+        parser.add_argument("--summary", required=True, help="CSV with one row per run")
+        parser.add_argument("--out-dir", required=True)
+        parser.add_argument("--equivalence", help="results/equivalence.json (pipeline.equivalence)")
+        parser.add_argument("--commbench", action="append", default=[], metavar="FILE",
+                            help="a commbench stage's file (the cost model's links); once per file")
+        parser.add_argument("--compute-run", action="append", default=[], metavar="DIR",
+                            help="a run directory of report.predict's compute preset, where that "
+                                 "is another preset (its single-GPU time feeds the predicted scaling)")
+        parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+
+    def body(args):
+        try:
+            report_cfg = json.loads(args.report_config)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--report-config is not valid JSON ({err.msg}); pass the report "
+                             "section of params.yaml as JSON") from None
         build_report(args.run_dirs, report_cfg, args.preset, args.summary, args.out_dir,
                      args.equivalence, args.commbench, args.compute_run)
-    except (FileNotFoundError, ValueError) as err:
-        raise SystemExit(f"error: {err}") from None
+
+    cli.run_stage("Summary table, paper tables, figures and reports of all runs (see the docstring "
+                  "of pipeline/report/__init__.py).", body, arguments=arguments,
+                  errors=(FileNotFoundError, ValueError), follows_parent=False,
+                  prog="python -m pipeline.report", argv=argv)
 
 
 if __name__ == "__main__":

@@ -5,18 +5,34 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..files import atomic_path, read_json, write_text
+from ..runtime.files import atomic_path, read_json, write_text
 from . import clusters
 from . import prediction as cost_model
 from .figures import FIGURES, ReportData, write_figures
 from .findings import numbers_tex
 from .load import dataset_of, load_run, scaling_frame, summary_frame, traffic_frame
 from .noise import comparisons
-from .render import (TORCHVISION_BOX_AP, equivalence_section, render_html, render_markdown,
-                     report_sections)
-from .tables import (AP_DECIMALS, AP_TABLE, DATA_MODE_DECIMALS, SCALING_DECIMALS, TIME_DECIMALS,
-                     TIME_TABLE, TIME_TO_ACCURACY_DECIMALS, _tex_escape, comparison_table,
-                     data_mode_table, time_to_accuracy_table, write_table)
+from .render import (
+    TORCHVISION_BOX_AP,
+    equivalence_section,
+    render_html,
+    render_markdown,
+    report_sections,
+)
+from .tables import (
+    AP_DECIMALS,
+    AP_TABLE,
+    DATA_MODE_DECIMALS,
+    SCALING_DECIMALS,
+    TIME_DECIMALS,
+    TIME_TABLE,
+    TIME_TO_ACCURACY_DECIMALS,
+    _tex_escape,
+    comparison_table,
+    data_mode_table,
+    time_to_accuracy_table,
+    write_table,
+)
 
 # What the report stage writes into its directory besides the figures (the Snakefile declares
 # them): each table as .md, .csv and .tex, and these files.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..costmodel import Iteration, Link, Network
+from ..costmodel.network import Iteration, Link, Network
 from .prediction import BACKWARD_SHARE, single_inputs
 
 COLUMNS = ["cluster", "model", "gpus", "nodes", "predicted_images_per_second",

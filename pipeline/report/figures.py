@@ -16,7 +16,7 @@ from typing import Callable
 
 import pandas as pd
 
-from ..files import atomic_path
+from ..runtime.files import atomic_path
 from .load import AP_COLUMNS, TIME_SPLIT, baseline_mask, strategy_label
 
 

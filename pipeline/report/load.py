@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..files import read_json
+from ..runtime.files import read_json
 
 SUMMARY_COLUMNS = [
     "run_id", "entry", "seed", "data_mode", "preset", "strategy", "variant", "workers",

@@ -15,7 +15,7 @@ from statistics import fmean
 
 import pandas as pd
 
-from ..costmodel import Iteration, Link, Network
+from ..costmodel.network import Iteration, Link, Network
 from .load import is_baseline
 
 BOUND = 0.20  # |predicted / measured - 1| above this is a miss

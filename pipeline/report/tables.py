@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..files import atomic_path, write_text
+from ..runtime.files import atomic_path, write_text
 from .load import AP_COLUMNS, _number, strategy_label
 from .noise import Spread
 

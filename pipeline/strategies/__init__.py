@@ -6,7 +6,7 @@
     ps.py        parameter server over point-to-point messages, co-located or dedicated
     torchrun.py  what ddp and ps share: torchrun, the process group, the machine checks
 
-The training loop in pipeline/train.py is the same for all of them. A new strategy is a module
+The training loop in pipeline/training/train.py is the same for all of them. A new strategy is a module
 here and one entry in REGISTERED below; nothing else in the pipeline names strategies.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The contract between the training loop and a strategy.
 
 A strategy is built for one run: `Strategy(run, parallel)`, where `run` is a filled sweep entry
-(pipeline/sweep.py) and `parallel` the preset's parallel section. Everything about it lives on
+(pipeline/strategies/sweep.py) and `parallel` the preset's parallel section. Everything about it lives on
 its class: its sweep options (with defaults and schema), the part of its run id that tells its
 runs apart (`variant`), its display label, how many processes it starts and with which launcher,
 for training and for evaluation, how it wraps the model and synchronises gradients, what it
@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from ..costmodel import Flow, Link, Network
-from ..distributed import available_cores, default_device
+from ..costmodel.network import Flow, Link, Network
+from ..runtime.distributed import available_cores, default_device
 
 
 @dataclass(frozen=True)
@@ -128,11 +128,11 @@ class Strategy:
 
     # ---- how processes start -----------------------------------------------------------
     def launcher(self, python: str) -> list[str]:
-        """Command prefix that starts the processes of `-m pipeline.train ...`."""
+        """Command prefix that starts the processes of `-m pipeline.training.train ...`."""
         return [python]
 
     def evaluation_launcher(self, python: str) -> list[str]:
-        """Command prefix that starts the processes of `-m pipeline.evaluate ...`."""
+        """Command prefix that starts the processes of `-m pipeline.detection.evaluate ...`."""
         return [python]
 
     def start(self, threads: int) -> Context:
@@ -160,7 +160,7 @@ class Strategy:
         """Bytes per iteration this process should send and receive, by the algorithm's analysis."""
         return {"sent": 0.0, "received": 0.0}
 
-    # ---- the cost model (its shared half is pipeline/costmodel.py) --------------------------------
+    # ---- the cost model (its shared half is pipeline/costmodel/network.py) --------------------------------
     @classmethod
     def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]] | None:
         """The messages of one iteration by the algorithm's analysis, for M = grad_bytes, phase
@@ -187,7 +187,7 @@ class Strategy:
         return math.nan if phases is None else sum(network.seconds(phase) for phase in phases)
 
     def gpus_in_use(self, ctx: Context) -> list[int]:
-        """The GPU indices this process computes on (sampled by pipeline/monitor.py)."""
+        """The GPU indices this process computes on (sampled by pipeline/training/monitor.py)."""
         return [ctx.device.index or 0] if ctx.device.type == "cuda" else []
 
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:

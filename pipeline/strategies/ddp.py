@@ -16,8 +16,8 @@ import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from .. import compat
-from ..costmodel import Flow, Network
+from ..costmodel.network import Flow, Network
+from ..runtime import compat
 from .base import Context, Option, Traffic
 from .torchrun import TorchrunStrategy
 

@@ -17,7 +17,7 @@ import math
 import torch
 from torch import nn
 
-from ..costmodel import Flow, Network
+from ..costmodel.network import Flow, Network
 from .base import Context, Strategy, Traffic, gradient_bytes
 
 

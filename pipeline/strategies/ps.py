@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from .. import distributed
-from ..costmodel import Flow
+from ..costmodel.network import Flow
+from ..runtime import distributed
 from .base import Context, Option
 from .torchrun import TorchrunStrategy
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import distributed
+from ..runtime import distributed
 from .base import Context, Strategy
 
 
@@ -74,9 +74,9 @@ class TorchrunStrategy(Strategy):
 
 
 def torchrun(python: str, per_node: int, parallel: dict, job_id: str) -> list[str]:
-    """The standard launcher: one torchrun per node (pipeline/elastic.py: torchrun, naming the
+    """The standard launcher: one torchrun per node (pipeline/runtime/elastic.py: torchrun, naming the
     process that died), c10d rendezvous at parallel.rdzv_endpoint, elastic restarts."""
-    command = [python, "-m", "pipeline.elastic", f"--nproc-per-node={per_node}",
+    command = [python, "-m", "pipeline.runtime.elastic", f"--nproc-per-node={per_node}",
                f"--nnodes={parallel['nnodes']}", f"--max-restarts={parallel['max_restarts']}"]
     if parallel["nnodes"] == 1:
         return command + ["--standalone"]

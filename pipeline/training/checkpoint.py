@@ -2,7 +2,7 @@
 resumed only by the identical unfinished run, to the same result bit for bit on CPU.
 
 The fingerprint covers every config section the training stage reads, the sweep entry, and the
-bytes of every source file the stage executes (pipeline/stages.py, the same list the Snakefile
+bytes of every source file the stage executes (pipeline/config/stages.py, the same list the Snakefile
 declares as the rule's code inputs), so a checkpoint of other settings or other code is never
 resumed: it is stale, and the run starts over. A checkpoint holds the weights, the optimizer,
 the position (epoch, batches done in it, iterations), every rank's random number generators
@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from . import distributed, stages
-from .files import atomic_path, save_torch
-from .params import canonical
+from ..config import stages
+from ..config.params import canonical
+from ..runtime import distributed
+from ..runtime.files import atomic_path, save_torch
 
 if TYPE_CHECKING:  # the loop's state; train.py imports this module, not the reverse
     from .train import Job

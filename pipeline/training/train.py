@@ -1,23 +1,22 @@
 """The one training loop, shared by every strategy (pipeline/strategies/).
 
-    python -m pipeline.train --config '<preset JSON>' --entry '<sweep entry JSON>' --out DIR
+    python -m pipeline.training.train --config '<preset JSON>' --entry '<sweep entry JSON>' --out DIR
 
 Writes, in DIR:
   iterations.jsonl    one record per iteration: step, epoch, losses, lr, images, seconds split
                       into data wait, forward+backward, and the strategy's step
   model_final.pt      the trained weights
-  utilisation.jsonl   every process's CPU, memory and GPU use over time (pipeline/monitor.py)
+  utilisation.jsonl   every process's CPU, memory and GPU use over time (pipeline/training/monitor.py)
   train_summary.json  status, throughput, time per iteration, provenance (written last), and
                       `evaluations`: AP on the validation split every eval.every_epochs against
                       training seconds (which exclude the evaluations) and iterations
 and, while it runs, DIR/state/ (checkpoint.pt every train.checkpoint_every iterations and after
 every epoch, the live iterations log), so that a rerun of the identical run (same settings, same
 code) resumes where the last checkpoint was taken, mid-epoch if need be, to the result an
-uninterrupted run gets; a finished run removes it (pipeline/checkpoint.py).
+uninterrupted run gets; a finished run removes it (pipeline/training/checkpoint.py).
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import logging
@@ -32,17 +31,28 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import distributed, lifetime, provenance, scoring, stages, strategies, sweep
+from .. import strategies
+from ..config import cli, stages
+from ..config.params import scaled_lr
+from ..data.dataset import CocoDetection, DatasetError, InMemory, collate
+from ..data.sampler import ShardedBatchSampler, aspect_ratio_groups
+from ..detection import scoring
+from ..detection.model import build_model
+from ..runtime import distributed, provenance
+from ..runtime.files import (
+    OutputError,
+    atomic_path,
+    output_error,
+    save_torch,
+    write_json,
+    write_text,
+)
+from ..strategies import sweep
+from ..strategies.base import gradient_bytes
 from .checkpoint import CheckpointError, fingerprint, forget_state, restore, save_checkpoint
-from .dataset import CocoDetection, DatasetError, InMemory, collate
-from .files import OutputError, atomic_path, output_error, save_torch, write_json, write_text
-from .model import build_model
 from .monitor import Monitor
-from .params import scaled_lr
 from .precision import Precision
-from .sampler import ShardedBatchSampler, aspect_ratio_groups
 from .timing import IterationClock, Pending
-from .strategies.base import gradient_bytes
 
 log = logging.getLogger("train")
 LOSS_TERMS = ("loss_classifier", "loss_box_reg", "loss_objectness", "loss_rpn_box_reg")
@@ -112,7 +122,7 @@ def to_device(images, targets, device):
 
 def forward_backward(model, optimizer, images, targets, precision: Precision) -> dict:
     """The losses (their sum as `loss`, then each term), still on the device: reading them
-    here would make the host wait for the device (see pipeline/timing.py)."""
+    here would make the host wait for the device (see pipeline/training/timing.py)."""
     with precision.autocast():
         loss_dict = model(images, targets)
         loss = sum(loss_dict.values())
@@ -416,7 +426,7 @@ def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
     records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     steady = records[WARMUP_ITERATIONS_EXCLUDED:] or records
     times = np.array([r["time_iter"] for r in steady])
-    # train.time_split: false leaves only the data wait (pipeline/timing.py)
+    # train.time_split: false leaves only the data wait (pipeline/training/timing.py)
     split = {k: float(np.mean([r[f"time_{k}"] for r in steady]))
              for k in ("data", "compute", "communication", "optimizer") if f"time_{k}" in steady[0]}
     epochs = sorted({r["epoch"] for r in records})
@@ -449,30 +459,26 @@ def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Train one sweep entry (see module docstring).")
-    stages.add_config_arguments(parser)
-    parser.add_argument("--entry", required=True,
-                        help="the sweep entry as JSON (not --run: torchrun takes that for its --run-path)")
-    parser.add_argument("--out", required=True, help="run directory")
-    parser.add_argument("--max-steps", type=int, help="stop after this many iterations")
-    args = parser.parse_args(argv)
-    lifetime.die_with_parent()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        train(stages.parsed_config(args, "train"), json.loads(args.entry), args.out, args.max_steps)
-    except (TrainingError, CheckpointError, DatasetError, OutputError) as err:
-        raise SystemExit(f"error: {err}") from None
-    except OSError as err:  # no space or no permission where no atomic write was under way
+def explain_failure(err: BaseException, args) -> str | None:
+    """An OSError where no atomic write was under way (no space, no permission), or a peer
+    process that died: one line naming it; anything else raises."""
+    if isinstance(err, OSError):
         explained = output_error(Path(err.filename or args.out), err)
-        if explained is err:
-            raise
-        raise SystemExit(f"error: {explained}") from None
-    except Exception as err:
-        lost = distributed.lost_peers(err)
-        if lost is None:
-            raise
-        raise SystemExit(f"error: {lost}") from err
+        return None if explained is err else str(explained)
+    return distributed.lost_peers(err)
+
+
+def main(argv: list[str] | None = None) -> None:
+    def arguments(parser):
+        parser.add_argument("--entry", required=True,
+                            help="the sweep entry as JSON (not --run: torchrun takes that for its --run-path)")
+        parser.add_argument("--out", required=True, help="run directory")
+        parser.add_argument("--max-steps", type=int, help="stop after this many iterations")
+
+    cli.run_stage("Train one sweep entry (see module docstring).",
+                  lambda args: train(args.cfg, json.loads(args.entry), args.out, args.max_steps),
+                  arguments=arguments, stage="train", explain=explain_failure, argv=argv,
+                  errors=(TrainingError, CheckpointError, DatasetError, OutputError))
 
 
 if __name__ == "__main__":

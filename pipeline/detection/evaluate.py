@@ -1,6 +1,6 @@
 """COCO bbox evaluation of a trained run with pycocotools.
 
-    python -m pipeline.evaluate --config '<preset JSON>' --run-dir DIR
+    python -m pipeline.detection.evaluate --config '<preset JSON>' --run-dir DIR
 
 Reads DIR/model_final.pt, predicts on the validation split, and writes
   DIR/predictions.json   detections in the COCO results format
@@ -8,19 +8,19 @@ Reads DIR/model_final.pt, predicts on the validation split, and writes
 """
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import time
 from pathlib import Path
 
 import torch
 
-from . import distributed, lifetime, provenance, stages
-from .dataset import CocoDetection, annotation_path
-from .files import read_json, write_json
+from ..config import cli, stages
+from ..data.dataset import CocoDetection, annotation_path
+from ..runtime import distributed, provenance
+from ..runtime.files import read_json, write_json
 from .model import build_model
 from .scoring import METRICS, coco_metrics, not_evaluated, predict
+
 
 def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
     """Predict and score. Under torchrun (a ddp run) every rank predicts its share of the
@@ -63,23 +63,21 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="COCO bbox evaluation of one trained run.")
-    stages.add_config_arguments(parser)
-    parser.add_argument("--run-dir", required=True)
-    args = parser.parse_args(argv)
-    lifetime.die_with_parent()  # a worker of torchrun (or the launcher itself): go with it
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    summary = read_json(Path(args.run_dir) / "train_summary.json")
-    why_not = not_evaluated(summary)
-    if why_not:  # a skipped run has no model, a synthetic one learnt noise; metrics say why
-        write_json(Path(args.run_dir) / "predictions.json", [])
-        write_json(Path(args.run_dir) / "metrics.json",
-                   {"run_id": Path(args.run_dir).name, "status": why_not[0],
-                    "reason": why_not[1], **{name: None for name in METRICS}})
-        return
-    record = evaluate(stages.parsed_config(args, "evaluate"), args.run_dir)
-    if record is not None:
-        print(json.dumps({k: round(record[k], 4) for k in METRICS}))
+    def body(args):
+        summary = read_json(Path(args.run_dir) / "train_summary.json")
+        why_not = not_evaluated(summary)
+        if why_not:  # a skipped run has no model, a synthetic one learnt noise; metrics say why
+            write_json(Path(args.run_dir) / "predictions.json", [])
+            write_json(Path(args.run_dir) / "metrics.json",
+                       {"run_id": Path(args.run_dir).name, "status": why_not[0],
+                        "reason": why_not[1], **{name: None for name in METRICS}})
+            return
+        record = evaluate(args.cfg, args.run_dir)
+        if record is not None:
+            print(json.dumps({k: round(record[k], 4) for k in METRICS}))
+
+    cli.run_stage("COCO bbox evaluation of one trained run.", body, stage="evaluate", argv=argv,
+                  arguments=lambda parser: parser.add_argument("--run-dir", required=True))
 
 
 if __name__ == "__main__":

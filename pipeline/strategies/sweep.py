@@ -4,7 +4,7 @@ An entry names a strategy and its `workers` (the sweep's count of workers: devic
 that train on a shard of the batch); a job may start more processes than workers (a dedicated
 parameter server adds one). `images_per_worker` defaults to train.images_per_worker, `data_mode`
 to data.mode (real: the loader decodes and augments; synthetic: in-memory tensors, no loader),
-`precision` to train.precision (fp32, or bf16 / fp16 autocast: pipeline/precision.py),
+`precision` to train.precision (fp32, or bf16 / fp16 autocast: pipeline/training/precision.py),
 `repeats` to 1, and each strategy's own options (pipeline/strategies/) default to what the
 strategy declares.
 
@@ -19,8 +19,8 @@ import warnings
 
 import jsonschema
 
-from . import strategies
-from .params import ParamsError, remedy
+from .. import strategies
+from ..config.params import ParamsError, remedy
 
 COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "precision", "repeats")
 DATA_MODES = ("real", "synthetic")

@@ -10,18 +10,18 @@ strokes; objects small, medium and large in COCO's sense (area < 32², < 96², l
 with limited overlap. Every image draws from its own seed (seed, split, index), so the bytes
 depend only on the settings, never on the run. A few images carry no objects, as in COCO.
 
-    python -m pipeline.synthetic --root data/synthetic --config '{"seed": 2017, ...}'
+    python -m pipeline.data.synthetic --root data/synthetic --config '{"seed": 2017, ...}'
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .files import ForeignDirectoryError, replacing_dir, write_json
+from ..config import cli
+from ..runtime.files import ForeignDirectoryError, replacing_dir, write_json
 
 CATEGORIES = ["circle", "square", "triangle", "cross", "ring"]
 SPLITS = {"train2017": 0, "val2017": 1}
@@ -133,7 +133,7 @@ def render_image(seed: int, split_index: int, index: int, size: int, max_objects
 def generate(root: str | Path, settings: dict) -> dict:
     """Write the dataset to `root` (replacing it whole, atomically) and return counts per split.
     `root` must be absent or a dataset written here before: anything else is refused, untouched."""
-    with replacing_dir(root, {"made_by": "pipeline.synthetic", "settings": settings},
+    with replacing_dir(root, {"made_by": "pipeline.data.synthetic", "settings": settings},
                        remedy=FOREIGN_ROOT_REMEDY) as staging:
         (staging / "annotations").mkdir()
         sizes = {"train2017": settings["train_images"], "val2017": settings["val_images"]}
@@ -162,7 +162,7 @@ def _write_split(root: Path, split: str, n_images: int, settings: dict) -> dict:
                 "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]],
             })
     document = {
-        "info": {"description": "Synthetic shapes in COCO 2017 layout (pipeline.synthetic)",
+        "info": {"description": "Synthetic shapes in COCO 2017 layout (pipeline.data.synthetic)",
                  "version": "1.0", "year": 2017, "contributor": "frcnn-dp-bench",
                  "date_created": "2017-01-01", "generator_settings": settings},
         "licenses": [{"id": 0, "name": "CC0", "url": ""}],
@@ -175,15 +175,16 @@ def _write_split(root: Path, split: str, n_images: int, settings: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", required=True, help="dataset directory to (re)create")
-    parser.add_argument("--config", required=True, help="data.synthetic settings as JSON")
-    args = parser.parse_args(argv)
-    try:
+    def arguments(parser):
+        parser.add_argument("--root", required=True, help="dataset directory to (re)create")
+        parser.add_argument("--config", required=True, help="data.synthetic settings as JSON")
+
+    def body(args):
         counts = generate(args.root, json.loads(args.config))
-    except ForeignDirectoryError as err:
-        raise SystemExit(f"error: {err}") from None
-    print(f"wrote synthetic dataset to {args.root}: {json.dumps(counts)}")
+        print(f"wrote synthetic dataset to {args.root}: {json.dumps(counts)}")
+
+    cli.run_stage(__doc__.split("\n\n")[0], body, arguments=arguments,
+                  errors=(ForeignDirectoryError,), follows_parent=False, argv=argv)
 
 
 if __name__ == "__main__":

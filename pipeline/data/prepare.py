@@ -1,7 +1,7 @@
 """The data stage: make the configured dataset available, validate it, write its manifest.
 
-    python -m pipeline.prepare --config '<data section JSON>' --manifest data/NAME.manifest.json
-    python -m pipeline.prepare --params params.yaml --preset demo --manifest ...   (dvc.yaml)
+    python -m pipeline.data.prepare --config '<data section JSON>' --manifest data/NAME.manifest.json
+    python -m pipeline.data.prepare --params params.yaml --preset demo --manifest ...   (dvc.yaml)
 
 The synthetic dataset is generated (deterministically) in place. A dataset with `data.fetch`
 (COCO 2017) is brought by DVC: `dvc pull` from data.fetch.remote when that holds it, otherwise
@@ -14,7 +14,6 @@ what training depends on.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -22,10 +21,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import params, synthetic
+from ..config import cli, params
+from ..runtime.files import ForeignDirectoryError, made_by_pipeline, write_json
+from . import synthetic
 from .dataset import SPLIT_DIRS, DatasetError, annotation_path, build_manifest
-from .files import ForeignDirectoryError, made_by_pipeline, write_json
-
 
 DVC_STAGE = "coco_extract"  # dvc.yaml: its outputs are the prepared COCO 2017 tree
 
@@ -105,23 +104,24 @@ def prepare(data_cfg: dict, manifest_path: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Prepare and validate the configured dataset.")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--config", help="the data section of the preset, as JSON (Snakefile)")
-    source.add_argument("--params", help="a params.yaml to read the data section from (dvc.yaml)")
-    parser.add_argument("--preset", help="with --params: the preset (default: the file's own)")
-    parser.add_argument("--manifest", required=True)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
+    def arguments(parser):
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--config", help="the data section of the preset, as JSON (Snakefile)")
+        source.add_argument("--params", help="a params.yaml to read the data section from (dvc.yaml)")
+        parser.add_argument("--preset", help="with --params: the preset (default: the file's own)")
+        parser.add_argument("--manifest", required=True)
+
+    def body(args):
         if args.params:
             data_cfg = params.load_resolved(args.params, args.preset)["data"]
         else:
             data_cfg = json.loads(args.config)
         manifest = prepare(data_cfg, args.manifest)
-    except (DatasetError, ForeignDirectoryError, params.ParamsError) as err:
-        raise SystemExit(f"error: {err}") from None
-    print(json.dumps(manifest["splits"], indent=1))
+        print(json.dumps(manifest["splits"], indent=1))
+
+    cli.run_stage("Prepare and validate the configured dataset.", body, arguments=arguments,
+                  errors=(DatasetError, ForeignDirectoryError, params.ParamsError),
+                  follows_parent=False, argv=argv)
 
 
 if __name__ == "__main__":

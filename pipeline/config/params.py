@@ -2,7 +2,7 @@
 
 Everything that runs (the Snakefile, the stage CLIs, the tests) goes through `resolve`, so a
 wrong key or value is reported once, before any job starts, naming the key and the remedy.
-The sweep's entries belong to the strategies and are filled and checked by pipeline/sweep.py.
+The sweep's entries belong to the strategies and are filled and checked by pipeline/strategies/sweep.py.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ LIMIT_REMEDIES = {"minimum": "set it to {} or more", "exclusiveMinimum": "set it
                   "maximum": "set it to {} or less", "exclusiveMaximum": "set it below {}",
                   "minItems": "give it at least {} item(s)",
                   "minLength": "give it at least {} character(s)", "const": "set it to {!r}"}
-SCHEMA_HINT = "see the comment beside the key in params.yaml, or pipeline/params.schema.yaml"
+SCHEMA_HINT = "see the comment beside the key in params.yaml, or pipeline/config/params.schema.yaml"
 
 
 def _kinds(error: jsonschema.ValidationError) -> list[str]:

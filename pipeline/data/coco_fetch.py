@@ -1,7 +1,7 @@
 """COCO 2017: download the official archives, verify them, extract them into the loader's layout.
 
-    python -m pipeline.coco_fetch download --params params.yaml --preset coco2017 --out data/archives/coco2017
-    python -m pipeline.coco_fetch extract  --params params.yaml --preset coco2017 \\
+    python -m pipeline.data.coco_fetch download --params params.yaml --preset coco2017 --out data/archives/coco2017
+    python -m pipeline.data.coco_fetch extract  --params params.yaml --preset coco2017 \\
         --archives data/archives/coco2017 --out data/coco2017
 
 dvc.yaml runs these two as stages (so dvc.lock pins the archives' hashes and a DVC remote can
@@ -13,13 +13,12 @@ share the result); the Snakefile's data rule runs DVC. Guarantees:
   * an archive member with an absolute path or '..' is refused before anything is extracted;
   * extraction goes to a hidden staging directory renamed into place when complete, so an
     interrupted extraction never leaves a dataset that looks complete;
-  * it replaces only a tree it extracted itself (marked with pipeline.files.MARKER): a user's
-    directory or symlink at the output path is refused, untouched (pipeline/prepare.py uses
+  * it replaces only a tree it extracted itself (marked with pipeline.runtime.files.MARKER): a user's
+    directory or symlink at the output path is refused, untouched (pipeline/data/prepare.py uses
     such a directory as it is when it holds COCO 2017, before DVC runs).
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
@@ -32,8 +31,9 @@ import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from .files import ForeignDirectoryError, replacing_dir, write_json
-from .params import ParamsError, load_resolved
+from ..config import cli
+from ..config.params import ParamsError, load_resolved
+from ..runtime.files import ForeignDirectoryError, replacing_dir, write_json
 
 log = logging.getLogger("coco_fetch")
 ANNOTATIONS = "annotations"
@@ -154,7 +154,7 @@ def extract(archives: dict[str, Path], out: str | Path, subset: int | None = Non
     absent or a tree this function extracted before; `md5s` (as verified by download) are
     recorded in its marker."""
     out = Path(out)
-    provenance = {"made_by": "pipeline.coco_fetch extract", "subset": subset,
+    provenance = {"made_by": "pipeline.data.coco_fetch extract", "subset": subset,
                   "archives": {key: {"file": path.name, "md5": (md5s or {}).get(key)}
                                for key, path in archives.items()}}
     opened = {key: zipfile.ZipFile(path) for key, path in archives.items()}
@@ -221,17 +221,15 @@ def fetch_config(params_path: str, preset: str | None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Fetch and extract COCO 2017 (see module docstring).")
-    parser.add_argument("action", choices=["download", "extract"])
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--preset", default="coco2017")
-    parser.add_argument("--archives", help="directory of the downloaded archives (extract)")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        data = fetch_config(args.params, args.preset)
-        fetch = data["fetch"]
+    def arguments(parser):
+        parser.add_argument("action", choices=["download", "extract"])
+        parser.add_argument("--params", default="params.yaml")
+        parser.add_argument("--preset", default="coco2017")
+        parser.add_argument("--archives", help="directory of the downloaded archives (extract)")
+        parser.add_argument("--out", required=True)
+
+    def body(args):
+        fetch = fetch_config(args.params, args.preset)["fetch"]
         names = archive_names(fetch)
         if args.action == "download":
             Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -246,8 +244,9 @@ def main(argv: list[str] | None = None) -> None:
             md5s = {name: fetch["archives"][name].get("md5") for name in names}
             counts = extract(archives, args.out, fetch["subset"], md5s)
             print(json.dumps(counts))
-    except (FetchError, ParamsError) as err:
-        raise SystemExit(f"error: {err}") from None
+
+    cli.run_stage("Fetch and extract COCO 2017 (see module docstring).", body, arguments=arguments,
+                  errors=(FetchError, ParamsError), follows_parent=False, argv=argv)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """The machine's communication, measured: point-to-point send/recv and all-reduce timed over
 message sizes from 4 KiB up (64 MiB by default), and latency alpha and seconds per byte beta
-fitted per primitive (pipeline/costmodel.py), with the fit's residuals. The cost model takes
+fitted per primitive (pipeline/costmodel/network.py), with the fit's residuals. The cost model takes
 its links from here instead of assuming a network.
 
-    python -m pipeline.elastic --nproc-per-node N -m pipeline.commbench --config '<stage JSON>' --out FILE
+    python -m pipeline.runtime.elastic --nproc-per-node N -m pipeline.costmodel.commbench --config '<stage JSON>' --out FILE
 
 The sizes and repeats are the config's `commbench` section (params.yaml).
 
@@ -13,7 +13,6 @@ untimed warm-ups (the first use of a connection or a buffer is slower).
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import statistics
 import time
@@ -22,9 +21,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import distributed, lifetime, provenance, stages
-from .costmodel import fit
-from .files import write_json
+from ..config import cli
+from ..runtime import distributed, provenance
+from ..runtime.files import write_json
+from .network import fit
 
 log = logging.getLogger("commbench")
 
@@ -100,25 +100,25 @@ def measure(device: torch.device, rank: int, processes: int, message_sizes: list
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    stages.add_config_arguments(parser)  # its parallel and commbench sections, and the knobs
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    lifetime.die_with_parent()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    cfg = stages.parsed_config(args, "commbench")
-    settings = cfg["commbench"]
-    member = distributed.init_process_group(cfg["parallel"], threads=0)
-    message_sizes = sizes(settings["min_bytes"], settings["max_bytes"])
-    results = measure(member.device, member.rank, member.processes, message_sizes, settings["repeats"])
-    if member.rank == 0:
-        write_json(Path(args.out), {
-            "backend": member.backend, "processes": member.processes, "repeats": settings["repeats"],
-            "primitives": results,
-            "provenance": provenance.collect(cfg, processes=member.processes,
-                                             backend=member.backend, device=str(member.device),
-                                             threads=member.threads)})
-    distributed.destroy_process_group()
+    def body(args):
+        cfg = args.cfg
+        settings = cfg["commbench"]
+        member = distributed.init_process_group(cfg["parallel"], threads=0)
+        message_sizes = sizes(settings["min_bytes"], settings["max_bytes"])
+        results = measure(member.device, member.rank, member.processes, message_sizes,
+                          settings["repeats"])
+        if member.rank == 0:
+            write_json(Path(args.out), {
+                "backend": member.backend, "processes": member.processes,
+                "repeats": settings["repeats"], "primitives": results,
+                "provenance": provenance.collect(cfg, processes=member.processes,
+                                                 backend=member.backend, device=str(member.device),
+                                                 threads=member.threads)})
+        distributed.destroy_process_group()
+
+    # its parallel and commbench sections, and the knobs
+    cli.run_stage(__doc__.split("\n\n")[0], body, stage="commbench", argv=argv,
+                  arguments=lambda parser: parser.add_argument("--out", required=True))
 
 
 if __name__ == "__main__":

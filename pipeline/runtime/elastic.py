@@ -1,6 +1,6 @@
 """torchrun, saying which process died and what to do about it.
 
-    python -m pipeline.elastic <torchrun's arguments>
+    python -m pipeline.runtime.elastic <torchrun's arguments>
 
 This is torchrun itself: torch.distributed.run's own argument parser and elastic agent, run in
 this process (it watches the workers, restarts them parallel.max_restarts times, tears the

@@ -10,7 +10,7 @@ Anything else wrong is an error naming the file and what to do: a missing, empty
 mislabelled (PNG named .jpg) image, malformed or non-COCO JSON, duplicate ids, dangling
 references, a box no recipe can mean (negative size, NaN or infinite), an empty split.
 
-`build_manifest` validates both splits; the data stage (pipeline/prepare.py) writes it.
+`build_manifest` validates both splits; the data stage (pipeline/data/prepare.py) writes it.
 """
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torchvision import tv_tensors
 from torchvision.transforms import v2
-
 
 log = logging.getLogger(__name__)
 MIRROR = v2.RandomHorizontalFlip(p=1.0)  # the image and its boxes, together

@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 PACKAGE = "pipeline"
-ROOT = Path(__file__).resolve().parent.parent  # the directory that holds pipeline/
+ROOT = Path(__file__).resolve().parents[2]  # the directory that holds pipeline/
 
 
 @dataclass(frozen=True)
@@ -33,25 +33,25 @@ class Stage:
 
 FAULT_KNOBS = ("parallel.timeout_s", "parallel.max_restarts")  # how a job outlives a fault
 STAGES = {
-    "data": Stage(("data",), ("pipeline.prepare",)),
+    "data": Stage(("data",), ("pipeline.data.prepare",)),
     # Training evaluates as it goes (time-to-accuracy) with COCO's standard settings, so of
     # `eval` it reads only how often and in batches of how many: the final evaluation's other
     # knobs do not retrain anything.
     "train": Stage(("data", "model", "train", "parallel", "eval.every_epochs", "eval.batch_size"),
-                   ("pipeline.launch", "pipeline.elastic", "pipeline.train"),
+                   ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.training.train"),
                    FAULT_KNOBS + ("train.checkpoint_every",)),
     "evaluate": Stage(("data", "model", "parallel", "eval"),
-                      ("pipeline.launch", "pipeline.elastic", "pipeline.evaluate"), FAULT_KNOBS),
+                      ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.detection.evaluate"), FAULT_KNOBS),
     "equivalence": Stage(("data", "model", "train", "parallel"),
-                         ("pipeline.equivalence", "pipeline.elastic", "pipeline.train"),
+                         ("pipeline.equivalence", "pipeline.runtime.elastic", "pipeline.training.train"),
                          FAULT_KNOBS + ("train.checkpoint_every",)),
     # The machine's links for the cost model: one job per process count the sweep runs
-    "commbench": Stage(("parallel", "commbench"), ("pipeline.elastic", "pipeline.commbench"),
+    "commbench": Stage(("parallel", "commbench"), ("pipeline.runtime.elastic", "pipeline.costmodel.commbench"),
                        FAULT_KNOBS),
     "report": Stage(("report",), ("pipeline.report",)),
-    "paper": Stage((), ("pipeline.paper",)),
+    "paper": Stage((), ("pipeline.report.paper",)),
 }
-FETCH_MODULES = ("pipeline.coco_fetch",)  # what dvc.yaml's COCO stages run for the data stage
+FETCH_MODULES = ("pipeline.data.coco_fetch",)  # what dvc.yaml's COCO stages run for the data stage
 
 
 def config_for(cfg: dict, stage: str) -> dict:
@@ -98,7 +98,7 @@ def knobs_environment(cfg: dict) -> str:
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """--config (what the stage's results depend on) and --knobs (how it runs), as JSON."""
     parser.add_argument("--config", required=True, help="the stage's part of the resolved preset, as JSON")
-    parser.add_argument("--knobs", help=f"the stage's knobs (pipeline/stages.py), as JSON; "
+    parser.add_argument("--knobs", help=f"the stage's knobs (pipeline/config/stages.py), as JSON; "
                                         f"default: from ${KNOBS_ENV}, set by the workflow")
 
 

@@ -1,6 +1,6 @@
 """The paper stage: compile paper/paper.tex with latexmk into one PDF, atomically.
 
-    python -m pipeline.paper --source paper/paper.tex --out results/paper/paper.pdf
+    python -m pipeline.report.paper --source paper/paper.tex --out results/paper/paper.pdf
 
 paper.tex inputs what the report stage wrote under results/report/ (numbers.tex, the .tex
 tables, figures.tex and the PDF figures). The build runs in a scratch directory beside the
@@ -9,7 +9,6 @@ kept beside the output (paper.failed.log) and its first error is printed.
 """
 from __future__ import annotations
 
-import argparse
 import re
 import shutil
 import subprocess
@@ -17,8 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import lifetime
-from .files import atomic_path
+from ..config import cli
+from ..runtime.files import atomic_path
 
 TOOLS = ("latexmk", "pdflatex", "bibtex")
 INSTALL = ("install a LaTeX toolchain: apt-get install latexmk texlive-latex-recommended "
@@ -61,12 +60,13 @@ def build(source: Path, out: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Compile the paper with latexmk (module docstring).")
-    parser.add_argument("--source", required=True, help="paper/paper.tex")
-    parser.add_argument("--out", required=True, help="results/paper/paper.pdf")
-    args = parser.parse_args(argv)
-    lifetime.die_with_parent()
-    build(Path(args.source), Path(args.out))
+    def arguments(parser):
+        parser.add_argument("--source", required=True, help="paper/paper.tex")
+        parser.add_argument("--out", required=True, help="results/paper/paper.pdf")
+
+    cli.run_stage("Compile the paper with latexmk (module docstring).",
+                  lambda args: build(Path(args.source), Path(args.out)), arguments=arguments,
+                  argv=argv)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""Scoring detections with COCOeval: what the final evaluation (pipeline/evaluate.py) and
-the evaluations during training (pipeline/train.py) share, and which runs are not scored.
+"""Scoring detections with COCOeval: what the final evaluation (pipeline/detection/evaluate.py) and
+the evaluations during training (pipeline/training/train.py) share, and which runs are not scored.
 
 Two implementations of COCOeval, `eval.backend`: pycocotools, the reference, and
 faster-coco-eval (C++), the same algorithm faster; tests/test_evaluate.py holds both to the
@@ -16,7 +16,8 @@ import logging
 from pathlib import Path
 
 import torch
-from .dataset import CocoDetection, collate
+
+from ..data.dataset import CocoDetection, collate
 
 log = logging.getLogger("evaluate")
 # The order of COCOeval.stats for bounding boxes.

@@ -1,0 +1,50 @@
+"""What every stage's command line shares: its arguments, its config and knobs, logging, dying
+with its job, and errors that end in one line naming the remedy instead of a traceback.
+
+    def main(argv=None):
+        cli.run_stage("Train one sweep entry.", body, arguments=add_arguments, stage="train",
+                      errors=(TrainingError, ...), argv=argv)
+
+`body(args)` does the stage's work; with `stage`, `args.cfg` is that stage's config with its
+knobs (pipeline/config/stages.py). An exception of `errors` ends the process with
+"error: <message>"; `explain(err, args)` may turn any other exception into such a message
+(or return None to let it raise).
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Callable
+
+from ..runtime import lifetime
+from . import stages
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
+
+
+def run_stage(description: str, body: Callable[[argparse.Namespace], object], *,
+              arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+              stage: str | None = None, errors: tuple[type[BaseException], ...] = (),
+              explain: Callable[[BaseException, argparse.Namespace], str | None] | None = None,
+              follows_parent: bool = True, prog: str | None = None,
+              argv: list[str] | None = None) -> object:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    if stage is not None:
+        stages.add_config_arguments(parser)
+    if arguments is not None:
+        arguments(parser)
+    args = parser.parse_args(argv)
+    if follows_parent:  # the rule's shell execs us (or torchrun started us): go with it
+        lifetime.die_with_parent()
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    try:
+        if stage is not None:
+            args.cfg = stages.parsed_config(args, stage)
+        return body(args)
+    except errors as err:
+        raise SystemExit(f"error: {err}") from None
+    except Exception as err:
+        message = explain(err, args) if explain is not None else None
+        if message is None:
+            raise
+        raise SystemExit(f"error: {message}") from err

@@ -1,0 +1,7 @@
+"""The detector and how it is scored.
+
+    model.py      torchvision's Faster R-CNN as params.yaml's model section builds it
+    roi_align.py  a threaded RoI pool for CPUs
+    scoring.py    predictions and COCO's twelve numbers (pycocotools or faster-coco-eval)
+    evaluate.py   the evaluate stage: a trained run scored on the validation split
+"""

@@ -1,0 +1,12 @@
+"""Process plumbing, the ground floor: nothing here knows about detection, strategies or reports.
+
+    files.py        atomic writes, output errors that name the remedy, what the pipeline made
+    distributed.py  process groups: start, finish, gather, lost peers, heartbeat
+    elastic.py      torchrun, naming the worker that died (what `python -m` starts)
+    lifetime.py     a job's processes die with it
+    slurm.py        the allocation a multi-node run is inside
+    stale_locks.py  Snakemake's locks left by a killed run
+    compat.py       the torch versions the pipeline runs on (2.4 to the lock's)
+    provenance.py   what every result carries: git revision, packages, hardware
+    cli.py          what every stage's main() shares: arguments, logging, errors
+"""

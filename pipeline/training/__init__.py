@@ -1,0 +1,9 @@
+"""The one training loop and what it keeps.
+
+    train.py      the loop, shared by every strategy: setup, one iteration in phases, epochs
+    state.py      the resumable position of a run (TrainState) and its stopwatch
+    checkpoint.py named stateful parts saved and restored, never the loop's own object
+    timing.py     an iteration's phase split at one host synchronisation
+    precision.py  fp32, bf16 and fp16 autocast
+    monitor.py    CPU, memory and GPU sampling while the loop runs
+"""

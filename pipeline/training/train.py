@@ -22,7 +22,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -32,31 +31,25 @@ import numpy as np
 import torch
 
 from .. import strategies
-from ..config import cli, stages
+from ..config import cli
 from ..config.params import scaled_lr
 from ..data.dataset import CocoDetection, DatasetError, InMemory, collate
 from ..data.sampler import ShardedBatchSampler, aspect_ratio_groups
 from ..detection import scoring
 from ..detection.model import build_model
-from ..runtime import distributed, provenance
+from ..runtime import distributed
 from ..runtime.files import (
     OutputError,
-    atomic_path,
     output_error,
-    save_torch,
-    write_json,
-    write_text,
 )
-from ..strategies import sweep
-from ..strategies.base import gradient_bytes
 from .checkpoint import CheckpointError, fingerprint, forget_state, restore, save_checkpoint
 from .monitor import Monitor
 from .precision import Precision
+from .summary import summarise
 from .timing import IterationClock, Pending
 
 log = logging.getLogger("train")
 LOSS_TERMS = ("loss_classifier", "loss_box_reg", "loss_objectness", "loss_rpn_box_reg")
-WARMUP_ITERATIONS_EXCLUDED = 5  # first iterations (allocator, caches) left out of timing stats
 
 
 class TrainingError(RuntimeError):
@@ -365,98 +358,6 @@ def evaluate_during_training(job: Job) -> None:
     distributed.barrier()
     job.model.train()
     job.evaluation_seconds += time.perf_counter() - start
-
-
-def evaluations(state_dir: Path) -> list[dict]:
-    """The run's evaluations during training, one per epoch (a resumed run may have scored
-    an epoch twice, before and after the interruption: the later record counts)."""
-    path = state_dir / "evaluations.jsonl"
-    if not path.exists():
-        return []
-    by_epoch = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            by_epoch[record["epoch"]] = record
-    return [by_epoch[e] for e in sorted(by_epoch)]
-
-
-def summarise(job: Job, live_log: Path) -> dict | None:
-    """Gather every rank's report; the first worker writes the weights, the iteration log and
-    the summary (last, so that its presence means the run finished)."""
-    job.strategy.consolidate(job.model, job.optimizer, job.ctx)
-    ranks = rank_report(job)
-    samples = [s for rank in distributed.all_gather(job.monitor.stop()) for s in rank]
-    if not job.ctx.reports:
-        return None
-    cfg, ctx = job.cfg, job.ctx
-    summary = summary_of(live_log, job, ranks)
-    write_text(job.out_dir / "utilisation.jsonl", "".join(json.dumps(s) + "\n" for s in samples))
-    summary["utilisation"] = {"interval_s": job.monitor.interval, "samples": len(samples),
-                              "gpus": job.monitor.gpu_reason or "sampled through NVML"}
-    save_torch({"model": job.strategy.unwrap(job.model).state_dict(),
-                "num_classes": job.dataset.num_classes, "model_cfg": cfg["model"]},
-               job.out_dir / "model_final.pt")
-    with atomic_path(job.out_dir / "iterations.jsonl") as tmp:
-        shutil.copyfile(live_log, tmp)
-    summary["provenance"] = provenance.collect(
-        stages.config_for(cfg, "train"), knobs=stages.knobs_for(cfg, "train"), run=job.run, seed=job.seed,
-        workers=job.run["workers"], processes=ctx.processes, threads=ctx.threads,
-        device=str(ctx.device), backend=ctx.backend)
-    write_json(job.out_dir / "train_summary.json", summary)
-    return summary
-
-
-def rank_report(job: Job) -> list[dict]:
-    """Every process's role, checksum of its weights, and bytes per iteration, measured and by
-    theory; gathered from all ranks (the replicas must be identical)."""
-    grad_bytes = gradient_bytes(job.strategy.unwrap(job.model))
-    iterations = max(job.moved["iterations"], 1)
-    return distributed.all_gather({
-        "rank": job.ctx.rank, "role": job.ctx.role, "checksum": job.strategy.checksum(job.model),
-        "gradient_bytes": grad_bytes,
-        "bytes_per_iteration": {"sent": job.moved["sent"] / iterations,
-                                "received": job.moved["received"] / iterations},
-        "theory_bytes_per_iteration": job.strategy.theory_bytes(job.ctx, grad_bytes),
-        **job.strategy.rank_facts(job.ctx)})
-
-
-def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
-    """Throughput, time per iteration and its split, losses, and the ranks' reports."""
-    records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-    steady = records[WARMUP_ITERATIONS_EXCLUDED:] or records
-    times = np.array([r["time_iter"] for r in steady])
-    # train.time_split: false leaves only the data wait (pipeline/training/timing.py)
-    split = {k: float(np.mean([r[f"time_{k}"] for r in steady]))
-             for k in ("data", "compute", "communication", "optimizer") if f"time_{k}" in steady[0]}
-    epochs = sorted({r["epoch"] for r in records})
-    epoch_loss = [float(np.mean([r["loss"] for r in records if r["epoch"] == e])) for e in epochs]
-    ctx = job.ctx
-    return {
-        **sweep.identity(job.run), "global_batch": job.global_batch,
-        "lr": job.base_lr, "device": str(ctx.device), "backend": ctx.backend, "threads": ctx.threads,
-        "processes": ctx.processes, "status": "ok", "reason": "",
-        "epochs": len(epochs), "iterations": len(records), "train_seconds": job.train_seconds,
-        "evaluation_seconds": job.evaluation_seconds, "evaluations": evaluations(job.state_dir),
-        "checkpoints": {**job.checkpoints, "every": job.cfg["train"]["checkpoint_every"]},
-        # Each session after the first resumed from a checkpoint (a rerun, or torchrun's
-        # restart after a worker died; `restart` is torchrun's count then).
-        "resumed_at_steps": [s["step"] for s in job.sessions[1:]],
-        "restarts": sum(1 for s in job.sessions if s["restart"] > 0),
-        "precision": job.precision.name, "channels_last": job.cfg["train"]["channels_last"],
-        "warmup_iters": job.schedule["warmup_iters"],  # `auto` resolved
-        "skipped_steps": job.precision.skipped_steps,  # fp16 overflows the scaler skipped
-        "images_per_second": float(sum(r["images"] for r in steady) / times.sum()),
-        "sec_per_iter": {"mean": float(times.mean()), "p50": float(np.percentile(times, 50)),
-                         "p95": float(np.percentile(times, 95))},
-        "time_split": split, "timing_excludes_first_iterations": WARMUP_ITERATIONS_EXCLUDED,
-        "communication_share": (split["communication"] / float(times.mean())
-                                if "communication" in split else None),
-        "ranks": ranks, "replicas_identical": len({r["checksum"] for r in ranks}) == 1,
-        **job.strategy.summary_facts(ranks),
-        "epoch_loss": epoch_loss,
-        "final_loss": epoch_loss[-1] if epoch_loss else math.nan,
-    }
 
 
 def explain_failure(err: BaseException, args) -> str | None:

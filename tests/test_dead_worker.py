@@ -43,7 +43,7 @@ def children(pid: int) -> list[int]:
 
 def checkpoint_inside_an_epoch(out: Path) -> bool:
     try:
-        return torch.load(out / "state" / "checkpoint.pt", weights_only=True)["batch"] > 0
+        return torch.load(out / "state" / "checkpoint.pt", weights_only=True)["train_state"]["batch"] > 0
     except Exception:  # not there yet, or being renamed into place
         return False
 

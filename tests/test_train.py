@@ -102,7 +102,8 @@ def test_killed_run_resumes_mid_epoch_to_the_uninterrupted_result(small_dataset,
     saved = torch.load(checkpoint, weights_only=True)  # plain data and tensors only
     process.send_signal(signal.SIGKILL)
     process.wait()
-    assert (saved["epoch"], saved["batch"], saved["step"]) == (0, 4, 4)
+    position = saved["train_state"]
+    assert (position["epoch"], position["batch"], position["step"]) == (0, 4, 4)
     assert not (out / "train_summary.json").exists()
 
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -15,13 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from ..config import stages
@@ -29,11 +25,7 @@ from ..config.params import canonical
 from ..runtime import distributed
 from ..runtime.files import atomic_path, save_torch
 
-if TYPE_CHECKING:  # the loop's state; train.py imports this module, not the reverse
-    from .train import Job
-
 log = logging.getLogger("train")
-RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"  # set by torchrun in its workers
 
 
 class CheckpointError(RuntimeError):
@@ -93,85 +85,49 @@ def truncate_log(path: Path, last_step: int) -> None:
         tmp.write_text("".join(line + "\n" for line in kept))
 
 
-def rng_state(device: torch.device) -> dict:
-    """This process's generators, as tensors and plain numbers (weights_only-loadable)."""
-    kind, keys, position, has_gauss, cached = np.random.get_state()
-    return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-            "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
-                      "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}}
-
-
-def set_rng_state(state: dict, device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] is not None and device.type == "cuda":
-        torch.cuda.set_rng_state(state["cuda"], device)
-    numpy = state["numpy"]
-    np.random.set_state(("MT19937", numpy["keys"].numpy().astype(np.uint32), numpy["position"],
-                         numpy["has_gauss"], numpy["cached_gaussian"]))
-
-
-def restore(job: Job) -> None:
-    """Resume from the last checkpoint if it is this very run's, else start clean: the weights,
-    the optimizer, the position, the generators, the seconds and every rank's traffic so far."""
-    state_dir, ctx, run_dir = job.state_dir, job.ctx, run_name(job.out_dir)
-    if ctx.rank == 0 and load_checkpoint(state_dir, job.fingerprint, run_dir) is None:
+def restore(state_dir: Path, expected: str, run_dir: str, rank: int, reports: bool,
+            parts: dict, rank_parts: dict) -> bool:
+    """Resume from the last checkpoint if it is this very run's (True), else start clean (False,
+    after rank 0 cleared a stale state directory). Loads each of `parts` (named stateful parts:
+    model, optimizer, scaler, train_state; None is skipped) and this rank's `rank_parts` (its
+    generators and traffic counters) from their entries."""
+    if rank == 0 and load_checkpoint(state_dir, expected, run_dir) is None:
         shutil.rmtree(state_dir, ignore_errors=True)
     state_dir.mkdir(parents=True, exist_ok=True)
     distributed.barrier()  # nobody reads the state directory while rank 0 may be clearing it
-    checkpoint = load_checkpoint(state_dir, job.fingerprint, run_dir)
-    # One record per session of the run: where it started, and torchrun's restart count then.
-    session = {"step": 0 if checkpoint is None else checkpoint["step"],
-               "restart": int(os.environ.get(RESTART_COUNT, 0))}
-    job.sessions = [session] if checkpoint is None else checkpoint["sessions"] + [session]
+    checkpoint = load_checkpoint(state_dir, expected, run_dir)
     if checkpoint is None:
-        return
-    job.strategy.unwrap(job.model).load_state_dict(checkpoint["model"])
-    job.optimizer.load_state_dict(checkpoint["optimizer"])
-    if job.precision.scaler is not None:
-        job.precision.scaler.load_state_dict(checkpoint["scaler"])
-    job.epoch, job.batch, job.step = checkpoint["epoch"], checkpoint["batch"], checkpoint["step"]
-    job.train_seconds = checkpoint["train_seconds"]
-    job.evaluation_seconds = checkpoint["evaluation_seconds"]
-    job.checkpoints = dict(checkpoint["checkpoints"])
-    job.moved = dict(checkpoint["moved"][ctx.rank])
-    set_rng_state(checkpoint["rng"][ctx.rank], ctx.device)
-    if ctx.reports:
+        return False
+    for name, part in parts.items():
+        if part is not None:
+            part.load_state_dict(checkpoint[name])
+    for name, part in rank_parts.items():
+        part.load_state_dict(checkpoint[name][rank])
+    step = checkpoint["train_state"]["step"]
+    if reports:
         for name in ("iterations.jsonl", "evaluations.jsonl"):
-            truncate_log(state_dir / name, checkpoint["step"])
+            truncate_log(state_dir / name, step)
         log.info("resuming %s at epoch %d, batch %d (step %d)", state_dir.parent,
-                 checkpoint["epoch"], checkpoint["batch"], checkpoint["step"])
+                 checkpoint["train_state"]["epoch"], checkpoint["train_state"]["batch"], step)
+    return True
 
 
-def save_checkpoint(job: Job) -> None:
-    """Everything `restore` needs, every rank's generators and traffic counters included (so a
-    resumed run draws the same numbers and reports the bytes of all its iterations, not only of
-    its last session). Its seconds are counted apart from training's."""
-    start = time.perf_counter()
-    job.strategy.consolidate(job.model, job.optimizer, job.ctx)
-    moved = distributed.all_gather(job.moved)
-    rng = distributed.all_gather(rng_state(job.ctx.device))
-    if job.strategy.saves_checkpoint(job.ctx):
-        save_torch({"fingerprint": job.fingerprint, "run": run_name(job.out_dir),
-                    "epoch": job.epoch, "batch": job.batch, "step": job.step,
-                    "train_seconds": job.train_seconds, "moved": moved, "rng": rng,
-                    "evaluation_seconds": job.evaluation_seconds,
-                    # this save's own seconds are not known yet: a resumed run counts them not
-                    "checkpoints": {"count": job.checkpoints["count"] + 1,
-                                    "seconds": job.checkpoints["seconds"]},
-                    "sessions": job.sessions,
-                    "scaler": (job.precision.scaler.state_dict()
-                               if job.precision.scaler is not None else None),
-                    "model": job.strategy.unwrap(job.model).state_dict(),
-                    "optimizer": job.optimizer.state_dict()}, job.state_dir / "checkpoint.pt")
-    distributed.barrier()  # every rank resumes training once the checkpoint is on disk
-    job.checkpoints["count"] += 1
-    job.checkpoints["seconds"] += time.perf_counter() - start
+def save(state_dir: Path, fingerprint_: str, run_dir: str, writes: bool, parts: dict,
+         rank_parts: dict) -> None:
+    """Every rank's `rank_parts` are gathered (so a resumed run draws the same numbers and
+    reports the bytes of all its iterations, not only of its last session); the process that
+    `writes` saves them with `parts`. Every rank goes on once the file is on disk."""
+    gathered = {name: distributed.all_gather(part.state_dict()) for name, part in rank_parts.items()}
+    if writes:
+        save_torch({"fingerprint": fingerprint_, "run": run_dir, **gathered,
+                    **{name: None if part is None else part.state_dict()
+                       for name, part in parts.items()}}, state_dir / "checkpoint.pt")
+    distributed.barrier()
 
 
-def forget_state(job: Job) -> None:
+def forget(state_dir: Path, rank: int) -> None:
     """A finished run keeps no state: rerunning its job (a forced rerun, a changed input)
     trains from scratch instead of "resuming" past its last epoch."""
     distributed.barrier()  # every rank is done with the state directory
-    if job.ctx.rank == 0:
-        shutil.rmtree(job.state_dir, ignore_errors=True)
+    if rank == 0:
+        shutil.rmtree(state_dir, ignore_errors=True)

@@ -69,12 +69,12 @@ def rank_report(job: Job) -> list[dict]:
     """Every process's role, checksum of its weights, and bytes per iteration, measured and by
     theory; gathered from all ranks (the replicas must be identical)."""
     grad_bytes = gradient_bytes(job.strategy.unwrap(job.model))
-    iterations = max(job.moved["iterations"], 1)
+    iterations = max(job.moved.iterations, 1)
     return distributed.all_gather({
         "rank": job.ctx.rank, "role": job.ctx.role, "checksum": job.strategy.checksum(job.model),
         "gradient_bytes": grad_bytes,
-        "bytes_per_iteration": {"sent": job.moved["sent"] / iterations,
-                                "received": job.moved["received"] / iterations},
+        "bytes_per_iteration": {"sent": job.moved.sent / iterations,
+                                "received": job.moved.received / iterations},
         "theory_bytes_per_iteration": job.strategy.theory_bytes(job.ctx, grad_bytes),
         **job.strategy.rank_facts(job.ctx)})
 
@@ -94,13 +94,13 @@ def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
         **sweep.identity(job.run), "global_batch": job.global_batch,
         "lr": job.base_lr, "device": str(ctx.device), "backend": ctx.backend, "threads": ctx.threads,
         "processes": ctx.processes, "status": "ok", "reason": "",
-        "epochs": len(epochs), "iterations": len(records), "train_seconds": job.train_seconds,
-        "evaluation_seconds": job.evaluation_seconds, "evaluations": evaluations(job.state_dir),
-        "checkpoints": {**job.checkpoints, "every": job.cfg["train"]["checkpoint_every"]},
+        "epochs": len(epochs), "iterations": len(records), "train_seconds": job.state.train_seconds,
+        "evaluation_seconds": job.state.evaluation_seconds, "evaluations": evaluations(job.state_dir),
+        "checkpoints": {**job.state.checkpoints, "every": job.cfg["train"]["checkpoint_every"]},
         # Each session after the first resumed from a checkpoint (a rerun, or torchrun's
         # restart after a worker died; `restart` is torchrun's count then).
-        "resumed_at_steps": [s["step"] for s in job.sessions[1:]],
-        "restarts": sum(1 for s in job.sessions if s["restart"] > 0),
+        "resumed_at_steps": [s["step"] for s in job.state.sessions[1:]],
+        "restarts": sum(1 for s in job.state.sessions if s["restart"] > 0),
         "precision": job.precision.name, "channels_last": job.cfg["train"]["channels_last"],
         "warmup_iters": job.schedule["warmup_iters"],  # `auto` resolved
         "skipped_steps": job.precision.skipped_steps,  # fp16 overflows the scaler skipped

@@ -42,13 +42,16 @@ from ..runtime.files import (
     OutputError,
     output_error,
 )
-from .checkpoint import CheckpointError, fingerprint, forget_state, restore, save_checkpoint
+from . import checkpoint
+from .checkpoint import CheckpointError, fingerprint
 from .monitor import Monitor
 from .precision import Precision
 from .summary import summarise
+from .state import Moved, RandomState, Stopwatch, TrainState
 from .timing import IterationClock, Pending
 
 log = logging.getLogger("train")
+RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"  # set by torchrun in its workers
 LOSS_TERMS = ("loss_classifier", "loss_box_reg", "loss_objectness", "loss_rpn_box_reg")
 
 
@@ -155,15 +158,18 @@ class Job:
     fingerprint: str
     precision: Precision
     clock: IterationClock     # the phase split and losses of each iteration (timing.py)
-    epoch: int = 0            # the epoch in progress (or the next one)
-    batch: int = 0            # batches of it done
-    step: int = 0             # iterations done
-    train_seconds: float = 0.0
-    evaluation_seconds: float = 0.0  # evaluations during training, kept out of train_seconds
-    checkpoints: dict = field(default_factory=lambda: {"count": 0, "seconds": 0.0})  # likewise
-    sessions: list = field(default_factory=list)  # where each (re)start began (checkpoint.py)
-    moved: dict = field(default_factory=lambda: {"sent": 0, "received": 0, "iterations": 0})
+    state: TrainState = field(default_factory=TrainState)  # what a checkpoint resumes
+    moved: Moved = field(default_factory=Moved)            # this process's bytes, every session's
     monitor: Monitor | None = None  # utilisation sampling while the loop runs
+
+    def checkpoint_parts(self) -> dict:
+        """The named stateful parts of the run's checkpoint (checkpoint.py)."""
+        return {"model": self.strategy.unwrap(self.model), "optimizer": self.optimizer,
+                "scaler": self.precision.scaler, "train_state": self.state}
+
+    def rank_parts(self) -> dict:
+        """What each rank keeps of its own, saved for every rank."""
+        return {"moved": self.moved, "rng": RandomState(self.ctx.device)}
 
     @property
     def schedule(self) -> dict:
@@ -232,36 +238,37 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
               optimizer, base_lr, global_batch, fingerprint(cfg, run),
               Precision(run.get("precision", "fp32"), ctx.device),
               IterationClock(ctx.device, train_cfg["time_split"]))
-    restore(job)
+    run_dir = checkpoint.run_name(out_dir)
+    checkpoint.restore(job.state_dir, job.fingerprint, run_dir, ctx.rank, ctx.reports,
+                       job.checkpoint_parts(), job.rank_parts())
+    job.state.begin_session(int(os.environ.get(RESTART_COUNT, 0)))
     log.info("rank %d (%s): %d images, %d per process x %d shards, lr %.4g, %d threads, %s, %s",
              ctx.rank, ctx.role, len(dataset), per_process, ctx.shards, base_lr, ctx.threads,
              ctx.device, ctx.backend)
     return job
 
 
-def timed_iteration(job: Job, batch, epoch: int, tick: float) -> tuple[Pending, dict | None]:
+def timed_iteration(job: Job, batch, epoch: int, stopwatch: Stopwatch) -> tuple[Pending, dict | None]:
     """One iteration, queued on the device: what the host knows of it (step, lr, images, data
-    wait since `tick`, when the previous iteration ended, bytes moved), the marks that bound its
-    phases, and its losses; job.clock finishes the record an iteration later."""
-    ctx, clock = job.ctx, job.clock
-    lr = learning_rate(job.schedule, job.base_lr, job.step, epoch)
+    wait since the lap began, bytes moved), the marks that bound its phases, and its losses;
+    job.clock finishes the record an iteration later."""
+    ctx, clock, state = job.ctx, job.clock, job.state
+    lr = learning_rate(job.schedule, job.base_lr, state.step, epoch)
     for group in job.optimizer.param_groups:
         group["lr"] = lr
-    record, marks, losses = {"step": job.step + 1, "epoch": epoch, "lr": lr}, {}, None
+    record, marks, losses = {"step": state.step + 1, "epoch": epoch, "lr": lr}, {}, None
     if batch is not None:  # a dedicated parameter server has no data: only the strategy's step
         images, targets = to_device(*batch, ctx.device)
-        record.update(time_data=time.perf_counter() - tick, images=len(images) * ctx.shards)
+        record.update(time_data=stopwatch.lap_seconds(), images=len(images) * ctx.shards)
         marks["forward"] = clock.mark()
         losses = forward_backward(job.model, job.optimizer, images, targets, job.precision)
     marks["step"] = clock.mark()
     seconds_communicating = job.strategy.step(job.model, job.precision.optimizer(job.optimizer), ctx)
     marks["end"] = clock.mark()
     traffic = job.strategy.traffic()
-    job.moved["sent"] += traffic.sent
-    job.moved["received"] += traffic.received
-    job.moved["iterations"] += 1
-    job.step += 1
-    distributed.report_progress(job.step)
+    job.moved.add(traffic.sent, traffic.received)
+    state.step += 1
+    distributed.report_progress(state.step)
     record.update(bytes_sent=traffic.sent, bytes_received=traffic.received)
     return Pending(record, marks, communication=seconds_communicating,
                    backward_wait=traffic.backward_wait), losses
@@ -278,37 +285,58 @@ def log_record(job: Job, record: dict | None, log_file, progress: Progress) -> N
         progress.update(record, job.total_steps)
 
 
-def run_epoch(job: Job, log_file, progress: Progress, max_steps: int | None) -> None:
-    """The rest of one pass over this process's shard (all of it unless resumed mid-epoch),
-    replayable: seeds derive from (seed, shard, epoch), and a run resumed mid-epoch got its
-    generators back from the checkpoint. Checkpoints every train.checkpoint_every iterations;
-    their seconds are kept out of the training time."""
-    epoch, seed, every = job.epoch, job.seed, job.cfg["train"]["checkpoint_every"]
-    if job.batch == 0:
+def begin_epoch(job: Job) -> None:
+    """Make the rest of the epoch replayable: seeds derive from (seed, shard, epoch), and a
+    run resumed mid-epoch got its generators back from the checkpoint."""
+    epoch, seed = job.state.epoch, job.seed
+    if job.state.batch == 0:
         seed_everything(seed + 1000 * (job.ctx.shard or 0) + 7919 * epoch)
     job.loader_seed.manual_seed(seed + epoch)
-    job.sampler.set_epoch(epoch, skip=job.batch)
+    job.sampler.set_epoch(epoch, skip=job.state.batch)
     if isinstance(job.dataset, CocoDetection):  # in-memory data has no augmentation
         job.dataset.set_epoch(seed, epoch)
+
+
+def run_epoch(job: Job, log_file, progress: Progress, max_steps: int | None) -> None:
+    """The rest of one pass over this process's shard (all of it unless resumed mid-epoch).
+    Checkpoints every train.checkpoint_every iterations; their seconds are kept out of the
+    training time."""
+    state, every = job.state, job.cfg["train"]["checkpoint_every"]
+    begin_epoch(job)
     batches = (job.loader if job.ctx.shard is not None
-               else itertools.repeat(None, len(job.sampler) - job.batch))
-    since = tick = time.perf_counter()
+               else itertools.repeat(None, len(job.sampler) - state.batch))
+    stopwatch = Stopwatch(state)
     for batch in batches:
-        pending, losses = timed_iteration(job, batch, epoch, tick)
-        job.batch += 1
+        # -- the iteration: lr, batch to the device, forward and backward, the strategy's step
+        pending, losses = timed_iteration(job, batch, state.epoch, stopwatch)
+        state.batch += 1
         now = time.perf_counter()
-        pending.record.update(time_iter=now - tick, elapsed=job.train_seconds + now - since)
-        log_record(job, job.clock.push(pending, losses), log_file, progress)
-        if job.step == max_steps:
+        pending.record.update(time_iter=stopwatch.lap_seconds(now), elapsed=stopwatch.elapsed(now))
+        # -- its record is finished one iteration late, once its device work is done (timing.py)
+        previous = job.clock.push(pending, losses)
+        log_record(job, previous, log_file, progress)
+        if state.step == max_steps:
             break
-        if every and job.step % every == 0 and job.batch < len(job.sampler):
+        # -- a checkpoint now and then, out of the training time
+        if every and state.step % every == 0 and state.batch < len(job.sampler):
             log_record(job, job.clock.drain(), log_file, progress)  # checked before it is saved
-            job.train_seconds += time.perf_counter() - since
-            save_checkpoint(job)  # the epoch's end saves one anyway
-            since = time.perf_counter()
-        tick = time.perf_counter()
+            with stopwatch.paused():
+                save_checkpoint(job)  # the epoch's end saves one anyway
+        stopwatch.lap()
     log_record(job, job.clock.drain(), log_file, progress)
-    job.train_seconds += time.perf_counter() - since
+    stopwatch.stop()
+
+
+def save_checkpoint(job: Job) -> None:
+    """The run's checkpoint (every process takes part); its seconds are counted apart from
+    training's, and this save counts itself, though its own seconds are not known yet (a
+    resumed run does not count them)."""
+    start = time.perf_counter()
+    job.strategy.consolidate(job.model, job.optimizer, job.ctx)
+    job.state.checkpoints["count"] += 1
+    checkpoint.save(job.state_dir, job.fingerprint, checkpoint.run_name(job.out_dir),
+                    job.strategy.saves_checkpoint(job.ctx), job.checkpoint_parts(), job.rank_parts())
+    job.state.checkpoints["seconds"] += time.perf_counter() - start
 
 
 def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = None) -> dict | None:
@@ -317,21 +345,22 @@ def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = Non
     job = setup(cfg, run, Path(out_dir))
     job.monitor = Monitor(job.ctx.rank, cfg["train"]["monitor_interval_s"],
                           job.strategy.gpus_in_use(job.ctx)).start()
-    progress = Progress(job.total_steps, job.step, cfg["train"]["print_every"], job.ctx.reports)
+    state = job.state
+    progress = Progress(job.total_steps, state.step, cfg["train"]["print_every"], job.ctx.reports)
     job.model.train()
     live_log = job.state_dir / "iterations.jsonl"
     with open(live_log if job.ctx.reports else os.devnull, "a") as log_file:
-        while job.epoch < cfg["train"]["epochs"] and job.step != max_steps:
+        while state.epoch < cfg["train"]["epochs"] and state.step != max_steps:
             run_epoch(job, log_file, progress, max_steps)
-            if job.step == max_steps:
+            if state.step == max_steps:
                 break
             evaluate_during_training(job)
-            job.epoch, job.batch = job.epoch + 1, 0
+            state.epoch, state.batch = state.epoch + 1, 0
             save_checkpoint(job)
     progress.close()
     summary = summarise(job, live_log)
     if max_steps is None:
-        forget_state(job)
+        checkpoint.forget(job.state_dir, job.ctx.rank)
     job.strategy.finish(job.ctx)
     return summary
 
@@ -341,23 +370,23 @@ def evaluate_during_training(job: Job) -> None:
     the weights on the validation split, as one record of AP against training seconds; the
     other processes wait, and the whole pause is kept out of the training time."""
     every = job.cfg["eval"]["every_epochs"]
-    if not every or (job.epoch + 1) % every or job.run["data_mode"] != "real":
+    if not every or (job.state.epoch + 1) % every or job.run["data_mode"] != "real":
         return
     start = time.perf_counter()
     if job.ctx.reports:
         val = CocoDetection(job.cfg["data"]["root"], "val", train=False)
         metrics = scoring.score(job.strategy.unwrap(job.model), val, job.cfg["eval"]["batch_size"],
                                  job.ctx.device)
-        record = {"epoch": job.epoch + 1, "step": job.step, "train_seconds": job.train_seconds,
+        record = {"epoch": job.state.epoch + 1, "step": job.state.step, "train_seconds": job.state.train_seconds,
                   **{k: metrics[k] for k in ("AP", "AP50", "AP75")},
                   "seconds": time.perf_counter() - start}
         with open(job.state_dir / "evaluations.jsonl", "a") as handle:
             handle.write(json.dumps(record) + "\n")
         log.info("epoch %d: AP %.4f AP50 %.4f after %.1f s of training (evaluation %.1f s)",
-                 record["epoch"], record["AP"], record["AP50"], job.train_seconds, record["seconds"])
+                 record["epoch"], record["AP"], record["AP50"], job.state.train_seconds, record["seconds"])
     distributed.barrier()
     job.model.train()
-    job.evaluation_seconds += time.perf_counter() - start
+    job.state.evaluation_seconds += time.perf_counter() - start
 
 
 def explain_failure(err: BaseException, args) -> str | None:

@@ -61,8 +61,21 @@ def test_a_new_strategy_is_its_module_and_a_registry_entry(tmp_path):
         float(new["busiest_rank_theory_bytes_per_iter"]), rel=1e-6)
     report = (tmp_path / "results" / "report" / "report.md").read_text()
     assert "allgather-w2-b2: gradient all-gather, 2 workers" in report  # its sweep entry's row
-    # It states no cost model, and the report's prediction says so instead of guessing
-    assert "allgather-w2-b2-s0: predicted nan images/s" in report and "states no cost model" in report
+    # First-class from its own module: its bytes sentences in the report and the paper, its
+    # place in the one-step equivalence check, its measured run predicted by its own phases,
+    # and its predicted-scaling curve
+    assert "(N-1)M each way per rank for a gradient all-gather" in report
+    assert "counts the bytes of the tensors it gathers" in report
+    numbers = (tmp_path / "results" / "report" / "numbers.tex").read_text()
+    assert "counts the bytes of the tensors it gathers" in numbers
+    equivalence = json.loads((tmp_path / "results" / "equivalence.json").read_text())
+    assert "allgather-w2-b4-s0" in equivalence["strategies"]
+    predicted = {row["run_id"]: row for row in
+                 csv.DictReader((tmp_path / "results" / "report" / "prediction.csv").open())}
+    assert float(predicted["allgather-w2-b2-s0"]["predicted_images_per_second"]) > 0
+    curves = {row["model"] for row in
+              csv.DictReader((tmp_path / "results" / "report" / "predicted_scaling_points.csv").open())}
+    assert "gradient all-gather" in curves
     metrics = json.loads((tmp_path / "results" / "runs" / "demo" / "allgather-w2-b2-s0" /
                           "metrics.json").read_text())
     assert metrics["images"] > 0 and metrics["processes"] == 1  # it did not ask to evaluate on its workers

@@ -68,20 +68,13 @@ class Cluster:
         return spare if spare_only else max(1, spare)
 
 
-DEVICE_0 = "DataParallel (device 0)"
-RING = "DDP (ring all-reduce)"
-SHARDED = "PS, K servers (dedicated, spare CPU machines)"
-
-
 def models(predict: dict) -> dict[str, dict]:
-    """label -> the sweep entry (without workers) whose strategy's cost model draws the curve.
-    The sharded server's K follows the cluster (`Cluster.servers`)."""
-    hook = predict["ddp_comm_hook"]
-    return {DEVICE_0: {"strategy": "dp"},
-            RING: {"strategy": "ddp", "comm_hook": "none"},
-            f"DDP + {hook} compression": {"strategy": "ddp", "comm_hook": hook},
-            "PS, 1 server (colocated)": {"strategy": "ps", "placement": "colocated", "servers": 1},
-            SHARDED: {"strategy": "ps", "placement": "dedicated", "servers": "K"}}
+    """label -> the sweep entry (without workers) whose strategy's cost model draws the curve:
+    each registered strategy's own curves (Strategy.predicted_curves), in registry order. The
+    sharded server's K follows the cluster (`Cluster.servers`)."""
+    from pipeline.strategies import REGISTERED  # imports torch: only when a prediction is made
+
+    return {label: entry for cls in REGISTERED for label, entry in cls.predicted_curves(predict).items()}
 
 
 def gpu_compute(predict: dict, runs: list[dict]) -> Compute:
@@ -161,7 +154,9 @@ def findings(points: pd.DataFrame, predict: dict, compute: Compute) -> list[str]
     """Generated sentences per cluster: where, by the model, the sharded parameter server
     overtakes ring all-reduce in bytes over the busiest link and in images/s, and where
     DataParallel's device 0 saturates."""
-    ring, sharded = RING, SHARDED
+    from pipeline.strategies import DDP, DataParallel, ParameterServer
+
+    ring, sharded = DDP.RING, ParameterServer.SHARDED
     sentences = []
     for cluster in map(Cluster.of, predict["clusters"]):
         frame = points[points["cluster"] == cluster.name]
@@ -188,7 +183,7 @@ def findings(points: pd.DataFrame, predict: dict, compute: Compute) -> list[str]
                "pass and its weights return only after the update, while DDP's buckets overlap "
                "the backward pass."))
         saturated = device0_saturation(cluster, compute, predict["images_per_gpu"])
-        within = frame[frame["model"] == DEVICE_0]
+        within = frame[frame["model"] == DataParallel.DEVICE_0]
         widest = within.loc[within["gpus"].idxmax()]
         sentences.append(
             f"{cluster.name}: DataParallel needs 2 GPUs in one machine; this cluster has "

@@ -81,6 +81,17 @@ def _provenance(runs: list[dict]) -> tuple[str, str, str]:
     return ", ".join(revisions), "; ".join(hardware), ", ".join(torch)
 
 
+def bytes_sentences() -> str:
+    """How bytes per iteration compare with theory and how each strategy counts them, in the
+    strategies' own words (Strategy.theory_text, bytes_counted): the report's and the paper's."""
+    from pipeline.strategies import REGISTERED  # imports torch: only when the report is built
+
+    theory = "; ".join(cls.theory_text for cls in REGISTERED if cls.theory_text)
+    counted = " ".join(cls.bytes_counted for cls in REGISTERED if cls.bytes_counted)
+    return ("Bytes are per iteration for the rank that moves the most (sent + received), beside "
+            f"the theory, for M bytes of gradients: {theory}. How they are counted differs. {counted}")
+
+
 def numbers_tex(runs: list[dict], summary: pd.DataFrame, comparisons: pd.DataFrame,
                 scaling: pd.DataFrame, data_modes: pd.DataFrame, preset: str,
                 dataset: str, published: dict, torchvision_ap: float) -> str:
@@ -97,6 +108,7 @@ def numbers_tex(runs: list[dict], summary: pd.DataFrame, comparisons: pd.DataFra
            _macro("GitRevision", _tex_escape(revision)), _macro("Hardware", _tex_escape(hardware)),
            _macro("TorchVersion", _tex_escape(torch)),
            _macro("TorchvisionAP", f"{torchvision_ap:.3f}"),
+           _macro("BytesCounted", _tex_escape(bytes_sentences())),
            "\\newcommand{\\published}[2]{\\csname published@#1@#2\\endcsname}\n",
            "\\newcommand{\\result}[2]{\\csname result@#1@#2\\endcsname}\n"]
     out += [f"\\expandafter\\def\\csname published@{method}@{key}\\endcsname{{{value}}}\n"

@@ -115,9 +115,12 @@ def strategy_label(strategy: str, variant, data_mode: str = "real") -> str:
 
 
 def is_baseline(strategy, variant) -> bool:
-    """The runs every speed-up is measured against: `single` as configured, not a variant of it
-    (a `single` with pinned threads is the cost model's input, not the baseline)."""
-    return strategy == "single" and not has_variant(variant)
+    """The runs every speed-up is measured against, as their strategy declares
+    (Strategy.is_baseline: `single` as configured, not a variant of it)."""
+    from pipeline.strategies import STRATEGIES  # imports torch: only when runs are compared
+
+    declared = STRATEGIES.get(strategy)
+    return declared is not None and declared.is_baseline(variant if has_variant(variant) else "")
 
 
 def baseline_mask(frame: pd.DataFrame) -> pd.Series:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from .figures import FIGURES
-from .findings import data_mode_findings, scaling_findings, time_to_accuracy_findings
+from .findings import (bytes_sentences, data_mode_findings, scaling_findings,
+                       time_to_accuracy_findings)
 from .load import PROGRESS_DEFINITION, _read_input, workers_of
 from .noise import NOISE_RULE
 from .tables import markdown_table
@@ -95,16 +96,8 @@ def report_sections(runs, summary, shown, published, preset, figure_ext, compare
             f"images/s and in AP. Rule: {NOISE_RULE}. Also comparisons.csv."],
          "bullets": list(compared["statement"]) or ["No two entries share a number of workers."]},
         {"title": "Throughput and communication", "text": [
-            "Speed-up is images/s over `single` at the same global batch. Bytes are per "
-            "iteration for the rank that moves the most (sent + received), beside the theory: "
-            "2(N-1)/N M per rank for ring all-reduce, 2(N-1)M through a co-located server and "
-            "2NM through a dedicated one, for M bytes of gradients (split over K server "
-            "shards: 2(M + (N-2)M/K) and 2NM/K). How they are counted "
-            "differs: the parameter server counts the bytes of the messages it really sends "
-            "and receives; DDP's are derived from the size of each bucket its communication "
-            "hook hands to the all-reduce, times the ring's 2(N-1)/N (not read from the "
-            "network); DataParallel's from the size of the weights it replicates. "
-            "Per-rank detail: traffic.csv."],
+            "Speed-up is images/s over `single` at the same global batch. " + bytes_sentences()
+            + " Per-rank detail: traffic.csv."],
          "table": completed[speed_cols].astype(object).map(
              lambda v: f"{v:.4g}" if isinstance(v, float) else str(v))},
         {"title": "Scaling", "text": [

@@ -30,10 +30,11 @@ DATA_MODE_DECIMALS = {"real images/s": 2, "synthetic images/s": 2, "loader share
 
 
 def _method(row) -> str:
-    from pipeline.strategies import label  # imports torch: only when a row is shown
+    from pipeline.strategies import STRATEGIES  # imports torch: only when a row is shown
 
     workers = "?" if pd.isna(row["workers"]) else int(row["workers"])
-    strategy = label(str(row["strategy"]))
+    declared = STRATEGIES.get(str(row["strategy"]))
+    strategy = declared.label if declared is not None else str(row["strategy"])
     return f"{row['entry']}: {strategy}, {workers} worker{'' if workers == 1 else 's'}"
 
 

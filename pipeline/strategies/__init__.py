@@ -7,7 +7,9 @@
     torchrun.py  what ddp and ps share: torchrun, the process group, the machine checks
 
 The training loop in pipeline/training/train.py is the same for all of them. A new strategy is a module
-here and one entry in REGISTERED below; nothing else in the pipeline names strategies.
+here and one entry in REGISTERED below; nothing else in the pipeline names strategies:
+what the study says of one (its display name, its equivalence entry, its predicted curves, how
+its bytes are counted, whether it is the baseline) is declared on its class (base.py).
 """
 from __future__ import annotations
 
@@ -34,9 +36,5 @@ def get(run: dict, parallel: dict) -> Strategy:
     return lookup(run["strategy"])(run, parallel)
 
 
-def label(name: str) -> str:
-    """The display name of a strategy in tables and figures (its name if none is registered)."""
-    return getattr(STRATEGIES.get(name), "label", name)
-
-
-__all__ = ["Context", "Option", "Strategy", "STRATEGIES", "Traffic", "get", "label", "lookup"]
+__all__ = ["DDP", "Context", "DataParallel", "Option", "ParameterServer", "REGISTERED", "Single",
+           "Strategy", "STRATEGIES", "Traffic", "get", "lookup"]

@@ -81,9 +81,29 @@ class Strategy:
     """Defaults describe one process on one device; strategies override what differs."""
 
     name = "base"      # the sweep's `strategy` value
-    label = "base"     # how tables and figures name it
+    label = "base"     # its one display name: tables, figures, the report's and paper's prose
     options: dict[str, Option] = {}
     max_workers: int | None = None  # a strategy that cannot use more workers says so
+
+    # ---- what the study says of it: read by the report, the paper and the workflow ----------
+    # Its entry in the one-step equivalence check (pipeline/equivalence.py): workers and images
+    # per worker, the same global batch as the baseline's; None: not checked (say why).
+    equivalence_entry: dict | None = None
+    # Its bytes per iteration by theory, for M bytes of gradients, and how its measured bytes
+    # are counted: the report's and the paper's sentences ("" where nothing is communicated).
+    theory_text = ""
+    bytes_counted = ""
+
+    @classmethod
+    def is_baseline(cls, variant: str) -> bool:
+        """Whether runs of this variant are the ones every speed-up is measured against."""
+        return False
+
+    @classmethod
+    def predicted_curves(cls, predict: dict) -> dict[str, dict]:
+        """The predicted-scaling curves it draws (pipeline/report/clusters.py): label -> its
+        sweep entry without workers; `predict` is the report.predict section."""
+        return {}
 
     def __init__(self, run: dict, parallel: dict):
         self.run, self.parallel = run, parallel

@@ -79,6 +79,17 @@ class DDP(TorchrunStrategy):
     options = {"comm_hook": Option("none", {"enum": ["none", "fp16", "bf16", "powersgd"]},
                                    "gradient compression of the all-reduce (none: plain fp32)")}
     evaluates_on_workers = True  # each rank predicts its share; one COCOeval of the gathered
+    equivalence_entry = {"workers": 2, "images_per_worker": 4}
+    theory_text = "2(N-1)/N M per rank for ring all-reduce"
+    bytes_counted = ("DDP's are derived from the size of each bucket its communication hook "
+                     "hands to the all-reduce, times the ring's 2(N-1)/N (not read from the network).")
+    RING = "DDP (ring all-reduce)"  # the curve the report's sentences compare with
+
+    @classmethod
+    def predicted_curves(cls, predict: dict) -> dict[str, dict]:
+        hook = predict["ddp_comm_hook"]
+        return {cls.RING: {"strategy": cls.name, "comm_hook": "none"},
+                f"DDP + {hook} compression": {"strategy": cls.name, "comm_hook": hook}}
 
     @classmethod
     def variant(cls, run: dict) -> str:

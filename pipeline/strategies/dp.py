@@ -75,6 +75,16 @@ class DetectionDataParallel(nn.DataParallel):
 class DataParallel(Strategy):
     name = "dp"
     label = "DataParallel"
+    # Not in the one-step equivalence check: it needs 2 GPUs in one process, and that job runs
+    # where the workflow runs (tests/test_strategies.py checks its step where GPUs exist).
+    equivalence_entry = None
+    theory_text = "(N-1)M replicated from and reduced to device 0 by DataParallel"
+    bytes_counted = "DataParallel's are counted from the size of the weights it replicates."
+    DEVICE_0 = "DataParallel (device 0)"  # the curve the report's sentences compare with
+
+    @classmethod
+    def predicted_curves(cls, predict: dict) -> dict[str, dict]:
+        return {cls.DEVICE_0: {"strategy": cls.name}}
 
     def gpus(self) -> int:
         return self.run["workers"]

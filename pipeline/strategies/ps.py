@@ -78,6 +78,19 @@ class ParameterServer(TorchrunStrategy):
                "staleness": Option(0, {"type": "integer", "minimum": 0},
                                    "S: updates a worker may run ahead of the slowest (0: synchronous)")}
     evaluates_on_workers = True  # as ddp: one process per worker predicts its share
+    equivalence_entry = {"workers": 2, "images_per_worker": 4}
+    theory_text = ("2(N-1)M through a co-located server and 2NM through a dedicated one (split "
+                   "over K server shards: 2(M + (N-2)M/K) and 2NM/K)")
+    bytes_counted = ("The parameter server counts the bytes of the messages it really sends and "
+                     "receives.")
+    SHARDED = "PS, K servers (dedicated, spare CPU machines)"  # compared in the report's sentences
+
+    @classmethod
+    def predicted_curves(cls, predict: dict) -> dict[str, dict]:
+        """One server beside the first worker, and K dedicated shards (K follows the cluster:
+        report/clusters.py Cluster.servers)."""
+        return {"PS, 1 server (colocated)": {"strategy": cls.name, "placement": "colocated", "servers": 1},
+                cls.SHARDED: {"strategy": cls.name, "placement": "dedicated", "servers": "K"}}
 
     def __init__(self, run: dict, parallel: dict):
         super().__init__(run, parallel)

@@ -16,6 +16,13 @@ class Single(Strategy):
     max_workers = 1
     options = {"threads": Option(0, {"type": "integer", "minimum": 0},
                                  "torch threads of this run (0: train.threads)")}
+    # The reference every multi-worker strategy's one step is compared with: the same 8 images.
+    equivalence_entry = {"workers": 1, "images_per_worker": 8}
+
+    @classmethod
+    def is_baseline(cls, variant: str) -> bool:
+        """`single` as configured; one with pinned threads is the cost model's input."""
+        return not variant
 
     @classmethod
     def variant(cls, run: dict) -> str:

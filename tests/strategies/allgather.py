@@ -9,6 +9,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from ..costmodel.network import Flow
 from .base import Context
 from .torchrun import TorchrunStrategy
 
@@ -16,6 +17,20 @@ from .torchrun import TorchrunStrategy
 class AllGather(TorchrunStrategy):
     name = "allgather"
     label = "gradient all-gather"
+    # What the study says of it: its one-step check, its theory, how it counts, its curve
+    equivalence_entry = {"workers": 2, "images_per_worker": 4}
+    theory_text = "(N-1)M each way per rank for a gradient all-gather"
+    bytes_counted = "The gradient all-gather counts the bytes of the tensors it gathers."
+
+    @classmethod
+    def predicted_curves(cls, predict: dict) -> dict[str, dict]:
+        return {"gradient all-gather": {"strategy": cls.name}}
+
+    @classmethod
+    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
+        """Every rank sends its whole gradients to every other rank, at once."""
+        n = run["workers"]
+        return [[Flow(("worker", i), ("worker", j), grad_bytes) for i in range(n) for j in range(n) if i != j]]
 
     def step(self, model, optimizer, ctx: Context) -> float:
         start = time.perf_counter()

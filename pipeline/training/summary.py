@@ -1,6 +1,7 @@
 """The run summary (train_summary.json) and every rank's report, built at the end of training.
 
-The first worker writes the weights, the iteration log and the summary (last, so that its
+`job` is the loop's Job (train.py, which calls this module: the arrow points one way). The
+first worker writes the weights, the iteration log and the summary (last, so that its
 presence means the run finished).
 """
 from __future__ import annotations
@@ -9,8 +10,6 @@ import json
 import math
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from ..config import stages
@@ -18,9 +17,6 @@ from ..runtime import distributed, provenance
 from ..runtime.files import atomic_path, save_torch, write_json, write_text
 from ..strategies import sweep
 from ..strategies.base import gradient_bytes
-
-if TYPE_CHECKING:
-    from .train import Job
 
 WARMUP_ITERATIONS_EXCLUDED = 5  # first iterations (allocator, caches) left out of timing stats
 
@@ -39,7 +35,7 @@ def evaluations(state_dir: Path) -> list[dict]:
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
-def summarise(job: Job, live_log: Path) -> dict | None:
+def summarise(job, live_log: Path) -> dict | None:
     """Gather every rank's report; the first worker writes the weights, the iteration log and
     the summary (last, so that its presence means the run finished)."""
     job.strategy.consolidate(job.model, job.optimizer, job.ctx)
@@ -65,7 +61,7 @@ def summarise(job: Job, live_log: Path) -> dict | None:
     return summary
 
 
-def rank_report(job: Job) -> list[dict]:
+def rank_report(job) -> list[dict]:
     """Every process's role, checksum of its weights, and bytes per iteration, measured and by
     theory; gathered from all ranks (the replicas must be identical)."""
     grad_bytes = gradient_bytes(job.strategy.unwrap(job.model))
@@ -79,7 +75,7 @@ def rank_report(job: Job) -> list[dict]:
         **job.strategy.rank_facts(job.ctx)})
 
 
-def summary_of(log_path: Path, job: Job, ranks: list[dict]) -> dict:
+def summary_of(log_path: Path, job, ranks: list[dict]) -> dict:
     """Throughput, time per iteration and its split, losses, and the ranks' reports."""
     records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     steady = records[WARMUP_ITERATIONS_EXCLUDED:] or records

@@ -28,8 +28,8 @@ from .conftest import REPO, SMALL_DATA
 
 pytestmark = pytest.mark.slow
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-COPIED = ["Snakefile", "params.yaml", "dvc.yaml", "pipeline", "paper", "profiles", ".dvc", ".dvcignore",
-          ".gitignore"]
+COPIED = ["Snakefile", "rules", "params.yaml", "dvc.yaml", "pipeline", "paper", "profiles", ".dvc",
+          ".dvcignore", ".gitignore"]
 
 
 def tiny_params(raw: dict) -> dict:

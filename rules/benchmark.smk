@@ -1,0 +1,48 @@
+# What the report sets beside the runs: how far one step of each strategy lands from `single`
+# (equivalence), and the machine's links at each process count the runs use (commbench, the
+# cost model's input).
+from pipeline.strategies.torchrun import torchrun
+
+
+rule equivalence:
+    input:
+        manifest=rules.data.output.manifest,
+        code=code("equivalence"),
+    output:
+        "results/equivalence.json",
+    params:
+        config=stage_params("equivalence"),
+        python=PYTHON,
+    threads: cores_or(lambda wildcards: equivalence_job()["cpus_per_task"])
+    resources:
+        **wired(lambda wildcards: equivalence_job()),
+    log:
+        "logs/equivalence.log",
+    benchmark:
+        "logs/benchmarks/equivalence.tsv"
+    shell:
+        "exec {params.python} -m pipeline.equivalence --config {params.config:q}"
+        " --out {output} > {log} 2>&1"
+
+
+rule commbench:
+    input:
+        code=code("commbench"),
+    output:
+        COMMBENCH_FILE,
+    params:
+        config=stage_params("commbench"),
+        # restarts are a knob (they rerun nothing) and a benchmark this short needs none
+        launcher=lambda wildcards: " ".join(torchrun(PYTHON, int(wildcards.processes),
+                                                      dict(CFG["parallel"], nnodes=1, max_restarts=0), "")),
+    # Timings are the result: the job has the machine (or its allocation) to itself.
+    threads: cores_or(lambda wildcards: int(wildcards.processes))
+    resources:
+        **wired(lambda wildcards: commbench_job(wildcards.processes)),
+    log:
+        f"logs/commbench/{PRESET}/p{{processes}}.log",
+    benchmark:
+        f"logs/benchmarks/commbench_{PRESET}_p{{processes}}.tsv"
+    shell:
+        "exec {params.launcher} -m pipeline.costmodel.commbench --config {params.config:q} --out {output}"
+        " > {log} 2>&1"

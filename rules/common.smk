@@ -1,0 +1,108 @@
+# Constants and small helpers every rule file uses; included first by the Snakefile, after the
+# config is resolved (CFG, RUNS). What a job asks a scheduler for is pipeline/resources.py's,
+# tested without Snakemake (tests/test_resources.py); this file only wires it into `resources:`.
+import functools
+import glob
+import os
+import sys
+
+from snakemake.exceptions import WorkflowError
+from snakemake_interface_executor_plugins.settings import DeploymentMethod
+
+from pipeline import resources
+from pipeline.config import params as P
+from pipeline.config import stages
+from pipeline.report import paper
+
+# The interpreter with the locked environment: the one running Snakemake; inside the image
+# (--software-deployment-method apptainer) the host's path does not exist, and the image's
+# environment is on its PATH.
+IN_IMAGE = DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method
+PYTHON = "python" if IN_IMAGE else sys.executable
+PRESET = CFG["preset"]
+DATA = CFG["data"]
+RUN_DIR = f"results/runs/{PRESET}/{{run}}"
+MANIFEST = f"data/{DATA['name']}.manifest.json"
+REPORT = "results/report"
+PAPER = "results/paper/paper.pdf"
+# The paper needs a LaTeX toolchain; without one the workflow says so and stops at the report.
+MISSING_TEX = paper.missing_tools()
+if MISSING_TEX:
+    print(f"Not building {PAPER}: {', '.join(MISSING_TEX)} not found; {paper.INSTALL}.",
+          file=sys.stderr)
+
+
+def code(stage):
+    """Snakemake tracks a rule's own code, not what it imports: the files each stage executes
+    are derived from the imports of the module it runs (pipeline/config/stages.py)."""
+    return stages.code_files(stage, fetch=stage == "data" and DATA["fetch"] is not None)
+
+
+def stage_params(stage):
+    """The config sections `stage` reads (pipeline/config/stages.py), as one JSON argument."""
+    return P.canonical(stages.config_for(CFG, stage))
+
+
+# How a stage outlives faults (timeouts, restarts, checkpoint interval) reaches it through the
+# environment its jobs inherit, not as its params, so changing one reruns nothing
+# (pipeline/config/stages.py); a job on a cluster parses this file again and sets it there too.
+os.environ[stages.KNOBS_ENV] = stages.knobs_environment(CFG)
+
+
+# --- what each job asks a scheduler for (pipeline/resources.py) ------------------------------
+SCHEDULER = resources.scheduler(CFG)
+
+
+@functools.cache
+def run_job(run, stage):
+    """The resources of run `run`'s `stage` (train or evaluate) job."""
+    return resources.run_resources(CFG, RUNS[run], stage)
+
+
+@functools.cache
+def equivalence_job():
+    """Evaluated when the DAG first needs it, not at parse time (it loads the detection model's
+    module: pipeline/resources.py)."""
+    return resources.equivalence_resources(CFG)
+
+
+@functools.cache
+def commbench_job(processes):
+    """The resources of the commbench job at `processes` processes."""
+    return resources.link_resources(CFG, int(processes))
+
+
+def wired(job):
+    """A rule's `resources:`, one function of the wildcards each (Snakemake evaluates each
+    resource on its own): `job(wildcards)`'s value of that name."""
+    return {name: (lambda wildcards, name=name: job(wildcards)[name])
+            for name in resources.resource_names(CFG)}
+
+
+def cores_or(cpus):
+    """A job that times itself has the machine to itself: locally all of --cores. On a cluster
+    (no --cores; each job is its own allocation) the CPUs it asks for, `cpus` of its wildcards."""
+    try:
+        cores = workflow.cores
+    except WorkflowError:
+        return cpus
+    return lambda wildcards: cores
+
+
+# The process counts commbench times the links of (pipeline/resources.py: commbench_processes).
+COMMBENCH = resources.commbench_processes(CFG, RUNS)
+COMMBENCH_FILE = f"results/commbench/{PRESET}/p{{processes}}.json"
+
+
+# The predicted scaling's compute input: the single-GPU runs of report.predict's preset where
+# they exist (results of another preset's workflow; this preset's own runs are inputs anyway).
+# Looked for when the DAG is built (the report rule's input function), not when this file is
+# parsed, and never made by this workflow: what is there is used.
+PREDICT_PRESET = CFG["report"]["predict"]["compute"]["preset"]
+
+
+def compute_runs(wildcards):
+    """The train_summary.json of each of report.predict's preset's single-w1-* runs."""
+    if PREDICT_PRESET == PRESET:
+        return []
+    return sorted(glob.glob(f"results/runs/{PREDICT_PRESET}/single-w1-*/train_summary.json"))

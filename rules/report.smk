@@ -1,0 +1,62 @@
+# The report (tables, figures, the HTML page) from every run, and the paper from the report.
+from pipeline.report.build import FILES as REPORT_FILES
+from pipeline.report.build import TABLES
+from pipeline.report.figures import FIGURES
+
+
+rule report:
+    input:
+        equivalence=rules.equivalence.output[0],
+        commbench=expand(rules.commbench.output[0], processes=COMMBENCH),
+        compute_runs=compute_runs,
+        summaries=expand(rules.train.output.summary, run=RUNS),
+        metrics=expand(rules.evaluate.output.metrics, run=RUNS),
+        code=code("report"),
+    output:
+        summary="results/summary.csv",
+        html=f"{REPORT}/report.html",
+        files=expand(f"{REPORT}/{{name}}", name=[f for f in REPORT_FILES if f != "report.html"]),
+        tables=expand(f"{REPORT}/{{name}}.{{ext}}", name=TABLES, ext=["md", "csv", "tex"]),
+        # paper/paper.tex inputs numbers.tex, figures.tex, the .tex tables and the figures
+        figures=expand(f"{REPORT}/figures/{{name}}.{{ext}}", name=FIGURES,
+                       ext=CFG["report"]["figure_formats"]),
+    params:
+        report=P.canonical(CFG["report"]),
+        preset=PRESET,
+        runs=expand(RUN_DIR, run=RUNS),
+        commbench=lambda wildcards, input: " ".join(f"--commbench {f}" for f in input.commbench),
+        # the run directories of the summaries compute_runs found (rules/common.smk)
+        compute_runs=lambda wildcards, input: " ".join(
+            f"--compute-run {os.path.dirname(f)}" for f in input.compute_runs),
+        out=lambda wildcards, output: os.path.dirname(output.html),
+        python=PYTHON,
+    resources:
+        **SCHEDULER,
+    log:
+        "logs/report.log",
+    benchmark:
+        "logs/benchmarks/report.tsv"
+    shell:
+        "{params.python} -m pipeline.report --report-config {params.report:q} --preset {params.preset}"
+        " --summary {output.summary} --equivalence {input.equivalence} --out-dir {params.out}"
+        " {params.commbench} {params.compute_runs} {params.runs} > {log} 2>&1"
+
+
+rule paper:
+    input:
+        rules.report.output,
+        source="paper/paper.tex",
+        bibliography="paper/references.bib",
+        code=code("paper"),
+    output:
+        PAPER,
+    params:
+        python=PYTHON,
+    resources:
+        **SCHEDULER,
+    log:
+        "logs/paper.log",
+    benchmark:
+        "logs/benchmarks/paper.tsv"
+    shell:
+        "{params.python} -m pipeline.report.paper --source {input.source} --out {output} > {log} 2>&1"

@@ -236,7 +236,7 @@ echo "ownership: $files files under results/ and logs/; $not_mine not owned by $
 # --- 5. the same workflow outside, straight after ---------------------------------------------
 say "the same tiny workflow outside the container (.venv)"
 mkdir -p "$WORK/host"
-cp -r "$REPO"/{Snakefile,dvc.yaml,pipeline,paper,.dvc,.dvcignore} "$WORK/host/"
+cp -r "$REPO"/{Snakefile,rules,dvc.yaml,pipeline,paper,.dvc,.dvcignore} "$WORK/host/"
 cp "$WORK/params.yaml" "$WORK/host/params.yaml"
 start=$(now)
 (cd "$WORK/host" && PATH=$REPO/.venv/bin:$PATH snakemake --cores all) >"$WORK/host.log" 2>&1 \

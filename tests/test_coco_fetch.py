@@ -179,7 +179,7 @@ def run(command, cwd, **kwargs):
 def coco_repo(repo: Path, server, archives) -> None:
     """A committed copy of the project whose coco2017 preset fetches from `server`, shrunk to
     seconds."""
-    for name in ("Snakefile", "params.yaml", "dvc.yaml", "pipeline", "paper", ".dvc", ".dvcignore",
+    for name in ("Snakefile", "rules", "params.yaml", "dvc.yaml", "pipeline", "paper", ".dvc", ".dvcignore",
                  ".gitignore"):
         source = REPO / name
         if source.is_dir():

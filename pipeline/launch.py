@@ -23,14 +23,16 @@ from pathlib import Path
 from . import strategies
 from .config import cli, stages
 from .detection.scoring import not_evaluated
+from .runtime.record import RunSummary
 from .runtime import lifetime, provenance, slurm
 from .runtime.files import read_json, write_json, write_text
 from .strategies import sweep
 
 
 def skipped_summary(cfg: dict, run: dict, reason: str) -> dict:
-    return {**sweep.identity(run), "status": "skipped", "reason": reason,
-            "provenance": provenance.collect(stages.config_for(cfg, "train"), run=run)}
+    """The train_summary.json of a run this machine cannot do: the record's skipped fields."""
+    return RunSummary(**sweep.identity(run), status="skipped", reason=reason,
+                      provenance=provenance.collect(stages.config_for(cfg, "train"), run=run)).to_json()
 
 
 def command(cfg: dict, run: dict, out: str, python: str = sys.executable,

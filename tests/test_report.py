@@ -17,6 +17,8 @@ from pipeline.report.figures import FIGURES as REGISTERED_FIGURES
 from pipeline.report.figures import ReportData, figure
 from pipeline.report.load import load_run, summary_frame
 from pipeline.report.render import provenance_table
+from pipeline.runtime.record import (RecordError, RunSummary, SecondsPerIteration, TimeSplit,
+                                      Utilisation)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,18 +67,20 @@ def make_ok_run(root: Path, strategy: str, workers: int, per_worker: int,
                 "time_optimizer": 0.05, "time_iter": 0.5, "elapsed": elapsed})
             step += 1
     (run_dir / "iterations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    summary = {
-        "run_id": run_id, "strategy": strategy, "workers": workers,
-        "images_per_worker": per_worker, "global_batch": per_worker * workers, "lr": 0.04,
-        "device": "cpu", "backend": "gloo", "threads": 2, "status": "ok", "reason": "",
-        "epochs": len(epoch_loss), "iterations": len(records), "train_seconds": elapsed,
-        "images_per_second": per_worker * workers / 0.5,
-        "sec_per_iter": {"mean": 0.5, "p50": 0.5, "p95": 0.52},
-        "time_split": {"data": 0.05, "compute": 0.35, "communication": 0.05 * (workers - 1),
-                       "optimizer": 0.05},
-        "epoch_loss": epoch_loss, "final_loss": epoch_loss[-1],
-        "provenance": provenance(workers)}
-    (run_dir / "train_summary.json").write_text(json.dumps(summary))
+    (run_dir / "utilisation.jsonl").write_text("")  # sampled, nothing recorded
+    summary = RunSummary(
+        run_id=run_id, entry=run_id, strategy=strategy, variant="", workers=workers,
+        images_per_worker=per_worker, seed=0, global_batch=per_worker * workers, lr=0.04,
+        device="cpu", backend="gloo", threads=2, status="ok", reason="",
+        epochs=len(epoch_loss), iterations=len(records), train_seconds=elapsed,
+        images_per_second=per_worker * workers / 0.5,
+        sec_per_iter=SecondsPerIteration(mean=0.5, p50=0.5, p95=0.52),
+        time_split=TimeSplit(data=0.05, compute=0.35, communication=0.05 * (workers - 1),
+                             optimizer=0.05),
+        epoch_loss=epoch_loss, final_loss=epoch_loss[-1],
+        utilisation=Utilisation(interval_s=0.5, samples=0, gpus="no GPU in use"),
+        provenance=provenance(workers))
+    (run_dir / "train_summary.json").write_text(json.dumps(summary.to_json()))
     metrics = {"run_id": run_id, "AP": ap, "AP50": ap + 0.2, "AP75": ap - 0.05, "APs": -1,
                "APm": ap, "APl": ap + 0.1, **{k: 0.3 for k in METRIC_KEYS[6:]}, "images": 160,
                "detections": 1600, "inference_seconds": 3.0, "provenance": {}}
@@ -85,6 +89,7 @@ def make_ok_run(root: Path, strategy: str, workers: int, per_worker: int,
 
 
 def make_skipped_run(root: Path, run_id: str, reason: str) -> Path:
+    """A skipped run as an early version wrote it: no entry, seed nor provenance."""
     run_dir = root / run_id
     run_dir.mkdir(parents=True)
     strategy, workers, batch = run_id.split("-")
@@ -245,15 +250,53 @@ def test_equivalence_section_and_markdown_tables_stay_well_formed(runs, tmp_path
 
 
 def test_run_directories_from_before_the_rename_still_load(tmp_path):
+    """An old run folder: world_size for workers, no sampler (neither the summary's utilisation
+    nor the file), the seed in the provenance only, no entry. It reads as the new one does."""
     run = make_ok_run(tmp_path / "runs", "ddp", 2, 4, [2.0, 1.0], ap=0.1)
+    new = summary_frame([load_run(run)], "demo")
     path = run / "train_summary.json"
     old = json.loads(path.read_text())
     old["world_size"] = old.pop("workers")
     old["provenance"]["world_size"] = old["provenance"].pop("workers")
+    for key in ("utilisation", "seed", "entry"):
+        del old[key]
+    (run / "utilisation.jsonl").unlink()
     path.write_text(json.dumps(old))
     loaded = load_run(run)
-    assert summary_frame([loaded], "demo").loc[0, "workers"] == 2
+    assert loaded["utilisation"] == [] and loaded["summary"].utilisation is None
+    frame = summary_frame([loaded], "demo")
+    assert frame.loc[0, "workers"] == 2 and frame.loc[0, "seed"] == 0
+    pd.testing.assert_frame_equal(frame, new)
     assert provenance_table([loaded]).loc[0, "workers"] == "2"
+
+
+def test_a_misspelt_summary_key_fails_at_load_naming_it(tmp_path):
+    run = make_ok_run(tmp_path / "runs", "ddp", 2, 4, [2.0, 1.0], ap=0.1)
+    path = run / "train_summary.json"
+    raw = json.loads(path.read_text())
+    raw["images_per_sec"] = raw.pop("images_per_second")
+    path.write_text(json.dumps(raw))
+    with pytest.raises(RecordError, match=re.escape(f"{path}: unknown key 'images_per_sec' (did "
+                                                    "you mean 'images_per_second'?)")):
+        load_run(run)
+
+
+def test_summary_columns_are_declared_once_and_name_record_fields():
+    from pipeline.report import load
+
+    assert load.SUMMARY_COLUMNS == [c.name for c in load.COLUMNS]
+    assert load.INTEGER_COLUMNS == ["seed", "workers", "processes", "images_per_worker",
+                                    "global_batch", "threads", "iterations_to_target",
+                                    "checkpoints", "restarts"]
+    with pytest.raises(AttributeError, match="RunSummary has no field image_per_second"):
+        load._field("image_per_second")  # a column of a misspelt field fails at import
+
+
+def test_a_sampled_run_without_its_utilisation_file_names_it(tmp_path):
+    run = make_ok_run(tmp_path / "runs", "ddp", 2, 4, [2.0, 1.0], ap=0.1)
+    (run / "utilisation.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="utilisation.jsonl: file not found"):
+        load_run(run)
 
 
 def test_loading_and_the_figure_registry_import_no_plotting():
@@ -271,8 +314,8 @@ def extra_figure():
     """A figure added the way a contributor adds one: one decorated function, nothing else."""
     @figure("runs_per_strategy", "Completed runs per strategy")
     def draw_runs_per_strategy(ax, data: ReportData) -> None:
-        strategies = sorted({run["summary"]["strategy"] for run in data.ok})
-        ax.bar(strategies, [sum(run["summary"]["strategy"] == s for run in data.ok)
+        strategies = sorted({run["summary"].strategy for run in data.ok})
+        ax.bar(strategies, [sum(run["summary"].strategy == s for run in data.ok)
                             for s in strategies])
 
     yield "runs_per_strategy"

@@ -100,7 +100,7 @@ def draw_loss_vs_time(ax, data: ReportData) -> None:
                          "seeds, band: 95% interval")
 def draw_loss_vs_epoch(ax, data: ReportData) -> None:
     rows = [{"entry": run["entry"], "epoch": i + 1, "loss": loss} for run in data.ok
-            for i, loss in enumerate(run["summary"].get("epoch_loss") or [])]
+            for i, loss in enumerate(run["summary"].epoch_loss)]
     _seaborn().lineplot(pd.DataFrame(rows), x="epoch", y="loss", hue="entry", marker="o", ax=ax)
     ax.set(xlabel="epoch", ylabel="epoch-mean total loss")
     ax.xaxis.get_major_locator().set_params(integer=True)
@@ -189,9 +189,8 @@ def draw_scaling(ax, data: ReportData) -> None:
 @figure("ap_vs_time", "Time to accuracy: COCO box AP on the validation split during training "
                       "against training seconds (evaluations excluded); dotted: the target")
 def draw_ap_vs_time(ax, data: ReportData) -> None:
-    rows = [{"run": run["run_id"], "entry": run["entry"], "seconds": e["train_seconds"],
-             "AP": e["AP"]}
-            for run in data.ok for e in run["summary"].get("evaluations") or []]
+    rows = [{"run": run["run_id"], "entry": run["entry"], "seconds": e.train_seconds, "AP": e.AP}
+            for run in data.ok for e in run["summary"].evaluations]
     if not rows:
         ax.text(0.5, 0.5, "no evaluations during training (eval.every_epochs: 0)",
                 ha="center", va="center", transform=ax.transAxes)

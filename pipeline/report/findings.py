@@ -70,7 +70,7 @@ def _macro(name: str, value: str) -> str:
 
 def _provenance(runs: list[dict]) -> tuple[str, str, str]:
     """The git revision(s), hardware and torch version the completed runs recorded."""
-    records = [run["summary"].get("provenance") or {} for run in runs if run["status"] == "ok"]
+    records = [run["summary"].provenance for run in runs if run["status"] == "ok"]
     revisions = sorted({p.get("git_revision", "none recorded") for p in records}) or ["none"]
     hardware = sorted({f"{(p.get('hardware') or {}).get('processor') or (p.get('hardware') or {}).get('machine', '?')}"
                        f", {(p.get('hardware') or {}).get('cpu_count', '?')} cores"

@@ -7,24 +7,15 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import pandas as pd
 
 from ..runtime.files import read_json
+from ..runtime.record import Evaluation, RankReport, RunSummary
 
-SUMMARY_COLUMNS = [
-    "run_id", "entry", "seed", "data_mode", "preset", "strategy", "variant", "workers",
-    "processes", "images_per_worker",
-    "global_batch", "lr", "device", "backend", "threads", "status", "reason", "images_per_second",
-    "speedup_vs_single", "sec_per_iter_mean", "sec_per_iter_p50", "sec_per_iter_p95",
-    "time_data", "time_compute", "time_communication", "time_optimizer", "communication_share",
-    "busiest_rank_bytes_per_iter", "busiest_rank_theory_bytes_per_iter", "replicas_identical",
-    "progress_per_epoch", "AP", "AP50", "AP75", "APs", "APm", "APl", "train_seconds",
-    "evaluation_seconds", "target_ap", "seconds_to_target", "iterations_to_target",
-    "checkpoint_seconds", "checkpoints", "restarts", "resumed_at_steps"]
-INTEGER_COLUMNS = ["seed", "workers", "processes", "images_per_worker", "global_batch", "threads",
-                   "iterations_to_target", "checkpoints", "restarts"]
 TRAFFIC_COLUMNS = ["run_id", "rank", "role", "sent_per_iter", "received_per_iter",
                    "theory_sent_per_iter", "theory_received_per_iter", "gradient_bytes"]
 AP_COLUMNS = ["AP", "AP50", "AP75"]
@@ -80,28 +71,35 @@ def read_iterations(path: Path) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
+def read_utilisation(path: Path) -> list[dict]:
+    """utilisation.jsonl's samples, for a run whose summary says it sampled."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: file not found; the run's summary says it sampled "
+                                "utilisation, so delete its run directory and rerun its training")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def load_run(run_dir: str | Path) -> dict:
-    """The three inputs of one run directory: train summary, metrics and (if ok) the iterations."""
+    """The inputs of one run directory: its summary (the record, pipeline/runtime/record.py,
+    whichever version wrote it), metrics and, if ok, the iterations and utilisation samples."""
     run_dir = Path(run_dir)
-    summary = _read_input(run_dir / "train_summary.json")
+    path = run_dir / "train_summary.json"
+    summary = RunSummary.from_json(_read_input(path), str(path), folder=run_dir.name)
     metrics = _read_input(run_dir / "metrics.json")
-    status, reason = summary.get("status", "failed"), summary.get("reason", "")
+    status, reason = summary.status, summary.reason
     # A run trained on in-memory tensors is timed, not scored: it stays a completed run.
     evaluated = metrics.get("status", "ok") == "ok"
-    if status == "ok" and not evaluated and summary.get("data_mode") != "synthetic":
+    if status == "ok" and not evaluated and summary.data_mode != "synthetic":
         status, reason = metrics["status"], metrics.get("reason", "")  # evaluation failed
     if status == "ok" and evaluated and any(metrics.get(k) is None for k in AP_COLUMNS):
         raise ValueError(f"{run_dir / 'metrics.json'}: no AP values for a completed run; delete "
                          "it and rerun the evaluate stage")
     iterations = read_iterations(run_dir / "iterations.jsonl") if status == "ok" else None
-    utilisation = run_dir / "utilisation.jsonl"  # absent for runs made before the sampler
-    samples = ([json.loads(line) for line in utilisation.read_text().splitlines() if line.strip()]
-               if status == "ok" and utilisation.exists() else [])
-    run_id = summary.get("run_id", run_dir.name)
-    return {"dir": run_dir, "run_id": run_id, "entry": summary.get("entry", run_id),
+    sampled = status == "ok" and summary.utilisation is not None  # None: before the sampler
+    return {"dir": run_dir, "run_id": summary.run_id, "entry": summary.entry,
             "status": status, "reason": reason or "", "evaluated": status == "ok" and evaluated,
             "summary": summary, "metrics": metrics, "iterations": iterations,
-            "utilisation": samples}
+            "utilisation": read_utilisation(run_dir / "utilisation.jsonl") if sampled else []}
 
 
 def has_variant(variant) -> bool:
@@ -129,11 +127,6 @@ def baseline_mask(frame: pd.DataFrame) -> pd.Series:
                      index=frame.index, dtype=bool)
 
 
-def workers_of(record: dict):
-    """The run's count of workers; run directories written before the rename say `world_size`."""
-    return record.get("workers", record.get("world_size"))
-
-
 def _number(value) -> float:
     """NaN for missing values and for COCO's -1 ('no objects of that size'), so means stay honest."""
     return math.nan if value is None or value == -1 else float(value)
@@ -143,27 +136,31 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def busiest_rank_bytes(summary: dict, key: str) -> float:
+def busiest_rank_bytes(summary: RunSummary | dict, key: str) -> float:
     """Bytes sent plus received per iteration by the rank that moves the most (the server, for
-    a parameter server; any rank, for all-reduce)."""
-    totals = [r[key]["sent"] + r[key]["received"] for r in summary.get("ranks") or []]
+    a parameter server; any rank, for all-reduce). `key`: bytes_per_iteration (measured) or
+    theory_bytes_per_iteration. `summary`: the record, or a train_summary.json object as
+    benchmarks/compare_strategies.py reads it (with its own keys beside the record's)."""
+    ranks = (summary.ranks if isinstance(summary, RunSummary) else
+             [RankReport.from_json(r, "train_summary.json: ranks") for r in summary.get("ranks") or []])
+    totals = [getattr(r, key).sent + getattr(r, key).received for r in ranks]
     return max(totals) if totals else math.nan
 
 
 def traffic_frame(runs: list[dict]) -> pd.DataFrame:
-    rows = [{"run_id": run["run_id"], "rank": r["rank"], "role": r["role"],
-             "sent_per_iter": r["bytes_per_iteration"]["sent"],
-             "received_per_iter": r["bytes_per_iteration"]["received"],
-             "theory_sent_per_iter": r["theory_bytes_per_iteration"]["sent"],
-             "theory_received_per_iter": r["theory_bytes_per_iteration"]["received"],
-             "gradient_bytes": r["gradient_bytes"]}
-            for run in runs if run["status"] == "ok" for r in run["summary"].get("ranks") or []]
+    rows = [{"run_id": run["run_id"], "rank": r.rank, "role": r.role,
+             "sent_per_iter": r.bytes_per_iteration.sent,
+             "received_per_iter": r.bytes_per_iteration.received,
+             "theory_sent_per_iter": r.theory_bytes_per_iteration.sent,
+             "theory_received_per_iter": r.theory_bytes_per_iteration.received,
+             "gradient_bytes": r.gradient_bytes}
+            for run in runs if run["status"] == "ok" for r in run["summary"].ranks]
     return pd.DataFrame(rows, columns=TRAFFIC_COLUMNS)
 
 
 def dataset_of(runs: list[dict]) -> str:
     """The data the runs trained on (data.name in their provenance); 'unknown' if none says."""
-    names = {((run["summary"].get("provenance") or {}).get("params") or {}).get("data", {}).get("name")
+    names = {(run["summary"].provenance.get("params") or {}).get("data", {}).get("name")
              for run in runs}
     names.discard(None)
     return ", ".join(sorted(names)) or "unknown"
@@ -209,61 +206,114 @@ def scaling_frame(summary: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values(["strategy", "workers"], kind="stable").reset_index(drop=True)
 
 
-def time_to_target(evaluations: list[dict], target: float | None) -> tuple[float, float]:
+def time_to_target(evaluations: list[Evaluation], target: float | None) -> tuple[float, float]:
     """(training seconds, iterations) when the run's evaluations during training first reached
     AP >= target; NaN for no target, no evaluations, or never reached."""
     if target is None:
         return math.nan, math.nan
     for record in evaluations:
-        if record["AP"] >= target:
-            return float(record["train_seconds"]), float(record["step"])
+        if record.AP >= target:
+            return float(record.train_seconds), float(record.step)
     return math.nan, math.nan
+
+
+@dataclass(frozen=True)
+class Row:
+    """What a column of summary.csv is computed from: one run (load_run's), its summary and
+    metrics, and the report's settings."""
+
+    run: dict
+    s: RunSummary
+    m: dict           # metrics.json
+    preset: str
+    target_ap: float | None
+    single: float     # images/s of the baseline runs (their mean) the run's speed-up is against
+
+    @property
+    def to_target(self) -> tuple[float, float]:
+        return time_to_target(self.s.evaluations, self.target_ap)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of summary.csv and the one line that computes it."""
+
+    name: str
+    value: Callable[[Row], Any]
+    integer: bool = False  # a count: Int64 (2, not 2.0), empty where a run has none
+
+
+def _field(name: str, integer: bool = False, number: bool = False) -> Column:
+    """The summary field `name` as it is (`number`: NaN where it is not recorded)."""
+    if name not in RunSummary.field_names():  # at import: a column cannot silently go empty
+        raise AttributeError(f"summary.csv column {name}: RunSummary has no field {name}")
+    if number:
+        return Column(name, lambda r: _number(getattr(r.s, name)), integer)
+    return Column(name, lambda r: getattr(r.s, name), integer)
+
+
+def _part(prefix: str, name: str, part: str) -> Column:
+    """Column prefix + part: the `part` of the summary's field `name` (sec_per_iter,
+    time_split), NaN where the run has none."""
+    _field(name)  # a field of the summary, or an error at import
+    return Column(prefix + part,
+                  lambda r: _number(getattr(getattr(r.s, name), part) if getattr(r.s, name) else None))
+
+
+# summary.csv, one row per run, in this order. A new column is one line here.
+COLUMNS = [
+    Column("run_id", lambda r: r.run["run_id"]),
+    Column("entry", lambda r: r.run["entry"]),
+    _field("seed", integer=True),
+    _field("data_mode"),
+    Column("preset", lambda r: r.preset),
+    _field("strategy"), _field("variant"),
+    _field("workers", integer=True), _field("processes", integer=True),
+    _field("images_per_worker", integer=True), _field("global_batch", integer=True),
+    _field("lr"), _field("device"), _field("backend"), _field("threads", integer=True),
+    Column("status", lambda r: r.run["status"]),
+    Column("reason", lambda r: r.run["reason"]),
+    _field("images_per_second", number=True),
+    # against `single` (the mean over its seeds) at the same global batch and data mode
+    Column("speedup_vs_single", lambda r: _number(r.s.images_per_second) / r.single),
+    *(_part("sec_per_iter_", "sec_per_iter", k) for k in ("mean", "p50", "p95")),
+    *(_part("time_", "time_split", k) for k in TIME_SPLIT),
+    _field("communication_share", number=True),
+    Column("busiest_rank_bytes_per_iter", lambda r: busiest_rank_bytes(r.s, "bytes_per_iteration")),
+    Column("busiest_rank_theory_bytes_per_iter",
+           lambda r: busiest_rank_bytes(r.s, "theory_bytes_per_iteration")),
+    _field("replicas_identical"),
+    Column("progress_per_epoch", lambda r: progress_per_epoch(r.s.epoch_loss)),
+    *(Column(k, lambda r, k=k: _number(r.m.get(k))) for k in AP_COLUMNS + ["APs", "APm", "APl"]),
+    _field("train_seconds", number=True), _field("evaluation_seconds", number=True),
+    Column("target_ap", lambda r: _number(r.target_ap)),
+    Column("seconds_to_target", lambda r: r.to_target[0]),
+    Column("iterations_to_target", lambda r: r.to_target[1], integer=True),
+    # How the run survived faults: checkpoint cost, torchrun's restarts, where it resumed
+    Column("checkpoint_seconds", lambda r: _number(r.s.checkpoints.seconds if r.s.checkpoints else None)),
+    Column("checkpoints", lambda r: r.s.checkpoints.count if r.s.checkpoints else None, integer=True),
+    _field("restarts", integer=True),
+    Column("resumed_at_steps", lambda r: " ".join(map(str, r.s.resumed_at_steps))),
+]
+SUMMARY_COLUMNS = [c.name for c in COLUMNS]
+INTEGER_COLUMNS = [c.name for c in COLUMNS if c.integer]
 
 
 def summary_frame(runs: list[dict], preset: str, target_ap: float | None = None) -> pd.DataFrame:
     """One row per run; `target_ap` (report.target_ap of the preset) for the time to reach it."""
-    rows = []
     # Speed-up is against `single` (the mean over its seeds) at the same global batch and in the
     # same data mode: the same work per iteration.
     single: dict[tuple, list[float]] = {}
     for r in runs:
         s = r["summary"]
-        if r["status"] == "ok" and is_baseline(s.get("strategy"), s.get("variant")):
-            key = (s.get("data_mode", "real"), s.get("global_batch"))
-            single.setdefault(key, []).append(_number(s.get("images_per_second")))
+        if r["status"] == "ok" and is_baseline(s.strategy, s.variant):
+            single.setdefault((s.data_mode, s.global_batch), []).append(_number(s.images_per_second))
+    rows = []
     for run in runs:
-        s, m = run["summary"], run["metrics"]
-        times = s.get("sec_per_iter") or {}
-        split = s.get("time_split") or {}
-        to_target = time_to_target(s.get("evaluations") or [], target_ap)
-        rows.append({
-            "run_id": run["run_id"], "entry": run["entry"], "preset": preset,
-            "seed": s.get("seed", (s.get("provenance") or {}).get("seed")),
-            "data_mode": s.get("data_mode", "real"),
-            **{k: s.get(k) for k in ("strategy", "variant", "processes", "images_per_worker",
-                                     "global_batch", "lr", "device", "backend", "threads")},
-            "workers": workers_of(s),
-            "status": run["status"], "reason": run["reason"],
-            "images_per_second": _number(s.get("images_per_second")),
-            "speedup_vs_single": _number(s.get("images_per_second")) / _mean(
-                single.get((s.get("data_mode", "real"), s.get("global_batch")), [])),
-            **{f"sec_per_iter_{k}": _number(times.get(k)) for k in ("mean", "p50", "p95")},
-            **{f"time_{k}": _number(split.get(k)) for k in TIME_SPLIT},
-            "communication_share": _number(s.get("communication_share")),
-            "busiest_rank_bytes_per_iter": busiest_rank_bytes(s, "bytes_per_iteration"),
-            "busiest_rank_theory_bytes_per_iter": busiest_rank_bytes(s, "theory_bytes_per_iteration"),
-            "replicas_identical": s.get("replicas_identical"),
-            "progress_per_epoch": progress_per_epoch(s.get("epoch_loss") or []),
-            **{k: _number(m.get(k)) for k in AP_COLUMNS + ["APs", "APm", "APl"]},
-            "train_seconds": _number(s.get("train_seconds")),
-            "evaluation_seconds": _number(s.get("evaluation_seconds")),
-            "target_ap": _number(target_ap), "seconds_to_target": to_target[0],
-            "iterations_to_target": to_target[1],
-            # How the run survived faults: checkpoint cost, torchrun's restarts, where it resumed
-            "checkpoint_seconds": _number((s.get("checkpoints") or {}).get("seconds")),
-            "checkpoints": (s.get("checkpoints") or {}).get("count"),
-            "restarts": s.get("restarts"),
-            "resumed_at_steps": " ".join(map(str, s.get("resumed_at_steps") or []))})
+        s = run["summary"]
+        row = Row(run, s, run["metrics"], preset, target_ap,
+                  _mean(single.get((s.data_mode, s.global_batch), [])))
+        rows.append({column.name: column.value(row) for column in COLUMNS})
     frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)  # the columns fix the order, not the dicts
     # Integer counts stay integers (2, not 2.0) even when a skipped run leaves them empty
     for col in INTEGER_COLUMNS:

@@ -16,6 +16,7 @@ from statistics import fmean
 import pandas as pd
 
 from ..costmodel.network import Iteration, Link, Network
+from ..runtime.record import RunSummary, as_summary
 from .load import is_baseline
 
 BOUND = 0.20  # |predicted / measured - 1| above this is a miss
@@ -51,20 +52,25 @@ def single_inputs(runs: list[dict]) -> list[dict]:
     gradient bytes, and whether it is the baseline (not a variant such as pinned threads)."""
     found = []
     for run in runs:
-        s = run["summary"]
-        if run["status"] == "ok" and s.get("strategy") == "single" and s.get("time_split", {}).get("compute"):
-            images = s["global_batch"]
-            found.append({"run_id": run["run_id"], "mode": s.get("data_mode", "real"),
-                          "threads": s["threads"], "device": str(s.get("device", "cpu")),
-                          "baseline": is_baseline(s["strategy"], s.get("variant")),
-                          "compute": s["time_split"]["compute"] / images,
-                          "data": s["time_split"]["data"] / images,
-                          "optimizer": s["time_split"]["optimizer"], "images": images,
-                          "gradient_bytes": (s.get("ranks") or [{}])[0].get("gradient_bytes", math.nan)})
+        s = record_of(run)
+        if run["status"] == "ok" and s.strategy == "single" and s.time_split and s.time_split.compute:
+            images, split = s.global_batch, s.time_split
+            gradient_bytes = s.ranks[0].gradient_bytes if s.ranks else None
+            found.append({"run_id": run["run_id"], "mode": s.data_mode,
+                          "threads": s.threads, "device": str(s.device or "cpu"),
+                          "baseline": is_baseline(s.strategy, s.variant),
+                          "compute": split.compute / images, "data": split.data / images,
+                          "optimizer": split.optimizer, "images": images,
+                          "gradient_bytes": math.nan if gradient_bytes is None else gradient_bytes})
     return found
 
 
-def compute_input(summary: dict, singles: list[dict]) -> tuple[dict, str] | None:
+def record_of(run: dict) -> RunSummary:
+    """A run's summary, the record; from its JSON object for a run put together by hand."""
+    return as_summary(run["summary"], f"run {run.get('run_id', '?')}: summary")
+
+
+def compute_input(summary: RunSummary, singles: list[dict]) -> tuple[dict, str] | None:
     """single's inputs for one run and how they were chosen (None: no single run in its data
     mode). Data wait: from the `single` runs in the run's data mode. Compute and optimizer: on
     GPUs each process has its own device, so any `single` run; on a CPU the processes share
@@ -72,12 +78,12 @@ def compute_input(summary: dict, singles: list[dict]) -> tuple[dict, str] | None
     model's work does not depend on it); without one, single's time scaled by its threads
     over the run's (the stated assumption, which overstates the cost of fewer threads where
     threads do not scale linearly)."""
-    mode, threads = summary.get("data_mode", "real"), max(1, summary.get("threads") or 1)
+    mode, threads = summary.data_mode, max(1, summary.threads or 1)
     same_mode = [row for row in singles if row["mode"] == mode]
     if not same_mode:
         return None
     same_threads = [row for row in singles if row["threads"] == threads]
-    if str(summary.get("device", "cpu")).startswith("cuda"):
+    if str(summary.device or "cpu").startswith("cuda"):
         chosen, scale, how = same_mode, 1.0, "single on its GPU"
     elif same_threads:
         chosen, scale, how = same_threads, 1.0, f"single at {threads} thread(s), measured"
@@ -90,21 +96,20 @@ def compute_input(summary: dict, singles: list[dict]) -> tuple[dict, str] | None
              "data": fmean(row["data"] for row in same_mode)}, how)
 
 
-def predict_run(summary: dict, single: dict, network: Network | None) -> Iteration:
+def predict_run(summary: RunSummary, single: dict, network: Network | None) -> Iteration:
     """The cost model's iteration for one run (its summary), from single's inputs and the
     host's network."""
     from pipeline.strategies import lookup  # imports torch: only when a prediction is made
 
-    run = (summary.get("provenance") or {}).get("run") or {}
-    run = {**run, "workers": summary["workers"]}
-    per_worker = summary["images_per_worker"]
+    run = {**(summary.provenance.get("run") or {}), "workers": summary.workers}
+    per_worker = summary.images_per_worker
     compute = single["compute"] * per_worker
-    grad_bytes = summary["ranks"][0]["gradient_bytes"]
-    communication = lookup(summary["strategy"]).communication_seconds(
+    grad_bytes = summary.ranks[0].gradient_bytes
+    communication = lookup(summary.strategy).communication_seconds(
         run, grad_bytes, network, compute * BACKWARD_SHARE) if network else math.nan
     return Iteration(compute=compute, data=single["data"] * per_worker,
                      optimizer=single["optimizer"], communication=communication,
-                     images=summary["global_batch"])
+                     images=summary.global_batch)
 
 
 def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFrame:
@@ -113,23 +118,25 @@ def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFra
     `commbench`: process count -> that stage's JSON."""
     inputs, rows = single_inputs(runs), []
     for run in runs:
-        s = run["summary"]
+        s = record_of(run)
         chosen = compute_input(s, inputs) if run["status"] == "ok" else None
-        if (s.get("processes") or 1) < 2 or chosen is None:
+        if (s.processes or 1) < 2 or chosen is None:
             continue
         single, how = chosen
-        network = network_of(commbench.get(s["processes"]))
+        network = network_of(commbench.get(s.processes))
         predicted = predict_run(s, single, network)
-        measured = s["images_per_second"]
+        measured = s.images_per_second
         ratio = predicted.images_per_second / measured if measured else math.nan
         flag = ("no commbench for this process count" if network is None else
                 "the strategy states no cost model" if math.isnan(predicted.communication) else
                 "" if abs(ratio - 1) <= BOUND else f"missed by more than {BOUND:.0%}")
-        rows.append({"run_id": run["run_id"], "entry": run["entry"], "strategy": s["strategy"],
-                     "workers": s["workers"], "processes": s["processes"], "compute_input": how,
+        rows.append({"run_id": run["run_id"], "entry": run["entry"], "strategy": s.strategy,
+                     "workers": s.workers, "processes": s.processes, "compute_input": how,
                      "measured_images_per_second": measured,
                      "predicted_images_per_second": predicted.images_per_second, "ratio": ratio,
-                     "measured_communication_s": (s.get("time_split") or {}).get("communication", math.nan),
+                     "measured_communication_s": (s.time_split.communication
+                                                  if s.time_split and s.time_split.communication is not None
+                                                  else math.nan),
                      "predicted_communication_s": predicted.communication, "flag": flag})
     return pd.DataFrame(rows, columns=COLUMNS)
 

@@ -14,7 +14,7 @@ import pandas as pd
 from .figures import FIGURES
 from .findings import (bytes_sentences, data_mode_findings, scaling_findings,
                        time_to_accuracy_findings)
-from .load import PROGRESS_DEFINITION, _read_input, workers_of
+from .load import PROGRESS_DEFINITION, _read_input
 from .noise import NOISE_RULE
 from .tables import markdown_table
 
@@ -43,11 +43,11 @@ def provenance_table(runs: list[dict]) -> pd.DataFrame:
     """One row per run: where its numbers came from (the host name is left out)."""
     rows = []
     for run in runs:
-        p = run["summary"].get("provenance") or {}
+        p = run["summary"].provenance  # a dict: what runtime/provenance.py collected
         hardware, packages = p.get("hardware") or {}, p.get("packages") or {}
         rows.append({
             "run_id": run["run_id"], "git": p.get("git_revision", "none recorded"),
-            "seed": p.get("seed", ""), "workers": workers_of(p) or "",
+            "seed": p.get("seed", ""), "workers": p.get("workers") or "",
             "processes": p.get("processes", ""), "threads": p.get("threads", ""),
             "device": p.get("device", ""), "backend": p.get("backend", ""),
             "cpu": _cpu(hardware),
@@ -70,8 +70,9 @@ def report_sections(runs, summary, shown, published, preset, figure_ext, compare
     completed = summary[summary["status"] == "ok"]
     ok = int((summary["status"] == "ok").sum())
     # Each run records how many warm-up iterations its timing statistics leave out.
-    warmup = sorted({str(run["summary"]["timing_excludes_first_iterations"]) for run in runs
-                     if "timing_excludes_first_iterations" in run["summary"]}) or ["an unrecorded number of"]
+    warmup = sorted({str(run["summary"].timing_excludes_first_iterations) for run in runs
+                     if run["summary"].timing_excludes_first_iterations is not None}
+                    ) or ["an unrecorded number of"]
     return [
         {"title": "What was run", "text": [
             f"Preset {preset}: {len(runs)} training runs of {summary['entry'].nunique()} sweep "

@@ -53,9 +53,16 @@ class Stale:
     max_ahead: int = 0        # the most updates an answered worker was ahead of the slowest
 
 
+def option(run: dict, key: str):
+    """A ps option of `run`, or its declared default where the entry was not filled through
+    the sweep (one made by hand). A run folder from before an option existed is read through
+    pipeline/runtime/record.py's upgrade, which says what such a run was."""
+    return run.get(key, ParameterServer.options[key].default)
+
+
 def servers(run: dict) -> int:
-    """K; a run written before shards existed had one server."""
-    return run.get("servers", 1)
+    """K."""
+    return option(run, "servers")
 
 
 def balanced_shards(sizes: list[int], k: int) -> list[int]:
@@ -98,7 +105,7 @@ class ParameterServer(TorchrunStrategy):
         self.servers = servers(run)
         self.extra_processes = self.servers if self.dedicated else 0
         self.first_worker = self.servers if self.dedicated else 0
-        self.staleness = run.get("staleness", 0)  # a run from before SSP was synchronous
+        self.staleness = option(run, "staleness")
         self.ssp: Stale | None = None  # a server's asynchronous state
 
     @classmethod
@@ -106,14 +113,14 @@ class ParameterServer(TorchrunStrategy):
         # always named: ps-colocated-w2-b4, ps-dedicated-w2-b4; shards when more than one,
         # bounded staleness when not synchronous: ps-dedicated-k2-ssp1-w2-b4
         return (run["placement"] + (f"-k{servers(run)}" if servers(run) > 1 else "")
-                + (f"-ssp{run['staleness']}" if run.get("staleness", 0) else ""))
+                + (f"-ssp{run['staleness']}" if option(run, "staleness") else ""))
 
     @classmethod
     def invalid(cls, run: dict) -> str | None:
         if run.get("precision") == "fp16":  # the workers' loss scale would have to follow the server's
             return ("fp16 needs a loss scale every process agrees on, and only the server steps; "
                     "use precision: bf16 (no scaler) for ps")
-        if run.get("staleness", 0) and run["placement"] != "dedicated":
+        if option(run, "staleness") and run["placement"] != "dedicated":
             return ("staleness > 0 needs placement: dedicated (a colocated server would stop "
                     "serving while it computes its own gradients)")
         if run["placement"] == "colocated" and servers(run) > run["workers"]:

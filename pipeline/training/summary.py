@@ -6,6 +6,7 @@ presence means the run finished).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -13,6 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from ..config import stages
+from ..runtime.record import (STRATEGY_REMEDY, Bytes, Checkpoints, Evaluation, RankReport,
+                              RunSummary, SecondsPerIteration, TimeSplit, Utilisation)
 from ..runtime import distributed, provenance
 from ..runtime.files import atomic_path, save_torch, write_json, write_text
 from ..strategies import sweep
@@ -21,61 +24,66 @@ from ..strategies.base import gradient_bytes
 WARMUP_ITERATIONS_EXCLUDED = 5  # first iterations (allocator, caches) left out of timing stats
 
 
-def evaluations(state_dir: Path) -> list[dict]:
+def evaluations(state_dir: Path) -> list[Evaluation]:
     """The run's evaluations during training, one per epoch (a resumed run may have scored
     an epoch twice, before and after the interruption: the later record counts)."""
     path = state_dir / "evaluations.jsonl"
     if not path.exists():
         return []
     by_epoch = {}
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
         if line.strip():
-            record = json.loads(line)
-            by_epoch[record["epoch"]] = record
+            record = Evaluation.from_json(json.loads(line), f"{path}: line {number}")
+            by_epoch[record.epoch] = record
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
 def summarise(job, live_log: Path) -> dict | None:
     """Gather every rank's report; the first worker writes the weights, the iteration log and
-    the summary (last, so that its presence means the run finished)."""
+    the summary (last, so that its presence means the run finished). Returns the summary's
+    JSON object in that process, None in the others."""
     job.strategy.consolidate(job.model, job.optimizer, job.ctx)
     ranks = rank_report(job)
     samples = [s for rank in distributed.all_gather(job.monitor.stop()) for s in rank]
     if not job.ctx.reports:
         return None
     cfg, ctx = job.cfg, job.ctx
-    summary = summary_of(live_log, job, ranks)
+    record = summary_of(live_log, job, ranks)
     write_text(job.out_dir / "utilisation.jsonl", "".join(json.dumps(s) + "\n" for s in samples))
-    summary["utilisation"] = {"interval_s": job.monitor.interval, "samples": len(samples),
-                              "gpus": job.monitor.gpu_reason or "sampled through NVML"}
     save_torch({"model": job.strategy.unwrap(job.model).state_dict(),
                 "num_classes": job.dataset.num_classes, "model_cfg": cfg["model"]},
                job.out_dir / "model_final.pt")
     with atomic_path(job.out_dir / "iterations.jsonl") as tmp:
         shutil.copyfile(live_log, tmp)
-    summary["provenance"] = provenance.collect(
-        stages.config_for(cfg, "train"), knobs=stages.knobs_for(cfg, "train"), run=job.run, seed=job.seed,
-        workers=job.run["workers"], processes=ctx.processes, threads=ctx.threads,
-        device=str(ctx.device), backend=ctx.backend)
+    record = dataclasses.replace(
+        record,
+        utilisation=Utilisation(interval_s=job.monitor.interval, samples=len(samples),
+                                gpus=job.monitor.gpu_reason or "sampled through NVML"),
+        provenance=provenance.collect(
+            stages.config_for(cfg, "train"), knobs=stages.knobs_for(cfg, "train"), run=job.run,
+            seed=job.seed, workers=job.run["workers"], processes=ctx.processes,
+            threads=ctx.threads, device=str(ctx.device), backend=ctx.backend))
+    summary = record.to_json()
     write_json(job.out_dir / "train_summary.json", summary)
     return summary
 
 
-def rank_report(job) -> list[dict]:
+def rank_report(job) -> list[RankReport]:
     """Every process's role, checksum of its weights, and bytes per iteration, measured and by
     theory; gathered from all ranks (the replicas must be identical)."""
     grad_bytes = gradient_bytes(job.strategy.unwrap(job.model))
     iterations = max(job.moved.iterations, 1)
-    return distributed.all_gather({
-        "rank": job.ctx.rank, "role": job.ctx.role, "checksum": job.strategy.checksum(job.model),
-        "gradient_bytes": grad_bytes,
-        "bytes_per_iteration": {"sent": job.moved.sent / iterations,
-                                "received": job.moved.received / iterations},
-        "theory_bytes_per_iteration": job.strategy.theory_bytes(job.ctx, grad_bytes),
-        **job.strategy.rank_facts(job.ctx)})
+    return distributed.all_gather(RankReport(
+        rank=job.ctx.rank, role=job.ctx.role, checksum=job.strategy.checksum(job.model),
+        gradient_bytes=grad_bytes,
+        bytes_per_iteration=Bytes(sent=job.moved.sent / iterations,
+                                  received=job.moved.received / iterations),
+        theory_bytes_per_iteration=Bytes(**job.strategy.theory_bytes(job.ctx, grad_bytes)),
+        **RankReport.fields_of(job.strategy.rank_facts(job.ctx),
+                               f"{job.strategy.name}.rank_facts", STRATEGY_REMEDY)))
 
 
-def summary_of(log_path: Path, job, ranks: list[dict]) -> dict:
+def summary_of(log_path: Path, job, ranks: list[RankReport]) -> RunSummary:
     """Throughput, time per iteration and its split, losses, and the ranks' reports."""
     records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     steady = records[WARMUP_ITERATIONS_EXCLUDED:] or records
@@ -86,28 +94,31 @@ def summary_of(log_path: Path, job, ranks: list[dict]) -> dict:
     epochs = sorted({r["epoch"] for r in records})
     epoch_loss = [float(np.mean([r["loss"] for r in records if r["epoch"] == e])) for e in epochs]
     ctx = job.ctx
-    return {
-        **sweep.identity(job.run), "global_batch": job.global_batch,
-        "lr": job.base_lr, "device": str(ctx.device), "backend": ctx.backend, "threads": ctx.threads,
-        "processes": ctx.processes, "status": "ok", "reason": "",
-        "epochs": len(epochs), "iterations": len(records), "train_seconds": job.state.train_seconds,
-        "evaluation_seconds": job.state.evaluation_seconds, "evaluations": evaluations(job.state_dir),
-        "checkpoints": {**job.state.checkpoints, "every": job.cfg["train"]["checkpoint_every"]},
+    # What the strategy observed over every rank (a ps server's staleness): fields of the record
+    facts = RunSummary.fields_of(job.strategy.summary_facts([r.to_json() for r in ranks]),
+                                 f"{job.strategy.name}.summary_facts", STRATEGY_REMEDY)
+    return RunSummary(
+        # the precision that ran: the run's (sweep.identity's), resolved by training/precision.py
+        **dict(sweep.identity(job.run), precision=job.precision.name),
+        global_batch=job.global_batch, lr=job.base_lr, device=str(ctx.device), backend=ctx.backend, threads=ctx.threads,
+        processes=ctx.processes, status="ok", reason="",
+        epochs=len(epochs), iterations=len(records), train_seconds=job.state.train_seconds,
+        evaluation_seconds=job.state.evaluation_seconds, evaluations=evaluations(job.state_dir),
+        checkpoints=Checkpoints(**job.state.checkpoints, every=job.cfg["train"]["checkpoint_every"]),
         # Each session after the first resumed from a checkpoint (a rerun, or torchrun's
         # restart after a worker died; `restart` is torchrun's count then).
-        "resumed_at_steps": [s["step"] for s in job.state.sessions[1:]],
-        "restarts": sum(1 for s in job.state.sessions if s["restart"] > 0),
-        "precision": job.precision.name, "channels_last": job.cfg["train"]["channels_last"],
-        "warmup_iters": job.schedule["warmup_iters"],  # `auto` resolved
-        "skipped_steps": job.precision.skipped_steps,  # fp16 overflows the scaler skipped
-        "images_per_second": float(sum(r["images"] for r in steady) / times.sum()),
-        "sec_per_iter": {"mean": float(times.mean()), "p50": float(np.percentile(times, 50)),
-                         "p95": float(np.percentile(times, 95))},
-        "time_split": split, "timing_excludes_first_iterations": WARMUP_ITERATIONS_EXCLUDED,
-        "communication_share": (split["communication"] / float(times.mean())
-                                if "communication" in split else None),
-        "ranks": ranks, "replicas_identical": len({r["checksum"] for r in ranks}) == 1,
-        **job.strategy.summary_facts(ranks),
-        "epoch_loss": epoch_loss,
-        "final_loss": epoch_loss[-1] if epoch_loss else math.nan,
-    }
+        resumed_at_steps=[s["step"] for s in job.state.sessions[1:]],
+        restarts=sum(1 for s in job.state.sessions if s["restart"] > 0),
+        channels_last=job.cfg["train"]["channels_last"],
+        warmup_iters=job.schedule["warmup_iters"],  # `auto` resolved
+        skipped_steps=job.precision.skipped_steps,  # fp16 overflows the scaler skipped
+        images_per_second=float(sum(r["images"] for r in steady) / times.sum()),
+        sec_per_iter=SecondsPerIteration(mean=float(times.mean()),
+                                         p50=float(np.percentile(times, 50)),
+                                         p95=float(np.percentile(times, 95))),
+        time_split=TimeSplit(**split), timing_excludes_first_iterations=WARMUP_ITERATIONS_EXCLUDED,
+        communication_share=(split["communication"] / float(times.mean())
+                             if "communication" in split else None),
+        ranks=ranks, replicas_identical=len({r.checksum for r in ranks}) == 1, **facts,
+        epoch_loss=epoch_loss,
+        final_loss=epoch_loss[-1] if epoch_loss else math.nan)

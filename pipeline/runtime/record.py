@@ -1,0 +1,322 @@
+"""The run record: what train_summary.json holds, as types (the standard library only, no torch).
+
+    RunSummary   one run: its identity, status, speed, time split, losses, checkpoints, the
+                 evaluations during training, every rank's report, provenance
+    RankReport   one process: role, checksum, bytes per iteration measured and by theory
+    Evaluation   one evaluation during training (AP against training seconds)
+
+Training builds a RunSummary (pipeline/training/summary.py), the launcher a skipped one
+(pipeline/launch.py), and the report reads one (pipeline/report/load.py). `to_json()` gives the
+file's JSON object, the keys it always had; `from_json(raw)` reads it back, first through
+`upgrade(raw)`, the one place that knows how older run folders differ, and refuses a key no field
+declares, so a misspelt key fails when the file is read instead of becoming an empty column.
+
+A new fact is one field here (with its default: None, "not recorded") plus the line that
+computes it. A strategy's own facts (Strategy.summary_facts, rank_facts) are fields too,
+written only when the strategy reports them (`optional`). The provenance stays a plain dict:
+runtime/provenance.py's record, shared by every stage's output.
+
+It lives on the ground floor (runtime) because every layer that writes or reads a run, from
+training to the report and the launcher, imports it; it imports nothing of the pipeline.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Union
+
+SKIPPED = {"skipped": True}    # a field a skipped run writes (the others are a finished run's)
+OPTIONAL = {"optional": True}  # written only when set: a strategy's own facts
+
+
+class RecordError(ValueError):
+    """A run record that cannot be read: the message names the file, the key and the remedy."""
+
+
+def _inside(where: str, key: str) -> str:
+    """Where `key` is, inside `where`: FILE: key, then FILE: key.inner, FILE: ranks[1].role."""
+    return f"{where}.{key}" if ": " in where else f"{where}: {key}"
+
+
+def _decode(hint, value, where: str):
+    """A JSON value as the type `hint` says: records from their objects, lists item by item."""
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        inner = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return _decode(inner[0], value, where) if len(inner) == 1 else value
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise RecordError(f"{where}: expected a list, found {type(value).__name__}; {REMEDY}")
+        return [_decode(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return hint.from_json(value, where)
+    return value
+
+
+def _encode(value):
+    if isinstance(value, Record):
+        return value.to_json()
+    if isinstance(value, list):
+        return [_encode(v) for v in value]
+    return value
+
+
+REMEDY = ("correct it, or delete the run directory and rerun its training (its fields are "
+          "declared in pipeline/runtime/record.py)")
+# A strategy's facts (Strategy.summary_facts, rank_facts) are fields of the record, not free keys
+STRATEGY_REMEDY = ("a strategy's facts are fields of RunSummary (summary_facts) or RankReport "
+                   "(rank_facts): declare the new one there, in pipeline/runtime/record.py")
+
+
+class Record:
+    """to_json / from_json for a dataclass whose fields are JSON values or other records."""
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    def to_json(self) -> dict:
+        return {f.name: _encode(getattr(self, f.name)) for f in dataclasses.fields(self)
+                if not (f.metadata.get("optional") and getattr(self, f.name) is None)}
+
+    @classmethod
+    def fields_of(cls, raw: dict, where: str, remedy: str = REMEDY) -> dict:
+        """The fields a JSON object of this record holds, decoded (records from their objects);
+        a key no field declares is an error naming it, `where` it is and the `remedy`."""
+        if not isinstance(raw, dict):
+            raise RecordError(f"{where}: expected a JSON object for {cls.__name__}, found "
+                              f"{type(raw).__name__}; {remedy}")
+        known = {name.lower(): name for name in cls.field_names()}
+        for key in raw:
+            if key not in known.values():
+                close = difflib.get_close_matches(key.lower(), list(known), n=1)
+                hint = f" (did you mean '{known[close[0]]}'?)" if close else ""
+                raise RecordError(f"{where}: unknown key '{key}'{hint} in {cls.__name__}; {remedy}")
+        hints = typing.get_type_hints(cls)
+        return {k: _decode(hints[k], v, _inside(where, k)) for k, v in raw.items()}
+
+    @classmethod
+    def from_json(cls, raw: dict, where: str = ""):
+        """This record from its JSON object; a missing key takes its field's default."""
+        where = where or cls.__name__
+        try:
+            return cls(**cls.fields_of(raw, where))
+        except TypeError as err:  # a field without a default is missing
+            raise RecordError(f"{where}: {cls.__name__} incomplete ({err}); {REMEDY}") from None
+
+
+@dataclass(frozen=True)
+class Evaluation(Record):
+    """One evaluation during training: COCO box AP after `step` steps and `train_seconds` of
+    training; `seconds` the evaluation took (kept out of training time)."""
+
+    epoch: int
+    step: int
+    train_seconds: float
+    AP: float
+    AP50: float
+    AP75: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Bytes(Record):
+    """Bytes per iteration each way."""
+
+    sent: float
+    received: float
+
+
+@dataclass(frozen=True)
+class RankReport(Record):
+    """One process at the end of training: its role, the checksum of its weights (equal on
+    every replica of a correct run), M (its gradient bytes), and bytes per iteration, measured
+    and by the strategy's theory. The rest is what a strategy observed (Strategy.rank_facts)."""
+
+    rank: int | None = None
+    role: str | None = None            # worker, server (dedicated ps) or server+worker
+    checksum: str | None = None
+    gradient_bytes: int | None = None  # M
+    bytes_per_iteration: Bytes | None = None
+    theory_bytes_per_iteration: Bytes | None = None
+    # ps with staleness > 0, a server: how stale each gradient it applied was, and the most
+    # updates an answered worker was ahead of the slowest
+    staleness_histogram: dict | None = field(default=None, metadata=OPTIONAL)
+    max_ahead: int | None = field(default=None, metadata=OPTIONAL)
+
+
+@dataclass(frozen=True)
+class SecondsPerIteration(Record):
+    mean: float
+    p50: float
+    p95: float
+
+
+@dataclass(frozen=True)
+class TimeSplit(Record):
+    """Mean seconds per iteration in each part; train.time_split: false leaves only data."""
+
+    data: float | None = field(default=None, metadata=OPTIONAL)
+    compute: float | None = field(default=None, metadata=OPTIONAL)
+    communication: float | None = field(default=None, metadata=OPTIONAL)
+    optimizer: float | None = field(default=None, metadata=OPTIONAL)
+
+
+@dataclass(frozen=True)
+class Checkpoints(Record):
+    count: int
+    seconds: float
+    every: int | None = None  # train.checkpoint_every
+
+
+@dataclass(frozen=True)
+class Utilisation(Record):
+    """How utilisation.jsonl was sampled (pipeline/training/monitor.py)."""
+
+    interval_s: float
+    samples: int
+    gpus: str  # "sampled through NVML", or why not
+
+
+@dataclass(frozen=True)
+class Staleness(Record):
+    """ps with staleness > 0: the bound S, and how many gradients were applied how many updates
+    after the weights they were computed on (str(updates) -> count), over every server."""
+
+    bound: int
+    histogram: dict
+
+
+@dataclass(frozen=True)
+class RunSummary(Record):
+    """train_summary.json. A skipped run has its identity, status, reason and provenance; the
+    other fields are a finished run's (None: not recorded, e.g. by a run from before it was)."""
+
+    # which run (pipeline/strategies/sweep.py identity)
+    run_id: str = field(default="", metadata=SKIPPED)
+    entry: str = field(default="", metadata=SKIPPED)
+    strategy: str | None = field(default=None, metadata=SKIPPED)
+    variant: str | None = field(default=None, metadata=SKIPPED)
+    workers: int | None = field(default=None, metadata=SKIPPED)
+    images_per_worker: int | None = field(default=None, metadata=SKIPPED)
+    data_mode: str = field(default="real", metadata=SKIPPED)  # runs before synthetic mode: real
+    precision: str = field(default="fp32", metadata=SKIPPED)  # runs before mixed precision: fp32
+    seed: int | None = field(default=None, metadata=SKIPPED)
+    # how it ran
+    global_batch: int | None = None
+    lr: float | None = None
+    device: str | None = None
+    backend: str | None = None
+    threads: int | None = None
+    processes: int | None = None
+    status: str = field(default="failed", metadata=SKIPPED)  # ok, skipped
+    reason: str = field(default="", metadata=SKIPPED)
+    # what it did
+    epochs: int | None = None
+    iterations: int | None = None
+    train_seconds: float | None = None
+    evaluation_seconds: float | None = None
+    evaluations: list[Evaluation] = field(default_factory=list)
+    checkpoints: Checkpoints | None = None
+    resumed_at_steps: list[int] = field(default_factory=list)
+    restarts: int | None = None
+    channels_last: bool | None = None
+    warmup_iters: int | None = None
+    skipped_steps: int | None = None  # fp16 overflows the scaler skipped
+    # how fast
+    images_per_second: float | None = None
+    sec_per_iter: SecondsPerIteration | None = None
+    time_split: TimeSplit | None = None
+    timing_excludes_first_iterations: int | None = None
+    communication_share: float | None = None
+    ranks: list[RankReport] = field(default_factory=list)
+    replicas_identical: bool | None = None
+    staleness: Staleness | None = field(default=None, metadata=OPTIONAL)  # ps' summary_facts
+    # how well
+    epoch_loss: list[float] = field(default_factory=list)
+    final_loss: float | None = None
+    utilisation: Utilisation | None = None  # None: no utilisation.jsonl (runs before the sampler)
+    provenance: dict = field(default_factory=dict, metadata=SKIPPED)  # runtime/provenance.py
+
+    def to_json(self) -> dict:
+        """The file's JSON object: a skipped run's fields only, for a skipped run."""
+        whole = super().to_json()
+        if self.status != "skipped":
+            return whole
+        return {f.name: whole[f.name] for f in dataclasses.fields(self)
+                if f.metadata.get("skipped") and f.name in whole}
+
+    @classmethod
+    def from_json(cls, raw: dict, where: str = "train_summary.json",
+                  folder: str | None = None) -> RunSummary:
+        """A summary as any version of the pipeline wrote it (`folder`: the run directory's
+        name, the run id of a summary that does not say); `where` names it in errors."""
+        if not isinstance(raw, dict):
+            raise RecordError(f"{where}: expected a JSON object, found {type(raw).__name__}; "
+                              f"{REMEDY}")
+        return super().from_json(upgrade(raw, folder, where), where)
+
+
+def as_summary(summary: RunSummary | dict, where: str = "run summary") -> RunSummary:
+    """The record of a run's summary given as the record or as its JSON object (a run put
+    together by hand rather than read by report.load.load_run)."""
+    return summary if isinstance(summary, RunSummary) else RunSummary.from_json(summary, where)
+
+
+# ---- older run folders -----------------------------------------------------------------------
+RENAMED = {"world_size": "workers"}  # old key -> new key, in the summary, its provenance and run
+PS_BEFORE = {"servers": 1, "staleness": 0}  # a ps run from before shards (one server) and SSP
+
+
+def _rename(record: dict, where: str) -> None:
+    for old, new in RENAMED.items():
+        if old in record:
+            if new in record:
+                raise RecordError(f"{where}: both '{old}' and '{new}'; '{old}' is the old name "
+                                  f"of '{new}', keep only '{new}'")
+            record[new] = record.pop(old)
+
+
+def upgrade(raw: dict, folder: str | None = None, where: str = "train_summary.json") -> dict:
+    """A summary of any earlier version as this version writes it (a copy): every difference
+    of older run folders, in one place.
+
+    * `world_size` is now `workers` (in the summary, its provenance and the provenance's run);
+    * run_id was not always written: the run directory's name (`folder`); entry, before
+      repeats, was the run itself;
+    * the seed was only in the provenance;
+    * a ps run before sharded servers had one server, and before SSP was synchronous: its
+      provenance's run (which the cost model reads) says so;
+    * every other key a run did not write yet takes its field's default: None, not recorded
+      (no `utilisation`: the run has no utilisation.jsonl; no `timing_excludes_first_iterations`:
+      unrecorded), or what every run was then (`data_mode` real, `precision` fp32)."""
+    raw = copy.deepcopy(raw)
+    _rename(raw, where)
+    provenance = raw.get("provenance")
+    if isinstance(provenance, dict):
+        _rename(provenance, f"{where}: provenance")
+        run = provenance.get("run")
+        if isinstance(run, dict):
+            _rename(run, f"{where}: provenance.run")
+            if run.get("strategy") == "ps":
+                for key, before in PS_BEFORE.items():
+                    run.setdefault(key, before)
+        if raw.get("seed") is None and provenance.get("seed") is not None:
+            raw["seed"] = provenance["seed"]
+    if not raw.get("run_id") and folder:
+        raw["run_id"] = folder
+    if not raw.get("entry") and raw.get("run_id"):
+        raw["entry"] = raw["run_id"]
+    return raw
+
+
+__all__ = ["Bytes", "Checkpoints", "Evaluation", "RankReport", "RecordError", "RunSummary",
+           "STRATEGY_REMEDY", "SecondsPerIteration", "Staleness", "TimeSplit", "Utilisation",
+           "as_summary", "upgrade"]

@@ -1,0 +1,226 @@
+"""The run record (pipeline/runtime/record.py): train_summary.json as types, read back as written,
+older run folders upgraded, a misspelt key refused where it is read. No training: the summaries
+are written here by hand, key for key as pipeline/training/summary.py and pipeline/launch.py
+write them."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.runtime.record import (
+    STRATEGY_REMEDY,
+    Evaluation,
+    RankReport,
+    RecordError,
+    RunSummary,
+    upgrade,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+PROVENANCE = {"params": {"data": {"name": "synthetic"}}, "knobs": {}, "git_revision": "0123abc",
+              "packages": {"python": "3.11.9", "torch": "2.14.1"},
+              "hardware": {"machine": "x86_64", "cpu_count": 2}, "argv": ["pipeline/launch.py"],
+              "run": {"strategy": "ps", "workers": 2, "images_per_worker": 4, "data_mode": "real",
+                      "precision": "fp32", "seed": 1, "placement": "dedicated", "servers": 1,
+                      "staleness": 1},
+              "seed": 1, "workers": 2, "processes": 3, "threads": 1, "device": "cpu",
+              "backend": "gloo"}
+
+
+def rank(number: int, role: str, **facts) -> dict:
+    return {"rank": number, "role": role, "checksum": "fa535b528a3900d1", "gradient_bytes": 4097448,
+            "bytes_per_iteration": {"sent": 4097448.0, "received": 4097448.0},
+            "theory_bytes_per_iteration": {"sent": 4097448, "received": 4097448}, **facts}
+
+
+# A finished ps run with bounded staleness, every key summary_of, summarise and the strategy's
+# summary_facts / rank_facts write (the server's rank reports its staleness).
+FINISHED = {
+    "run_id": "ps-dedicated-ssp1-w2-b4-s1", "entry": "ps-dedicated-ssp1-w2-b4", "strategy": "ps",
+    "variant": "dedicated-ssp1", "workers": 2, "images_per_worker": 4, "data_mode": "real",
+    "precision": "fp32", "seed": 1,
+    "global_batch": 8, "lr": 0.04, "device": "cpu", "backend": "gloo", "threads": 1,
+    "processes": 3, "status": "ok", "reason": "",
+    "epochs": 2, "iterations": 62, "train_seconds": 34.8, "evaluation_seconds": 1.7,
+    "evaluations": [{"epoch": 1, "step": 31, "train_seconds": 19.2, "AP": 5.2e-05, "AP50": 0.0005,
+                     "AP75": 0.0, "seconds": 1.15},
+                    {"epoch": 2, "step": 62, "train_seconds": 34.8, "AP": 0.028, "AP50": 0.083,
+                     "AP75": 0.0158, "seconds": 0.53}],
+    "checkpoints": {"count": 3, "seconds": 0.63, "every": 16},
+    "resumed_at_steps": [], "restarts": 0, "channels_last": False, "warmup_iters": 30,
+    "skipped_steps": 0, "images_per_second": 15.6,
+    "sec_per_iter": {"mean": 0.512, "p50": 0.491, "p95": 0.759},
+    "time_split": {"data": 0.009, "compute": 0.47, "communication": 0.03, "optimizer": 0.003},
+    "timing_excludes_first_iterations": 5, "communication_share": 0.059,
+    "ranks": [rank(0, "server", staleness_histogram={"0": 70, "1": 54}, max_ahead=1),
+              rank(1, "worker"), rank(2, "worker")],
+    "replicas_identical": True,
+    "staleness": {"bound": 1, "histogram": {"0": 70, "1": 54}},
+    "epoch_loss": [1.74, 0.889], "final_loss": 0.889,
+    "utilisation": {"interval_s": 0.5, "samples": 415, "gpus": "no GPU in use"},
+    "provenance": PROVENANCE,
+}
+# What launch.skipped_summary writes: the run's identity, status, reason and provenance.
+SKIPPED = {key: FINISHED[key] for key in ("run_id", "entry", "strategy", "variant", "workers",
+                                          "images_per_worker", "data_mode", "precision", "seed",
+                                          "provenance")}
+SKIPPED.update(status="skipped", reason="3 processes per node but 2 CPU core(s)")
+
+
+def test_a_finished_runs_summary_reads_back_as_written():
+    record = RunSummary.from_json(copy.deepcopy(FINISHED))
+    assert record.to_json() == FINISHED
+    assert json.dumps(record.to_json(), sort_keys=True) == json.dumps(FINISHED, sort_keys=True)
+    # typed all the way down
+    assert isinstance(record.evaluations[1], Evaluation) and record.evaluations[1].AP == 0.028
+    assert isinstance(record.ranks[0], RankReport) and record.ranks[0].bytes_per_iteration.sent == 4097448.0
+    assert record.ranks[0].max_ahead == 1 and record.staleness.histogram == {"0": 70, "1": 54}
+    assert record.sec_per_iter.p95 == 0.759 and record.checkpoints.count == 3
+    assert record.utilisation.samples == 415 and record.time_split.communication == 0.03
+
+
+def test_strategy_facts_are_written_only_where_reported():
+    """A worker reports no staleness and a synchronous run has none: no such key, not null."""
+    synchronous = {k: v for k, v in FINISHED.items() if k != "staleness"}
+    synchronous["ranks"] = [rank(0, "worker"), rank(1, "worker")]
+    record = RunSummary.from_json(synchronous)
+    assert record.staleness is None and record.to_json() == synchronous
+    assert "max_ahead" not in record.to_json()["ranks"][0]
+    # time_split: false keeps only the data wait
+    only_data = dict(synchronous, time_split={"data": 0.01}, communication_share=None)
+    assert RunSummary.from_json(only_data).to_json() == only_data
+
+
+def test_a_skipped_runs_summary_reads_back_as_written():
+    record = RunSummary.from_json(copy.deepcopy(SKIPPED))
+    assert record.status == "skipped" and record.images_per_second is None and record.ranks == []
+    assert record.to_json() == SKIPPED
+
+
+def test_the_launchers_skipped_summary_is_the_record():
+    from pipeline.config.params import load_resolved
+    from pipeline.launch import skipped_summary
+    from pipeline.strategies import sweep
+
+    cfg = load_resolved(REPO / "params.yaml")
+    run = next(iter(sweep.runs(cfg).values()))
+    written = skipped_summary(cfg, run, "needs 2 GPUs, found 0")
+    assert set(written) == set(SKIPPED)
+    assert written["status"] == "skipped" and written["run_id"] == sweep.run_id(run)
+    assert RunSummary.from_json(json.loads(json.dumps(written))).to_json() == written
+
+
+@pytest.mark.parametrize("where, change, named", [
+    ("top", lambda s: s.update(image_per_second=s.pop("images_per_second")),
+     "unknown key 'image_per_second' (did you mean 'images_per_second'?) in RunSummary"),
+    ("rank", lambda s: s["ranks"][1].update(bytes_per_iter=s["ranks"][1].pop("bytes_per_iteration")),
+     "ranks[1]: unknown key 'bytes_per_iter' (did you mean 'bytes_per_iteration'?) in RankReport"),
+    ("evaluation", lambda s: s["evaluations"][0].update(ap50=s["evaluations"][0].pop("AP50")),
+     "evaluations[0]: unknown key 'ap50' (did you mean 'AP50'?) in Evaluation"),
+    ("nested", lambda s: s["sec_per_iter"].update(p90=0.7),
+     "sec_per_iter: unknown key 'p90'"),
+])
+def test_a_misspelt_key_fails_at_load_naming_the_file_and_the_key(where, change, named):
+    raw = copy.deepcopy(FINISHED)
+    change(raw)
+    with pytest.raises(RecordError, match=re.escape(named)) as err:
+        RunSummary.from_json(raw, "results/runs/demo/x/train_summary.json")
+    message = str(err.value)
+    assert message.startswith("results/runs/demo/x/train_summary.json")
+    assert "delete the run directory and rerun its training" in message  # the remedy
+
+
+def test_an_old_run_folders_summary_upgrades_and_loads():
+    """As the first versions wrote it: world_size (in the summary, its provenance and run), no
+    run_id, entry nor seed, no sampler, no checkpoints, evaluations nor precision; a ps run
+    from before shards and SSP."""
+    old = copy.deepcopy(FINISHED)
+    for key in ("run_id", "entry", "seed", "utilisation", "checkpoints", "evaluations",
+                "evaluation_seconds", "restarts", "resumed_at_steps", "precision", "data_mode",
+                "skipped_steps", "channels_last", "warmup_iters", "timing_excludes_first_iterations",
+                "staleness"):
+        del old[key]
+    old["world_size"] = old.pop("workers")
+    old["provenance"]["world_size"] = old["provenance"].pop("workers")
+    run = old["provenance"]["run"]
+    run["world_size"] = run.pop("workers")
+    del run["servers"], run["staleness"]
+    old["ranks"] = [rank(0, "server+worker"), rank(1, "worker")]
+    record = RunSummary.from_json(old, folder="ps-colocated-w2-b4")
+    assert record.workers == 2 and record.provenance["workers"] == 2
+    assert record.run_id == record.entry == "ps-colocated-w2-b4"
+    assert record.seed == 1  # from the provenance
+    assert record.provenance["run"]["servers"] == 1 and record.provenance["run"]["staleness"] == 0
+    assert record.provenance["run"]["workers"] == 2 and "world_size" not in record.provenance["run"]
+    assert record.utilisation is None and record.checkpoints is None and record.evaluations == []
+    assert record.data_mode == "real" and record.precision == "fp32"
+    assert record.timing_excludes_first_iterations is None and record.restarts is None
+    assert "world_size" in old  # upgrade works on a copy
+    assert upgrade(upgrade(old, "x"), "x") == upgrade(old, "x")  # an upgraded summary stays so
+
+
+def test_an_old_summary_with_both_names_is_refused():
+    both = dict(copy.deepcopy(FINISHED), world_size=2)
+    with pytest.raises(RecordError, match="both 'world_size' and 'workers'"):
+        RunSummary.from_json(both, "train_summary.json")
+
+
+def test_an_old_skipped_summary_loads():
+    """An early launcher's skipped run: no entry, variant, seed nor provenance."""
+    record = RunSummary.from_json({"run_id": "dp-w2-b4", "strategy": "dp", "world_size": 2,
+                                   "images_per_worker": 4, "status": "skipped",
+                                   "reason": "needs 2 GPUs, found 0"})
+    assert record.workers == 2 and record.entry == "dp-w2-b4" and record.provenance == {}
+    assert record.status == "skipped" and record.seed is None and record.variant is None
+
+
+def test_a_strategys_facts_are_declared_fields():
+    """Strategy.summary_facts and rank_facts become fields of the record; an undeclared one is an
+    error at the end of training, saying where to declare it."""
+    from pipeline import strategies
+    from pipeline.config.params import load_resolved
+
+    parallel = load_resolved(REPO / "params.yaml")["parallel"]
+    ps = strategies.get({"strategy": "ps", "workers": 2, "images_per_worker": 4,
+                         "placement": "dedicated", "servers": 1, "staleness": 1}, parallel)
+    facts = ps.summary_facts([rank(0, "server", staleness_histogram={0: 3, 2: 1}), rank(1, "worker")])
+    fields = RunSummary.fields_of(facts, "ps.summary_facts", STRATEGY_REMEDY)
+    assert fields["staleness"].bound == 1 and fields["staleness"].histogram == {"0": 3, "2": 1}
+    with pytest.raises(RecordError, match=re.escape("ps.rank_facts: unknown key 'stale_histogram'")):
+        RankReport.fields_of({"stale_histogram": {}}, "ps.rank_facts", STRATEGY_REMEDY)
+
+
+def test_evaluations_during_training_are_records(tmp_path):
+    from pipeline.training.summary import evaluations
+
+    lines = [dict(FINISHED["evaluations"][0]), dict(FINISHED["evaluations"][1]),
+             dict(FINISHED["evaluations"][1], AP=0.03)]  # epoch 2 scored again after a resume
+    (tmp_path / "evaluations.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    found = evaluations(tmp_path)
+    assert [e.epoch for e in found] == [1, 2] and found[1].AP == 0.03
+    (tmp_path / "evaluations.jsonl").write_text(json.dumps(dict(lines[0], ap=0.1)) + "\n")
+    with pytest.raises(RecordError, match=r"evaluations.jsonl: line 1: unknown key 'ap'"):
+        evaluations(tmp_path)
+
+
+def test_nan_and_missing_values_survive():
+    one_epoch = dict(copy.deepcopy(FINISHED), epoch_loss=[], final_loss=math.nan)
+    again = RunSummary.from_json(json.loads(json.dumps(RunSummary.from_json(one_epoch).to_json())))
+    assert math.isnan(again.final_loss) and again.epoch_loss == []
+
+
+def test_the_record_imports_no_torch():
+    code = ("import sys, pipeline.runtime.record; "
+            "print(sorted({'torch', 'numpy', 'pandas'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -8,5 +8,5 @@
     stale_locks.py  Snakemake's locks left by a killed run
     compat.py       the torch versions the pipeline runs on (2.4 to the lock's)
     provenance.py   what every result carries: git revision, packages, hardware
-    cli.py          what every stage's main() shares: arguments, logging, errors
+    record.py       the run record (train_summary.json): typed, upgraded from older run folders
 """

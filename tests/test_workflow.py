@@ -296,7 +296,8 @@ def edited(path: Path, old: str, new: str):
 def test_code_change_reruns_the_stages_using_the_module(workdir):
     """Each stage's code inputs follow its imports (the runs themselves rerun for real in the
     params tests above; here the plan is checked, and the edits are undone)."""
-    evaluate, ps = workdir / "pipeline" / "evaluate.py", workdir / "pipeline" / "strategies" / "ps.py"
+    evaluate = workdir / "pipeline" / "detection" / "evaluate.py"
+    ps = workdir / "pipeline" / "strategies" / "ps.py"
     with edited(evaluate, '"""COCO bbox evaluation', '"""COCO box evaluation'):
         assert jobs(snakemake(workdir, "--dry-run")) == {"all": 1, "evaluate": RUNS, "report": 1,
                                                          **PAPER_JOB}
@@ -308,9 +309,9 @@ def test_code_change_reruns_the_stages_using_the_module(workdir):
 
 
 def test_editing_a_module_every_stage_imports_reruns_them_all(workdir):
-    """params.py is imported by every stage (the scaling rule sets every run's learning rate):
+    """config/params.py is imported by every stage (the scaling rule sets every run's learning rate):
     no list names it; the imports do."""
-    with edited(workdir / "pipeline" / "params.py",
+    with edited(workdir / "pipeline" / "config" / "params.py",
                 'return train["base_lr"] * global_batch / train["base_batch"]',
                 'return train["base_lr"] * (global_batch / train["base_batch"])'):
         assert jobs(snakemake(workdir, "--dry-run")) == {

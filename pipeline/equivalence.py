@@ -39,14 +39,6 @@ WHY = ("Faster R-CNN's RPN and box-head losses sample anchors and proposals per 
        "rounding (tested). The replicas of one run stay identical to each other.")
 
 
-def entries(cfg: dict) -> list[dict]:
-    """Every registered strategy's one-step entry (Strategy.equivalence_entry), filled from
-    `cfg`: the baseline first (the reference the others are compared with), then registry order."""
-    checked = [cls for cls in strategies.REGISTERED if cls.equivalence_entry is not None]
-    checked.sort(key=lambda cls: not cls.is_baseline(""))
-    return [sweep.fill({"strategy": cls.name, **cls.equivalence_entry}, cfg) for cls in checked]
-
-
 def one_step(cfg: dict, run: dict, out: Path) -> dict[str, torch.Tensor]:
     name = sweep.run_id(run)
     argv = command(cfg, run, str(out / name)) + ["--max-steps", "1"]
@@ -66,7 +58,7 @@ def measure(cfg: dict) -> dict:
     # On one node, whatever parallel.nnodes says: the rule's job asks for one node, and a
     # torchrun told to expect a second node would wait for it forever.
     cfg["parallel"]["nnodes"] = 1
-    runs = {sweep.run_id(r): r for r in entries(cfg)}
+    runs = {sweep.run_id(r): r for r in sweep.equivalence_runs(cfg)}
     skipped = {name: why for name, r in runs.items()
                if (why := strategies.get(r, cfg["parallel"]).unavailable())}
     with tempfile.TemporaryDirectory(prefix="equivalence-") as work:

@@ -9,7 +9,7 @@ them without Snakemake.
 from __future__ import annotations
 
 from . import strategies
-from .strategies import Strategy
+from .strategies import Strategy, sweep
 
 
 def scheduler(cfg: dict) -> dict:
@@ -63,20 +63,12 @@ def run_resources(cfg: dict, run: dict, stage: str = "train") -> dict:
     return job_resources(cfg, strategy.nodes(), strategy.processes_per_node(), strategy.gpus())
 
 
-def equivalence_entries(cfg: dict) -> list[dict]:
-    """The filled sweep entries pipeline/equivalence.py takes one step of.
-
-    Imported here, not at the top: pipeline.equivalence brings the detection model (torchvision),
-    which the Snakefile otherwise never loads."""
-    from . import equivalence
-    return equivalence.entries(cfg)
-
-
 def equivalence_resources(cfg: dict) -> dict:
     """One step of each of pipeline/equivalence.py's entries, one after another, on one node
     (pipeline/equivalence.py runs them with nnodes=1 whatever parallel.nnodes says): the job is
     as large as the largest of them, in processes and in GPUs."""
-    steps = [strategies.get(entry, dict(cfg["parallel"], nnodes=1)) for entry in equivalence_entries(cfg)]
+    steps = [strategies.get(entry, dict(cfg["parallel"], nnodes=1))
+             for entry in sweep.equivalence_runs(cfg)]
     return job_resources(cfg, 1, max(s.processes() for s in steps), max(s.gpus() for s in steps))
 
 

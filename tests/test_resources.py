@@ -4,6 +4,7 @@ rules/*.smk) lints clean and plans its jobs."""
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import equivalence, resources
+from pipeline import resources
 from pipeline.config import params
 from pipeline.runtime import distributed
 from pipeline.strategies import sweep
@@ -135,7 +136,7 @@ def test_a_commbench_job_is_a_ddp_job_of_that_many_processes_on_one_node():
 @pytest.mark.parametrize("parallel", [{}, {"nnodes": 2}, {"backend": "nccl"}])
 def test_the_equivalence_job_fits_its_largest_entry_on_one_node(name, parallel):
     cfg = preset(name, **parallel)
-    entries = equivalence.entries(cfg)
+    entries = sweep.equivalence_runs(cfg)
     assert len(entries) > 1
     job = resources.equivalence_resources(cfg)
     # every entry runs in this job, one after another, on one node whatever parallel.nnodes says
@@ -159,21 +160,59 @@ def test_scheduler_settings_reach_every_job():
     assert set(resources.resource_names(cfg)) == set(resources.link_resources(cfg, 2))
 
 
-def test_the_module_needs_no_snakemake_and_no_detection_model():
-    code = ("import sys, pipeline.resources; "
-            "print(sorted({'snakemake', 'torchvision', 'pipeline.equivalence'} & set(sys.modules)))")
+def test_planning_the_workflow_imports_no_torch():
+    """What the Snakefile loads and calls while it plans (the rule files' imports, every job's
+    resources for every preset) needs neither torch nor Snakemake: parsing stays fast, and the
+    logic is testable alone (pipeline/runtime/lazy.py)."""
+    code = ("import sys\n"
+            "from pipeline import resources\n"
+            "from pipeline.config import params, stages\n"
+            "from pipeline.report import build, figures, paper\n"
+            "from pipeline.runtime import stale_locks\n"
+            "from pipeline.strategies import sweep, torchrun\n"
+            "for name in params.load(%r)['presets']:\n"
+            "    cfg = params.load_resolved(%r, preset=name)\n"
+            "    runs = sweep.runs(cfg)\n"
+            "    [resources.run_resources(cfg, run, stage) for run in runs.values()\n"
+            "     for stage in ('train', 'evaluate')]\n"
+            "    resources.equivalence_resources(cfg)\n"
+            "    [stages.code_files(stage) for stage in stages.STAGES]\n"
+            "print(sorted({'snakemake', 'torch', 'torchvision', 'pipeline.equivalence'}"
+            " & set(sys.modules)))\n") % ((str(REPO / "params.yaml"),) * 2)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.parametrize("visible, expected", [
+    (None, 4), ("", 0), ("0,2", 2), ("3,1,0,2", 4), ("1,7,2", 1), ("-1,0", 0),
+    ("GPU-8a1c,MIG-3f2e", 2), ("0,1,0", 0)])
+def test_visible_gpus_are_counted_as_cuda_counts_them(visible, expected):
+    assert distributed.visible_gpus(4, visible) == expected
+
+
+def test_the_torch_free_gpu_count_agrees_with_torch():
+    """Counted by NVML before torch is loaded, by torch after: the same number (0 on a
+    machine without a driver, the visible GPUs on a GPU host)."""
+    code = ("from pipeline.runtime import distributed\n"
+            "before = distributed.gpu_count()\n"
+            "import torch\n"
+            "print(before, torch.cuda.device_count())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.split()
+    assert before == after
+
+
 # --- the workflow that wires it in ---------------------------------------------------------
 
-def test_lint_is_clean():
-    done = subprocess.run([SNAKEMAKE, "--lint"], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "Lints for" not in done.stdout + done.stderr
+def test_lint_is_clean_and_parsing_imports_no_torch():
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "snakemake", "--lint"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "Lints for" not in done.stdout + done.stderr, done.stdout
+    assert not re.search(r"\|\s+torch$", done.stderr, re.MULTILINE), "parsing imported torch"
 
 
 def test_the_workflow_plans_every_rule_and_the_other_presets_compute_runs(tmp_path):

@@ -8,12 +8,15 @@ from __future__ import annotations
 import datetime
 import math
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass
 
-import torch
-import torch.distributed as dist
+from . import lazy
+
+torch = lazy.module("torch")
+dist = lazy.module("torch.distributed")
 
 
 @dataclass
@@ -32,6 +35,40 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def gpu_count() -> int:
+    """The GPUs this process can use, as torch.cuda.device_count() counts them, without
+    importing torch where it is not loaded yet (the Snakefile plans runs on a login node in a
+    fraction of a second): NVML's count, narrowed by CUDA_VISIBLE_DEVICES as CUDA narrows it
+    (indices or GPU-/MIG- UUIDs, up to the first invalid entry). No driver: 0."""
+    if "torch" in sys.modules:  # a training process: torch's own answer
+        return torch.cuda.device_count()
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        try:
+            installed = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # pynvml.NVMLError (no driver: a CPU machine), or no pynvml at all
+        return 0
+    return visible_gpus(installed, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def visible_gpus(installed: int, visible: str | None) -> int:
+    """How many of `installed` GPUs CUDA_VISIBLE_DEVICES=`visible` leaves (None: unset), as
+    torch counts them: up to the first invalid entry, and none if an entry repeats."""
+    if visible is None:
+        return installed
+    chosen: list[str] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if not (entry.startswith(("GPU-", "MIG-")) or (entry.isdigit() and int(entry) < installed)):
+            break
+        if entry in chosen:
+            return 0
+        chosen.append(entry)
+    return min(len(chosen), installed)
 
 
 def default_device(local_rank: int = 0) -> torch.device:

@@ -14,10 +14,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from ..costmodel.network import Flow, Link, Network
+from ..runtime import lazy
 from ..runtime.distributed import available_cores, default_device
+
+# Imported when a process trains: the registry's facts (the sweep, the Snakefile, the report)
+# need no torch (pipeline/runtime/lazy.py).
+torch = lazy.module("torch")
 
 
 @dataclass(frozen=True)

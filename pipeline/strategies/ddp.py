@@ -12,17 +12,16 @@ from __future__ import annotations
 import math
 import time
 
-import torch
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
-from torch.nn.parallel import DistributedDataParallel
-
 from ..costmodel.network import Flow, Network
-from ..runtime import compat
+from ..runtime import compat, distributed, lazy
 from .base import Context, Option, Traffic
 from .torchrun import TorchrunStrategy
 
-HOOKS = {"none": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
-         "bf16": default_hooks.bf16_compress_hook}
+torch = lazy.module("torch")
+default_hooks = lazy.module("torch.distributed.algorithms.ddp_comm_hooks.default_hooks")
+powerSGD_hook = lazy.module("torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook")
+
+HOOKS = {"none": "allreduce_hook", "fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
 WIRE_BYTES = {"none": 4, "fp16": 2, "bf16": 2}  # bytes per gradient element on the wire
 BUCKET_BYTES = 25 * 2**20  # DDP's bucket_cap_mb default
 
@@ -56,7 +55,7 @@ def counting_hook(kind: str, processes: int, traffic: Traffic):
             future = powerSGD_hook.powerSGD_hook(state, bucket)
         else:
             payload = bucket.buffer().numel() * WIRE_BYTES[kind]
-            future = HOOKS[kind](state, bucket)
+            future = getattr(default_hooks, HOOKS[kind])(state, bucket)
         wire = int(payload * ring_factor(processes))
         traffic.sent += wire
         traffic.received += wire
@@ -96,14 +95,14 @@ class DDP(TorchrunStrategy):
         return "" if run["comm_hook"] == "none" else run["comm_hook"]
 
     def unavailable(self) -> str | None:
-        if self.parallel["sync_batchnorm"] and not torch.cuda.is_available():
+        if self.parallel["sync_batchnorm"] and not distributed.gpu_count():
             return "SyncBatchNorm needs GPUs (set parallel.sync_batchnorm: false on CPU)"
         return super().unavailable()
 
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         if self.parallel["sync_batchnorm"]:
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        wrapped = DistributedDataParallel(
+        wrapped = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
             **compat.ddp_buffer_sync())  # rank 0's BatchNorm buffers at every forward
         kind = self.run["comm_hook"]

@@ -7,18 +7,19 @@ updates the weights (`step` below). Through GPU 0 pass about 2(N-1)M bytes per i
 
 Its stock scatter chunks every tensor along dimension 0, which breaks torchvision's detection
 models (pytorch/pytorch#25627, pytorch/vision#1659): it would split each image's channels
-instead of splitting the list of images and targets. `DetectionDataParallel` scatters by sample
+instead of splitting the list of images and targets. `detection_data_parallel()` scatters by sample
 and gathers the loss dictionaries (training) or detection lists (evaluation) correctly.
 """
 from __future__ import annotations
 
+import functools
 import math
 
-import torch
-from torch import nn
-
 from ..costmodel.network import Flow, Network
+from ..runtime import distributed, lazy
 from .base import Context, Strategy, Traffic, gradient_bytes
+
+torch = lazy.module("torch")
 
 
 def _to(obj, device):
@@ -49,27 +50,33 @@ def gather_outputs(outputs: list, device):
     return [_to(d, device) for replica in outputs for d in replica]
 
 
-class DetectionDataParallel(nn.DataParallel):
-    """DataParallel whose scatter and gather understand detection inputs and outputs."""
+@functools.cache
+def detection_data_parallel() -> type:
+    """`DetectionDataParallel`: DataParallel whose scatter and gather understand detection
+    inputs and outputs. Made at first use, as its base is torch's class: the registry imports
+    this module without torch (pipeline/runtime/lazy.py)."""
 
-    def __init__(self, module, device_ids, traffic: Traffic):
-        super().__init__(module, device_ids=device_ids)
-        self.traffic = traffic
+    class DetectionDataParallel(torch.nn.DataParallel):
+        def __init__(self, module, device_ids, traffic: Traffic):
+            super().__init__(module, device_ids=device_ids)
+            self.traffic = traffic
 
-    def scatter(self, inputs, kwargs, device_ids):
-        chunks = scatter_by_sample(inputs, [torch.device("cuda", i) for i in device_ids])
-        return chunks, [dict(kwargs) for _ in chunks]
+        def scatter(self, inputs, kwargs, device_ids):
+            chunks = scatter_by_sample(inputs, [torch.device("cuda", i) for i in device_ids])
+            return chunks, [dict(kwargs) for _ in chunks]
 
-    def replicate(self, module, device_ids):
-        # The weight broadcast from GPU 0 (and, in backward, the gradient reduction to it).
-        copies = (len(device_ids) - 1) * gradient_bytes(module)
-        self.traffic.sent += copies
-        self.traffic.received += copies
-        return super().replicate(module, device_ids)
+        def replicate(self, module, device_ids):
+            # The weight broadcast from GPU 0 (and, in backward, the gradient reduction to it).
+            copies = (len(device_ids) - 1) * gradient_bytes(module)
+            self.traffic.sent += copies
+            self.traffic.received += copies
+            return super().replicate(module, device_ids)
 
-    def gather(self, outputs, output_device):
-        return gather_outputs(outputs, torch.device("cuda", output_device)
-                              if isinstance(output_device, int) else output_device)
+        def gather(self, outputs, output_device):
+            return gather_outputs(outputs, torch.device("cuda", output_device)
+                                  if isinstance(output_device, int) else output_device)
+
+    return DetectionDataParallel
 
 
 class DataParallel(Strategy):
@@ -90,7 +97,7 @@ class DataParallel(Strategy):
         return self.run["workers"]
 
     def unavailable(self) -> str | None:
-        gpus, needed = torch.cuda.device_count(), max(2, self.run["workers"])
+        gpus, needed = distributed.gpu_count(), max(2, self.run["workers"])
         if gpus < needed:
             return f"DataParallel needs at least {needed} GPUs in one process; found {gpus}"
         if self.parallel["nnodes"] != 1:
@@ -103,8 +110,8 @@ class DataParallel(Strategy):
     def batch_per_process(self) -> int:
         return self.run["images_per_worker"] * self.run["workers"]  # split by scatter_by_sample
 
-    def wrap(self, model: nn.Module, ctx: Context) -> nn.Module:
-        return DetectionDataParallel(model, list(range(self.run["workers"])), self._traffic)
+    def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        return detection_data_parallel()(model, list(range(self.run["workers"])), self._traffic)
 
     def step(self, model, optimizer, ctx: Context) -> float:
         optimizer.step()  # GPU 0 holds the only weights that are updated

@@ -30,13 +30,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-import torch
-import torch.distributed as dist
-
 from ..costmodel.network import Flow
-from ..runtime import distributed
+from ..runtime import distributed, lazy
 from .base import Context, Option
 from .torchrun import TorchrunStrategy
+
+torch = lazy.module("torch")
+dist = lazy.module("torch.distributed")
 
 GRADIENTS, BUFFERS, WEIGHTS = 0, 1, 2  # message tags: each message matched by kind, not order
 

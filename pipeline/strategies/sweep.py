@@ -163,3 +163,12 @@ def runs(cfg: dict, source: str = "params.yaml") -> dict[str, dict]:
         raise ParamsError(f"{where}: duplicate entries {duplicates}; each combination once "
                           "(more seeds of one: its repeats)")
     return {run_id(run): run for entry in entries for run in repeated(entry)}
+
+
+def equivalence_runs(cfg: dict) -> list[dict]:
+    """The filled entries of the one-step equivalence check (pipeline/equivalence.py): each
+    registered strategy's `equivalence_entry`, the baseline first (the reference the others are
+    compared with), then in registry order."""
+    checked = [cls for cls in strategies.REGISTERED if cls.equivalence_entry is not None]
+    checked.sort(key=lambda cls: not cls.is_baseline(""))
+    return [fill({"strategy": cls.name, **cls.equivalence_entry}, cfg) for cls in checked]

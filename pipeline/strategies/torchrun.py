@@ -3,8 +3,6 @@
 the checks of what this machine can run."""
 from __future__ import annotations
 
-import torch
-
 from ..runtime import distributed
 from .base import Context, Strategy
 
@@ -31,14 +29,14 @@ class TorchrunStrategy(Strategy):
 
     def gpus(self) -> int:
         uses_gpus = self.parallel["backend"] == "nccl" or (
-            self.parallel["backend"] == "auto" and torch.cuda.is_available())
+            self.parallel["backend"] == "auto" and distributed.gpu_count() > 0)
         return self.per_node()[0] if uses_gpus else 0
 
     def unavailable(self) -> str | None:
         per_node, why = self.per_node()
         if why:
             return why
-        gpus = torch.cuda.device_count()
+        gpus = distributed.gpu_count()
         if self.parallel["backend"] == "nccl" and gpus == 0:
             return "NCCL needs GPUs and none is visible (set parallel.backend to auto or gloo)"
         if gpus:

@@ -337,14 +337,15 @@ def test_a_new_figure_is_one_function(runs, tmp_path, extra_figure):
 def test_scaling_table_and_figure(report):
     out, summary = report
     scaling = pd.read_csv(out / "report" / "scaling.csv").set_index("strategy")
-    assert list(scaling.index) == ["ddp", "single"]  # completed runs only, by strategy
+    # completed runs only, by strategy, each named by its class's one display name
+    assert list(scaling.index) == ["DDP", "single process"]
     # both runs do 8 images in 0.5 s: no speed-up from 2 workers, so 50 % efficiency
-    assert scaling.loc["ddp", "speedup_vs_single"] == pytest.approx(1.0)
-    assert scaling.loc["ddp", "efficiency"] == pytest.approx(0.5)
-    assert scaling.loc["single", "efficiency"] == pytest.approx(1.0)
+    assert scaling.loc["DDP", "speedup_vs_single"] == pytest.approx(1.0)
+    assert scaling.loc["DDP", "efficiency"] == pytest.approx(0.5)
+    assert scaling.loc["single process", "efficiency"] == pytest.approx(1.0)
     md = (out / "report" / "report.md").read_text()
     section = md.split("## Scaling", 1)[1].split("\n## ", 1)[0]
-    assert "| ddp | 2 | 8 | 1 | 16.00 | 1.000 | 0.500 |" in section  # n = 1 run
+    assert "| DDP | 2 | 8 | 1 | 16.00 | 1.000 | 0.500 |" in section  # n = 1 run
     assert (out / "report" / "figures" / "scaling.png").stat().st_size > 1000
     assert "derived from the size of each bucket" in md  # DDP's bytes are labelled as derived
 
@@ -365,14 +366,14 @@ def test_scaling_frame_names_variants_and_drops_skipped():
         "status": ["ok"], "strategy": ["single"], "variant": [""], "workers": [1],
         "global_batch": [4], "images_per_second": [20.0], "images_per_worker": [4]})])
     frame = scaling_frame(with_single).set_index("strategy")
-    ps = frame.loc["ps-dedicated"]
+    ps = frame.loc["parameter server (dedicated)"]
     assert ps["workers"].tolist() == [1, 2]
     # single does 4 images an iteration. ps w1 (8 images, 8 per worker) has no single to
     # compare with; ps w2 (8 images, 4 per worker) is compared with it as weak scaling.
     assert ps["baseline"].tolist() == ["no single run", "same images per worker"]
     assert ps["speedup_vs_single"].tolist()[1] == pytest.approx(1.5)
     assert ps["efficiency"].tolist()[1] == pytest.approx(0.75)
-    assert frame.loc["single", "baseline"] == "same global batch"
+    assert frame.loc["single process", "baseline"] == "same global batch"
 
 
 def test_rows_say_which_data_they_come_from(report):

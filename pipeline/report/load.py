@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..runtime.files import read_json
 from ..runtime.record import Evaluation, RankReport, RunSummary
+from ..strategies import STRATEGIES
 
 TRAFFIC_COLUMNS = ["run_id", "rank", "role", "sent_per_iter", "received_per_iter",
                    "theory_sent_per_iter", "theory_received_per_iter", "gradient_bytes"]
@@ -107,16 +108,18 @@ def has_variant(variant) -> bool:
 
 
 def strategy_label(strategy: str, variant, data_mode: str = "real") -> str:
-    """How tables and figures name an entry's strategy: ps-dedicated-k2, ddp (synthetic data)."""
-    return (strategy + (f"-{variant}" if has_variant(variant) else "")
-            + ("" if data_mode == "real" else f" ({data_mode} data)"))
+    """How tables and figures name an entry's strategy: its class's one display name, then
+    what tells the entry apart: parameter server (dedicated-k2), DDP (synthetic data)."""
+    declared = STRATEGIES.get(strategy)
+    details = ([variant] if has_variant(variant) else []) + (
+        [] if data_mode == "real" else [f"{data_mode} data"])
+    name = declared.label if declared else strategy  # a run of a strategy no longer registered
+    return name + (f" ({', '.join(details)})" if details else "")
 
 
 def is_baseline(strategy, variant) -> bool:
     """The runs every speed-up is measured against, as their strategy declares
     (Strategy.is_baseline: `single` as configured, not a variant of it)."""
-    from pipeline.strategies import STRATEGIES  # imports torch: only when runs are compared
-
     declared = STRATEGIES.get(strategy)
     return declared is not None and declared.is_baseline(variant if has_variant(variant) else "")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import strategies
 from .config import cli, stages
-from .detection.scoring import not_evaluated
+from .detection.scoring import not_evaluated, record_not_evaluated
 from .runtime.record import RunSummary
 from .runtime import lifetime, provenance, slurm
 from .runtime.files import read_json, write_json, write_text
@@ -48,10 +48,8 @@ def command(cfg: dict, run: dict, out: str, python: str = sys.executable,
 
 def evaluation_command(cfg: dict, run: dict, run_dir: str, python: str = sys.executable) -> list[str]:
     """A run is evaluated the way its strategy says (a ddp run on as many processes as it
-    trained with); a run that is not scored, by one process that records why."""
-    launcher = [python]
-    if not_evaluated(read_json(Path(run_dir) / "train_summary.json")) is None:
-        launcher = strategies.get(run, cfg["parallel"]).evaluation_launcher(python)
+    trained with)."""
+    launcher = strategies.get(run, cfg["parallel"]).evaluation_launcher(python)
     return launcher + ["-m", "pipeline.detection.evaluate", "--config", json.dumps(cfg), "--run-dir", run_dir]
 
 
@@ -87,6 +85,12 @@ def main(argv: list[str] | None = None) -> None:
         lifetime.become_launcher()
         cfg, run = stages.parsed_config(args, args.stage), json.loads(args.entry)
         if args.stage == "evaluate":
+            # A run that is not scored (skipped, or trained on in-memory noise) is recorded
+            # here: no torch, no evaluation processes to start for it.
+            why_not = not_evaluated(read_json(Path(args.out) / "train_summary.json"))
+            if why_not:
+                record_not_evaluated(args.out, why_not)
+                return
             argv = evaluation_command(cfg, run, args.out)
             os.execv(argv[0], argv)
         reason = strategies.get(run, cfg["parallel"]).unavailable()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -44,3 +46,21 @@ def write_coco(root: Path, split: str, images: list[dict], annotations: list[dic
                                 "categories": list(categories)}))
     (root / f"{split}2017").mkdir(parents=True, exist_ok=True)
     return path
+
+
+@dataclass(frozen=True)
+class FinishedWorkflow:
+    root: Path                             # never edited: tests copy it (workflow.copy_finished)
+    result: subprocess.CompletedProcess    # the run that finished it: its job table, its log
+
+
+@pytest.fixture(scope="session")
+def finished_demo(tmp_path_factory) -> FinishedWorkflow:
+    """The whole workflow on the shrunk demo (every strategy, two seeds of ddp, ddp on in-memory
+    data, evaluations during training), run once per session and shared by the workflow,
+    integrity and fault tests (tests/workflow.py)."""
+    from .workflow import copy_workflow, edit_params, snakemake, with_repeats_and_modes
+
+    root = copy_workflow(tmp_path_factory.mktemp("finished-demo"))
+    edit_params(root, with_repeats_and_modes)
+    return FinishedWorkflow(root, snakemake(root))

@@ -13,6 +13,7 @@ SHRUNK = ["data.synthetic.train_images=24", "data.synthetic.val_images=8", "trai
           "eval.every_epochs=0", "train.checkpoint_every=0", "train.lr_steps=[]"]
 
 
+@pytest.mark.slow
 def test_two_configurations_over_two_seeds(tmp_path, capsys):
     report = accuracy_seeds.main(["--preset", "demo", "--seeds", "2", "--parallel", "2",
                                   "--work", str(tmp_path), "--set", *SHRUNK,

@@ -402,9 +402,11 @@ RUN_CASES = {"checkpoint-from-another-preset": foreign_checkpoint,
              "corrupt-checkpoint": corrupt_checkpoint,
              "results-directory-not-writable": results_not_writable,
              "disk-full-writing-a-checkpoint": disk_full}
+FAST_RUN_CASES = ("checkpoint-from-another-preset", "results-directory-not-writable")  # the rest: full suite
 
 
-@pytest.mark.parametrize("case", RUN_CASES)
+@pytest.mark.parametrize("case", [case if case in FAST_RUN_CASES else pytest.param(case, marks=pytest.mark.slow)
+                                  for case in RUN_CASES])
 def test_bad_run_state(case, checkpointed, tmp_path):
     cfg, run, _ = checkpointed
     out, setup, what, remedy = RUN_CASES[case](checkpointed, tmp_path)

@@ -201,6 +201,7 @@ def coco_repo(repo: Path, server, archives) -> None:
     run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"], repo)
 
 
+@pytest.mark.slow
 def test_a_users_directory_at_data_root_is_used_or_refused_never_deleted(served, small_dataset,
                                                                           tmp_path):
     """The data stage with real DVC: a user's COCO copy (a directory, or a symlink to one) is

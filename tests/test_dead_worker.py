@@ -48,6 +48,7 @@ def checkpoint_inside_an_epoch(out: Path) -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ps", "ddp"])
 def test_a_hung_worker_fails_its_peers_within_the_timeout(small_dataset, tmp_path, strategy):
     cfg = small_config(small_dataset, epochs=2)

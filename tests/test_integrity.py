@@ -1,5 +1,5 @@
-"""A result never lies about how it was made, with the real Snakemake on a tiny workflow
-(single w1 and ddp w2, 2 epochs):
+"""A result never lies about how it was made, with the real Snakemake on a copy of the
+session's finished demo workflow (tests/workflow.py; its single w1 and ddp w2 runs, 2 epochs):
 
 * a code change retrains every iteration (a finished run keeps no state to "resume");
 * a comment-only change retrains to the same summary as a fresh run, timings aside;
@@ -30,15 +30,7 @@ from pipeline.detection.scoring import METRICS
 from pipeline.runtime import files
 
 from .test_dead_worker import checkpoint_inside_an_epoch, process_rank
-from .test_workflow import (
-    PAPER_JOB,
-    SNAKEMAKE,
-    copy_workflow,
-    edit_params,
-    jobs,
-    snakemake,
-    tiny_params,
-)
+from .workflow import PAPER_JOB, SNAKEMAKE, copy_finished, edit_params, jobs, snakemake
 
 pytestmark = pytest.mark.slow
 DDP = "ddp-w2-b2-s0"
@@ -49,18 +41,11 @@ TIMING_KEYS = {"train_seconds", "images_per_second", "sec_per_iter", "time_split
 EVALUATION_TIMING = {"seconds", "train_seconds"}  # of each evaluation during training
 
 
-def two_runs(raw: dict) -> None:
-    tiny_params(raw)
-    raw["presets"]["demo"]["sweep"] = [{"strategy": "single", "workers": 1},
-                                       {"strategy": "ddp", "workers": 2, "images_per_worker": 2}]
-    raw["presets"]["demo"]["train"]["checkpoint_every"] = 4  # 6 an epoch: kills land mid-epoch
-
-
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    root = copy_workflow(tmp_path_factory.mktemp("integrity"))
-    edit_params(root, two_runs)
-    snakemake(root)
+def workdir(finished_demo, tmp_path_factory) -> Path:
+    """A copy of the session's finished demo (tests/workflow.py): Snakemake finds it done."""
+    root = copy_finished(finished_demo.root, tmp_path_factory.mktemp("integrity"))
+    assert jobs(snakemake(root)) == {}
     return root
 
 
@@ -112,28 +97,6 @@ def test_outputs_follow_the_umask(workdir):
                  workdir / "data" / "synthetic", workdir / "data" / "synthetic" / "val2017"]:
         expected = (0o777 if path.is_dir() else 0o666) & ~mask
         assert stat.S_IMODE(path.stat().st_mode) == expected, (path, oct(path.stat().st_mode))
-
-
-def test_comment_only_edit_retrains_to_the_fresh_result(workdir):
-    fresh = {run: summary(workdir, run) for run in ("single-w1-b4-s0", DDP)}
-    edit(workdir, "strategies/ddp.py", '"""`ddp`:', '# an edit that changes nothing\n"""`ddp`:')
-    assert jobs(snakemake(workdir))["train"] == 2
-    for run, before in fresh.items():
-        assert "resuming" not in train_log(workdir, run)
-        assert without_timings(summary(workdir, run)) == without_timings(before)
-
-
-def test_code_change_retrains_every_iteration(workdir):
-    before = losses(workdir, DDP)
-    # A real change to the gradient sync: plain all-reduce becomes fp16-compressed.
-    edit(workdir, "strategies/ddp.py", '"none": default_hooks.allreduce_hook',
-         '"none": default_hooks.fp16_compress_hook')
-    assert jobs(snakemake(workdir))["train"] == 2
-    after = losses(workdir, DDP)
-    assert "resuming" not in train_log(workdir, DDP)
-    assert [step for step, _ in after] == [step for step, _ in before] == list(range(1, len(before) + 1))
-    assert [loss for _, loss in after] != [loss for _, loss in before]
-    assert summary(workdir, DDP)["ranks"][0]["bytes_per_iteration"]["sent"] > 0
 
 
 # ---- kill -9 anywhere --------------------------------------------------------------------
@@ -280,3 +243,32 @@ def test_a_deleted_run_is_trained_and_reported_again(workdir):
     assert jobs(result) == {"all": 1, "train": 1, "evaluate": 1, "report": 1, **PAPER_JOB}
     assert summary(workdir, "single-w1-b4-s0")["status"] == "ok"
     assert "single-w1-b4-s0" in (workdir / "results" / "summary.csv").read_text()
+
+
+# ---- code changes: last, as every other run of the shared workflow is out of date after them --
+
+def trained(runs) -> list[str]:
+    """The targets that retrain just `runs` (a code change puts every run out of date)."""
+    return [f"results/runs/demo/{run}/train_summary.json" for run in runs]
+
+
+def test_comment_only_edit_retrains_to_the_fresh_result(finished_demo, workdir):
+    # The runs as first trained (here, the kills and restarts above have resumed them).
+    fresh = {run: summary(finished_demo.root, run) for run in RUNS}
+    edit(workdir, "strategies/ddp.py", '"""`ddp`:', '# an edit that changes nothing\n"""`ddp`:')
+    assert jobs(snakemake(workdir, *trained(RUNS)))["train"] == 2
+    for run, before in fresh.items():
+        assert "resuming" not in train_log(workdir, run)
+        assert without_timings(summary(workdir, run)) == without_timings(before)
+
+
+def test_code_change_retrains_every_iteration(workdir):
+    before = losses(workdir, DDP)
+    # A real change to the gradient sync: plain all-reduce becomes fp16-compressed.
+    edit(workdir, "strategies/ddp.py", '"none": "allreduce_hook"', '"none": "fp16_compress_hook"')
+    assert jobs(snakemake(workdir, *trained([DDP])))["train"] == 1
+    after = losses(workdir, DDP)
+    assert "resuming" not in train_log(workdir, DDP)
+    assert [step for step, _ in after] == [step for step, _ in before] == list(range(1, len(before) + 1))
+    assert [loss for _, loss in after] != [loss for _, loss in before]
+    assert summary(workdir, DDP)["ranks"][0]["bytes_per_iteration"]["sent"] > 0

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from .conftest import REPO
-from .test_workflow import PAPER_JOB, copy_workflow, edit_params, jobs, snakemake, tiny_params
+from .workflow import PAPER_JOB, copy_workflow, edit_params, jobs, snakemake, tiny_params
 
 pytestmark = pytest.mark.slow
 REGISTRY = REPO / "pipeline" / "strategies" / "__init__.py"

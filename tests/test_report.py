@@ -219,6 +219,7 @@ def test_missing_iterations_names_the_file(tmp_path):
         build_report([run], REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "r")
 
 
+@pytest.mark.slow
 def test_cli(runs, tmp_path):
     cmd = [sys.executable, "-m", "pipeline.report", "--report-config", json.dumps(REPORT_CFG),
            "--preset", "demo", "--summary", str(tmp_path / "summary.csv"),

@@ -18,7 +18,7 @@ from pipeline.runtime import distributed
 from pipeline.strategies import sweep
 
 from .conftest import REPO
-from .test_workflow import copy_workflow, jobs
+from .workflow import copy_workflow, jobs
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 

@@ -16,7 +16,7 @@ import pytest
 
 from .slurm_cluster import SlurmCluster, Unavailable
 from .test_strategies import records
-from .test_workflow import SNAKEMAKE, copy_workflow, edit_params, jobs, tiny_params
+from .workflow import SNAKEMAKE, copy_workflow, edit_params, jobs, tiny_params
 
 pytestmark = pytest.mark.slow
 

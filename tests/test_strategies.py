@@ -37,6 +37,8 @@ from .conftest import REPO, small_config
 PARALLEL = {"backend": "gloo", "nnodes": 1, "rdzv_endpoint": "127.0.0.1:29400",
             "sync_batchnorm": False, "powersgd_rank": 2, "timeout_s": 60, "max_restarts": 0}
 GLOBAL_BATCH = 8
+# Left to the full suite: the fast tier keeps one case of each code path (README).
+SLOW = pytest.mark.slow
 TOLERANCE = 1e-6  # float32 sums in another order
 
 
@@ -105,11 +107,13 @@ def single_result(steps=1, precision="fp32"):
 
 @pytest.mark.parametrize("run, processes", [
     ({"strategy": "ddp", "workers": 2, "comm_hook": "none"}, 2),
-    ({"strategy": "ddp", "workers": 4, "comm_hook": "none"}, 4),
+    pytest.param({"strategy": "ddp", "workers": 4, "comm_hook": "none"}, 4, marks=SLOW),
     ({"strategy": "ps", "workers": 2, "placement": "colocated"}, 2),
-    ({"strategy": "ps", "workers": 2, "placement": "dedicated"}, 3),
-    ({"strategy": "ps", "workers": 2, "placement": "colocated", "servers": 2}, 2),
-    ({"strategy": "ps", "workers": 2, "placement": "dedicated", "servers": 2}, 4),
+    pytest.param({"strategy": "ps", "workers": 2, "placement": "dedicated"}, 3, marks=SLOW),
+    pytest.param({"strategy": "ps", "workers": 2, "placement": "colocated", "servers": 2}, 2,
+                 marks=SLOW),
+    pytest.param({"strategy": "ps", "workers": 2, "placement": "dedicated", "servers": 2}, 4,
+                 marks=SLOW),
 ], ids=["ddp-w2", "ddp-w4", "ps-colocated-w2", "ps-dedicated-w2", "ps-colocated-k2-w2", "ps-dedicated-k2-w2"])
 def test_one_step_equals_single_on_the_merged_batch(run, processes, tmp_path):
     reference = single_result(steps=2)
@@ -129,8 +133,8 @@ AMP_TOLERANCE = {"bf16": 1e-3, "fp16": 2e-4}
 
 @pytest.mark.parametrize("run, processes, precision", [
     ({"strategy": "ddp", "workers": 2, "comm_hook": "none"}, 2, "bf16"),
-    ({"strategy": "ps", "workers": 2, "placement": "colocated"}, 2, "bf16"),
-    ({"strategy": "ddp", "workers": 2, "comm_hook": "none"}, 2, "fp16"),
+    pytest.param({"strategy": "ps", "workers": 2, "placement": "colocated"}, 2, "bf16", marks=SLOW),
+    pytest.param({"strategy": "ddp", "workers": 2, "comm_hook": "none"}, 2, "fp16", marks=SLOW),
 ], ids=["ddp-w2-bf16", "ps-colocated-w2-bf16", "ddp-w2-fp16"])
 def test_mixed_precision_steps_equal_single_within_the_stated_tolerance(run, processes, precision, tmp_path):
     reference = single_result(steps=2, precision=precision)
@@ -143,6 +147,7 @@ def test_mixed_precision_steps_equal_single_within_the_stated_tolerance(run, pro
     assert any(not torch.equal(fp32[name], reference[name]) for name in fp32)  # autocast was on
 
 
+@SLOW
 def test_ps_replicas_take_the_first_workers_batchnorm_buffers(tmp_path):
     results = run_processes({"strategy": "ps", "workers": 2, "placement": "dedicated"}, 3,
                             tmp_path, batchnorm=True)
@@ -228,10 +233,10 @@ def detection_cfg(small_dataset):
 
 @pytest.mark.parametrize("entry", [
     {"strategy": "ddp", "workers": 2},
-    {"strategy": "ddp", "workers": 2, "comm_hook": "fp16"},
+    pytest.param({"strategy": "ddp", "workers": 2, "comm_hook": "fp16"}, marks=SLOW),
     {"strategy": "ps", "workers": 2, "placement": "colocated"},
-    {"strategy": "ps", "workers": 1, "placement": "dedicated"},
-    {"strategy": "ps", "workers": 2, "placement": "dedicated", "servers": 2},
+    pytest.param({"strategy": "ps", "workers": 1, "placement": "dedicated"}, marks=SLOW),
+    pytest.param({"strategy": "ps", "workers": 2, "placement": "dedicated", "servers": 2}, marks=SLOW),
 ], ids=["ddp", "ddp-fp16", "ps-colocated", "ps-dedicated", "ps-dedicated-k2"])
 def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, entry, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
@@ -255,6 +260,7 @@ def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, en
         assert rank["bytes_per_iteration"]["sent"] == pytest.approx(rank["gradient_bytes"] * 0.5, rel=0.05)
 
 
+@SLOW
 def test_two_nodes_on_localhost_match_one_node(detection_cfg, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
     cfg["sweep"] = [{"strategy": "ddp", "workers": 2}]
@@ -290,6 +296,7 @@ def test_launch_records_a_skipped_run(detection_cfg, tmp_path):
         assert (tmp_path / "dp" / "iterations.jsonl").read_text() == ""
 
 
+@SLOW
 def test_faster_rcnn_one_step_difference_from_single_is_measured(detection_cfg):
     """Not zero (per-batch sampling and normalisation), but small next to the step itself."""
     result = measure(copy.deepcopy(detection_cfg))
@@ -300,7 +307,7 @@ def test_faster_rcnn_one_step_difference_from_single_is_measured(detection_cfg):
     assert "per image batch" in result["why"]
 
 
-@pytest.mark.parametrize("hook", ["bf16", "powersgd"])
+@pytest.mark.parametrize("hook", [pytest.param("bf16", marks=SLOW), "powersgd"])
 def test_compressing_hooks_send_less_and_keep_replicas_identical(detection_cfg, hook, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
     cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "comm_hook": hook}]
@@ -334,6 +341,7 @@ def test_what_a_job_asks_for_per_node():
     assert (ps.nodes(), ps.processes(), ps.processes_per_node()) == (2, 4, 2)
 
 
+@SLOW
 def test_sharded_ps_resumes_to_the_uninterrupted_result(detection_cfg, tmp_path):
     """Two shards, each server holding its own parameters' momentum: a checkpoint gathers
     them all, and a run stopped after it and rerun ends with the weights of one that was not."""
@@ -374,6 +382,7 @@ def test_bounded_staleness_lets_a_worker_run_ahead_within_the_bound(tmp_path):
     assert summary["staleness"]["bound"] == 1 and sum(summary["staleness"]["histogram"].values()) == 12
 
 
+@SLOW
 def test_bounded_staleness_trains_faster_rcnn_and_reports_what_it_observed(detection_cfg, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
     cfg["sweep"] = [{"strategy": "ps", "workers": 2, "placement": "dedicated", "staleness": 1}]

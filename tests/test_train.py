@@ -79,7 +79,7 @@ def scores(summary: dict) -> list[tuple]:
     return [(e["epoch"], e["step"], e["AP"], e["AP50"]) for e in summary["evaluations"]]
 
 
-@pytest.mark.parametrize("loader_workers", [0, 1])
+@pytest.mark.parametrize("loader_workers", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_killed_run_resumes_mid_epoch_to_the_uninterrupted_result(small_dataset, tmp_path, loader_workers):
     cfg = small_config(small_dataset, epochs=4)
     cfg["data"]["workers"] = loader_workers  # augmentations drawn in a loader process, or not

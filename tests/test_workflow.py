@@ -25,89 +25,20 @@ from pipeline.report.findings import MACRO_COLUMNS, parse_numbers
 from pipeline.runtime.distributed import available_cores
 
 from .conftest import REPO, SMALL_DATA
+from .workflow import PAPER_JOB, SNAKEMAKE, copy_finished, edit_params, jobs, snakemake
 
 pytestmark = pytest.mark.slow
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-COPIED = ["Snakefile", "rules", "params.yaml", "dvc.yaml", "pipeline", "paper", "profiles", ".dvc",
-          ".dvcignore", ".gitignore"]
-
-
-def tiny_params(raw: dict) -> dict:
-    demo = raw["presets"]["demo"]
-    demo["data"].update(synthetic=dict(SMALL_DATA))
-    demo["model"].update(min_size=96, max_size=96, channels=32, representation_size=128)
-    demo["train"].update(epochs=2, images_per_worker=4, base_batch=4, warmup_iters=4, lr_steps=[])
-    demo["eval"].update(batch_size=4)
-    demo["commbench"] = {"max_bytes": 2**20, "repeats": 3}  # the links, timed in a second
-    # Every strategy through the workflow; dp is skipped (with its reason) on a CPU machine.
-    demo["sweep"] = [{"strategy": "single", "workers": 1},
-                     {"strategy": "ddp", "workers": 2, "images_per_worker": 2},
-                     {"strategy": "ps", "workers": 2, "images_per_worker": 2},
-                     {"strategy": "dp", "workers": 2, "images_per_worker": 2}]
-    return raw
-
-
-RUNS = 6  # in the module's workdir: single, ddp x2 seeds, ps, dp, ddp on in-memory data
-PAPER_JOB = {} if pipeline.report.paper.missing_tools() else {"paper": 1}  # with a LaTeX toolchain
-
-
-def edit_params(workdir: Path, change) -> None:
-    path = workdir / "params.yaml"
-    raw = yaml.safe_load(path.read_text())
-    change(raw)
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-
-
-def copy_workflow(root: Path) -> Path:
-    """The files the workflow needs, copied into `root` (a test may edit them there)."""
-    for name in COPIED:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__", "tmp"))
-        else:
-            shutil.copy2(source, root / name)
-    return root
-
-
-def with_repeats_and_modes(raw: dict) -> dict:
-    """tiny_params, plus what the report compares: seeds of one entry, and one entry on
-    in-memory data, with evaluations during training."""
-    tiny_params(raw)
-    demo = raw["presets"]["demo"]
-    demo["eval"]["every_epochs"] = 1
-    demo["sweep"][1]["repeats"] = 2  # ddp: two seeds (one of each other entry keeps it short)
-    demo["sweep"].append({"strategy": "ddp", "workers": 2, "images_per_worker": 2,
-                          "data_mode": "synthetic"})
-    return raw
+RUNS = 6  # in the shared demo: single, ddp x2 seeds, ps, dp, ddp on in-memory data
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    """A copy of the repository's workflow with the demo preset shrunk to seconds."""
-    root = copy_workflow(tmp_path_factory.mktemp("workflow"))
-    edit_params(root, with_repeats_and_modes)
-    return root
+def workdir(finished_demo, tmp_path_factory) -> Path:
+    """This module's copy of the session's finished demo workflow (tests/workflow.py)."""
+    return copy_finished(finished_demo.root, tmp_path_factory.mktemp("workflow"))
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(SNAKEMAKE + ["--cores", "2", *args], cwd=workdir, capture_output=True,
-                            text=True, timeout=600)
-    if check and result.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-def jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
-    """The 'Job stats' table Snakemake prints before running (or dry-running) jobs."""
-    text = result.stdout + result.stderr
-    if "Nothing to be done" in text:
-        return {}
-    table = text.split("Job stats:", 1)[1].split("total", 1)[0]
-    return {name: int(count) for name, count in re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
-
-
-def test_workflow_runs_end_to_end(workdir):
-    result = snakemake(workdir)
+def test_workflow_runs_end_to_end(finished_demo, workdir):
+    result = finished_demo.result
     # commbench: the links at 2 processes, the one process count the multi-process runs use
     assert jobs(result) == {"all": 1, "data": 1, "train": RUNS, "evaluate": RUNS, "equivalence": 1,
                             "commbench": 1, "report": 1, **PAPER_JOB}
@@ -192,7 +123,7 @@ def test_tables_and_macros_are_the_summary_of_the_recorded_runs(workdir):
     metrics = json.loads((runs / "ddp-w2-b2-synthetic-s0" / "metrics.json").read_text())
     assert metrics["status"] == "not evaluated" and "synthetic" in metrics["reason"]
     modes = pd.read_csv(report / "data_modes.csv")
-    assert modes["strategy"].tolist() == ["ddp"] and modes["real n"].tolist() == [2]
+    assert modes["strategy"].tolist() == ["DDP"] and modes["real n"].tolist() == [2]
     compared = pd.read_csv(report / "comparisons.csv")
     assert {("ddp-w2-b2", "ps-colocated-w2-b2")} == set(zip(compared["a"], compared["b"]))
 
@@ -263,15 +194,30 @@ def test_no_change_runs_nothing(workdir):
     assert jobs(snakemake(workdir)) == {}
 
 
+SINGLE = Path("results/runs/demo/single-w1-b4-s0")
+
+
 def test_evaluation_value_reruns_evaluation_and_report(workdir):
+    before = json.loads((workdir / SINGLE / "metrics.json").read_text())
     edit_params(workdir, lambda raw: raw["presets"]["demo"]["eval"].update(score_threshold=0.05))
     assert jobs(snakemake(workdir)) == {"all": 1, "evaluate": RUNS, "report": 1, **PAPER_JOB}
+    predictions = json.loads((workdir / SINGLE / "predictions.json").read_text())
+    after = json.loads((workdir / SINGLE / "metrics.json").read_text())
+    assert all(p["score"] >= 0.05 for p in predictions)  # the new threshold, applied
+    assert after["detections"] == len(predictions) <= before["detections"]
 
 
-def test_training_value_reruns_training_onwards(workdir):
-    edit_params(workdir, lambda raw: raw["presets"]["demo"]["train"].update(base_lr=0.03))
-    assert jobs(snakemake(workdir)) == {"all": 1, "train": RUNS, "evaluate": RUNS, "equivalence": 1,
-                                        "report": 1, **PAPER_JOB}
+def test_training_value_reruns_training_onwards(finished_demo, tmp_path):
+    """Every run's training and all after it are planned again; one run retrains for real, in
+    a copy of the finished workflow (retraining all six would cost minutes and show no more)."""
+    copy = copy_finished(finished_demo.root, tmp_path)
+    edit_params(copy, lambda raw: raw["presets"]["demo"]["train"].update(base_lr=0.03))
+    assert jobs(snakemake(copy, "--dry-run")) == {"all": 1, "train": RUNS, "evaluate": RUNS,
+                                                  "equivalence": 1, "report": 1, **PAPER_JOB}
+    assert jobs(snakemake(copy, str(SINGLE / "metrics.json"))) == {"train": 1, "evaluate": 1}
+    retrained = json.loads((copy / SINGLE / "train_summary.json").read_text())
+    assert retrained["lr"] == pytest.approx(0.03)  # base_lr x global batch 4 / base batch 4
+    assert "train" not in jobs(snakemake(copy, str(SINGLE / "metrics.json"), "--dry-run"))
 
 
 def test_report_value_reruns_report_only(workdir):

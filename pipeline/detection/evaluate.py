@@ -19,7 +19,7 @@ from ..data.dataset import CocoDetection, annotation_path
 from ..runtime import distributed, provenance
 from ..runtime.files import read_json, write_json
 from .model import build_model
-from .scoring import METRICS, coco_metrics, not_evaluated, predict
+from .scoring import METRICS, coco_metrics, not_evaluated, predict, record_not_evaluated
 
 
 def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
@@ -67,10 +67,7 @@ def main(argv: list[str] | None = None) -> None:
         summary = read_json(Path(args.run_dir) / "train_summary.json")
         why_not = not_evaluated(summary)
         if why_not:  # a skipped run has no model, a synthetic one learnt noise; metrics say why
-            write_json(Path(args.run_dir) / "predictions.json", [])
-            write_json(Path(args.run_dir) / "metrics.json",
-                       {"run_id": Path(args.run_dir).name, "status": why_not[0],
-                        "reason": why_not[1], **{name: None for name in METRICS}})
+            record_not_evaluated(args.run_dir, why_not)
             return
         record = evaluate(args.cfg, args.run_dir)
         if record is not None:

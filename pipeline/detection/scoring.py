@@ -14,11 +14,16 @@ import contextlib
 import io
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+from ..runtime import lazy
+from ..runtime.files import write_json
 
-from ..data.dataset import CocoDetection, collate
+if TYPE_CHECKING:
+    from ..data.dataset import CocoDetection
 
+# Imported when a model is scored: the launcher reads `not_evaluated` without it.
+torch = lazy.module("torch")
 log = logging.getLogger("evaluate")
 # The order of COCOeval.stats for bounding boxes.
 METRICS = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
@@ -83,17 +88,19 @@ def to_coco_results(image_id: int, output: dict, score_threshold: float) -> list
     return results
 
 
-@torch.no_grad()
 def predict(model, dataset, batch_size: int, device: torch.device,
             score_threshold: float) -> list[dict]:
+    from ..data.dataset import collate
+
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate)
     model.eval()
     detections = []
-    for images, targets in loader:
-        outputs = model([image.to(device) for image in images])
-        for target, output in zip(targets, outputs):
-            output = {k: v.cpu() for k, v in output.items()}
-            detections += to_coco_results(target["image_id"], output, score_threshold)
+    with torch.no_grad():
+        for images, targets in loader:
+            outputs = model([image.to(device) for image in images])
+            for target, output in zip(targets, outputs):
+                output = {k: v.cpu() for k, v in output.items()}
+                detections += to_coco_results(target["image_id"], output, score_threshold)
     return detections
 
 
@@ -115,3 +122,11 @@ def not_evaluated(summary: dict) -> tuple[str, str] | None:
     if summary.get("data_mode", "real") == "synthetic":
         return "not evaluated", SYNTHETIC_REASON
     return None
+
+
+def record_not_evaluated(run_dir: str | Path, why: tuple[str, str]) -> None:
+    """The metrics of a run that is not scored: its status and reason, every metric None."""
+    run_dir = Path(run_dir)
+    write_json(run_dir / "predictions.json", [])
+    write_json(run_dir / "metrics.json", {"run_id": run_dir.name, "status": why[0],
+                                          "reason": why[1], **{name: None for name in METRICS}})

@@ -1,0 +1,95 @@
+"""The real workflow on the shrunk demo, shared by the tests that run it: copying the
+repository's workflow into a directory, editing its params, running Snakemake and reading the
+jobs it ran. `finished_demo` (tests/conftest.py) runs it once per session; each test module that
+needs a finished workflow works on its own copy (`copy_finished`), which Snakemake sees as up to
+date, so no module pays for the whole workflow again."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+import pipeline.report.paper
+
+from .conftest import REPO, SMALL_DATA
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+COPIED = ["Snakefile", "rules", "params.yaml", "dvc.yaml", "pipeline", "paper", "profiles", ".dvc",
+          ".dvcignore", ".gitignore"]
+
+
+def tiny_params(raw: dict) -> dict:
+    demo = raw["presets"]["demo"]
+    demo["data"].update(synthetic=dict(SMALL_DATA))
+    demo["model"].update(min_size=96, max_size=96, channels=32, representation_size=128)
+    demo["train"].update(epochs=2, images_per_worker=4, base_batch=4, warmup_iters=4, lr_steps=[])
+    demo["eval"].update(batch_size=4)
+    demo["commbench"] = {"max_bytes": 2**20, "repeats": 3}  # the links, timed in a second
+    # Every strategy through the workflow; dp is skipped (with its reason) on a CPU machine.
+    demo["sweep"] = [{"strategy": "single", "workers": 1},
+                     {"strategy": "ddp", "workers": 2, "images_per_worker": 2},
+                     {"strategy": "ps", "workers": 2, "images_per_worker": 2},
+                     {"strategy": "dp", "workers": 2, "images_per_worker": 2}]
+    return raw
+
+
+PAPER_JOB = {} if pipeline.report.paper.missing_tools() else {"paper": 1}  # with a LaTeX toolchain
+
+
+def edit_params(workdir: Path, change) -> None:
+    path = workdir / "params.yaml"
+    raw = yaml.safe_load(path.read_text())
+    change(raw)
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
+def copy_workflow(root: Path) -> Path:
+    """The files the workflow needs, copied into `root` (a test may edit them there)."""
+    for name in COPIED:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__", "tmp"))
+        else:
+            shutil.copy2(source, root / name)
+    return root
+
+
+def with_repeats_and_modes(raw: dict) -> dict:
+    """tiny_params, plus what the report compares: seeds of one entry, and one entry on
+    in-memory data, with evaluations during training; and a checkpoint every 4 iterations of
+    the 6 an epoch, so that the integrity tests' kills land mid-epoch."""
+    tiny_params(raw)
+    demo = raw["presets"]["demo"]
+    demo["eval"]["every_epochs"] = 1
+    demo["train"]["checkpoint_every"] = 4
+    demo["sweep"][1]["repeats"] = 2  # ddp: two seeds (one of each other entry keeps it short)
+    demo["sweep"].append({"strategy": "ddp", "workers": 2, "images_per_worker": 2,
+                          "data_mode": "synthetic"})
+    return raw
+
+
+def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(SNAKEMAKE + ["--cores", "2", *args], cwd=workdir, capture_output=True,
+                            text=True, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
+    """The 'Job stats' table Snakemake prints before running (or dry-running) jobs."""
+    text = result.stdout + result.stderr
+    if "Nothing to be done" in text:
+        return {}
+    table = text.split("Job stats:", 1)[1].split("total", 1)[0]
+    return {name: int(count) for name, count in re.findall(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
+
+
+def copy_finished(finished: Path, root: Path) -> Path:
+    """A finished workflow directory copied whole, times kept: Snakemake finds nothing to do."""
+    shutil.copytree(finished, root, symlinks=True, dirs_exist_ok=True)
+    return root

@@ -4,7 +4,8 @@ The strategy registry is read where nothing trains: parsing the Snakefile, plann
 building the report. Importing torch there would cost seconds at every `snakemake` call (and a
 login node or a GPU host may not have the lock's torch at all), so the modules those paths load
 name torch through `lazy.module("torch")`: the real import happens when a training, evaluation or
-test process first reads one of its attributes. tests/test_lazy_torch.py holds the line.
+test process first reads one of its attributes. tests/test_resources.py holds the line (the
+Snakefile parsed with -X importtime, and every planning call, load no torch).
 """
 from __future__ import annotations
 

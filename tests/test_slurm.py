@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 
 from .slurm_cluster import SlurmCluster, Unavailable
 from .test_strategies import records
-from .workflow import SNAKEMAKE, copy_workflow, edit_params, jobs, tiny_params
+from .workflow import copy_workflow, edit_params, jobs, tiny_params
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +25,9 @@ TWO_WORKERS = [{"strategy": "ddp", "workers": 2, "images_per_worker": 2},
                {"strategy": "ps", "workers": 2, "images_per_worker": 2}]
 SINGLE = "single-w1-b4-s0"
 MULTI = ["ddp-w2-b2-s0", "ps-colocated-w2-b2-s0"]
-# The profile as users run it, with status checks every few seconds instead of every 40 s.
+# The profile as users run it, with status checks every 2 s instead of every 40 s and more
+# (tests/slurm_snakemake.py keeps the plugin from backing off).
+STEADY_STATUS_CHECKS = Path(__file__).with_name("slurm_snakemake.py")
 FAST_STATUS = ["--slurm-init-seconds-before-status-checks", "1",
                "--seconds-between-status-checks", "2"]
 
@@ -61,7 +64,8 @@ def workdir(tmp_path_factory, cluster) -> Path:
 
 def snakemake_argv(*args: str) -> list[str]:
     # --verbose: the plugin logs each sbatch call at debug level
-    return SNAKEMAKE + ["--profile", "profiles/slurm", *FAST_STATUS, "--verbose", *args]
+    return [sys.executable, str(STEADY_STATUS_CHECKS), "--profile", "profiles/slurm", *FAST_STATUS,
+            "--verbose", *args]
 
 
 def snakemake(workdir: Path, cluster: SlurmCluster, *args: str) -> subprocess.CompletedProcess:

@@ -298,12 +298,16 @@ def write_figures(data: ReportData, out_dir: Path, formats: list[str],
             else:
                 _no_runs(ax)
             ax.set_title(entry.caption, fontsize=9)
-            for fmt in formats:
-                with atomic_path(out_dir / "figures" / f"{name}.{fmt}") as tmp:
-                    fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight")
-            buffer = io.BytesIO()
-            fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
-            pngs[name] = buffer.getvalue()
+            # Each savefig draws the whole figure again: the PNG is drawn once, for its file
+            # and the HTML report both.
+            for fmt in dict.fromkeys(["png", *formats]):
+                buffer = io.BytesIO()
+                fig.savefig(buffer, format=fmt, dpi=dpi, bbox_inches="tight")
+                if fmt == "png":
+                    pngs[name] = buffer.getvalue()
+                if fmt in formats:
+                    with atomic_path(out_dir / "figures" / f"{name}.{fmt}") as tmp:
+                        tmp.write_bytes(buffer.getvalue())
         finally:
             plt.close(fig)
     return pngs

@@ -176,6 +176,22 @@ def run(command, cwd, **kwargs):
     return result.stdout + result.stderr
 
 
+def test_dvc_yaml_extracts_every_preset_that_fetches():
+    """dvc.yaml's coco_extract stages are the presets that set data.fetch: each extracts into
+    its own data.root from the one download, which reads coco2017's archive list."""
+    presets = yaml.safe_load((REPO / "params.yaml").read_text())["presets"]
+    configs = {name: load_resolved(REPO / "params.yaml", name)["data"] for name in presets}
+    fetching = [name for name, data in configs.items() if data["fetch"]]
+    stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["coco_extract"]
+    assert stage["foreach"] == fetching and "coco2017-quick" in fetching
+    assert stage["do"]["outs"] == [{"data/${item}": {"persist": True}}]
+    shared = ("base_url", "splits", "archives")
+    for name in fetching:
+        assert configs[name]["name"] == name and configs[name]["root"] == f"data/{name}"
+        assert {k: configs[name]["fetch"][k] for k in shared} == {
+            k: configs["coco2017"]["fetch"][k] for k in shared}
+
+
 def coco_repo(repo: Path, server, archives) -> None:
     """A committed copy of the project whose coco2017 preset fetches from `server`, shrunk to
     seconds."""
@@ -272,7 +288,7 @@ def test_dvc_fetch_train_push_pull_without_retraining(served, tmp_path):
     shutil.rmtree(repo / "data" / "archives")
     shutil.rmtree(repo / ".dvc" / "cache")
     served_before = len(server.requests)
-    run(dvc + ["pull", "coco_extract"], repo)
+    run(dvc + ["pull", "coco_extract@coco2017"], repo)
     assert len(server.requests) == served_before  # from the remote, not the internet
     assert len(CocoDetection(repo / "data" / "coco2017", "train", train=True)) > 0
     assert "Nothing to be done" in run(snakemake + ["--dry-run"], repo)  # new file times: no retraining

@@ -26,7 +26,11 @@ from ..runtime.files import ForeignDirectoryError, made_by_pipeline, write_json
 from . import synthetic
 from .dataset import SPLIT_DIRS, DatasetError, annotation_path, build_manifest
 
-DVC_STAGE = "coco_extract"  # dvc.yaml: its outputs are the prepared COCO 2017 tree
+
+
+def extract_stage(name: str) -> str:
+    """dvc.yaml's stage that prepares the COCO 2017 tree of dataset `name` (one per preset)."""
+    return f"coco_extract@{name}"
 
 
 def dvc(*args: str, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
@@ -38,27 +42,32 @@ def dvc(*args: str, cwd: str | Path | None = None) -> subprocess.CompletedProces
     return subprocess.run(command, env=env, capture_output=True, text=True, cwd=cwd)
 
 
-def fetch_with_dvc(fetch: dict) -> str:
+def fetch_with_dvc(name: str, root: str | Path, fetch: dict) -> str:
     """Pull the prepared data from the team remote if it has it, else fetch and extract it."""
-    remote = fetch["remote"]
+    remote, stage = fetch["remote"], extract_stage(name)
+    if Path(root) != Path("data") / name:
+        raise DatasetError(f"data.root is {root}, but dvc.yaml's {stage} extracts into data/{name}: "
+                           f"set data.root to data/{name}, or put a COCO 2017 copy at {root} to "
+                           "use it without downloading")
     if remote:
         added = dvc("remote", "add", "--local", "--force", "--default", "team", remote)
         if added.returncode != 0:
             raise DatasetError(f"data.fetch.remote: DVC refused {remote!r}: {added.stderr.strip()}")
-        if dvc("pull", DVC_STAGE).returncode == 0:
+        if dvc("pull", stage).returncode == 0:
             return "pulled from " + remote
-    reproduced = dvc("repro", DVC_STAGE)
+    reproduced = dvc("repro", stage)
     if reproduced.returncode != 0:
-        raise DatasetError(f"dvc repro {DVC_STAGE} failed:\n{reproduced.stdout[-2000:]}"
-                           f"{reproduced.stderr[-2000:]}")
+        raise DatasetError(f"dvc repro {stage} failed:\n{reproduced.stdout[-2000:]}"
+                           f"{reproduced.stderr[-2000:]}\n(a preset of your own that fetches "
+                           "needs its name in the foreach list of dvc.yaml's coco_extract)")
     # repro leaves the workspace a copy of what it put in the cache; relinking makes the two one
     # file wherever cache.type allows links (half the disk for 40 GB of COCO).
-    relinked = dvc("checkout", "--relink", "coco_download", DVC_STAGE)
+    relinked = dvc("checkout", "--relink", "coco_download", stage)
     if relinked.returncode != 0:
         logging.warning("dvc checkout --relink failed (the data stays as copies): %s",
                         relinked.stderr.strip())
     if remote:
-        pushed = dvc("push", DVC_STAGE)
+        pushed = dvc("push", stage)
         if pushed.returncode != 0:
             logging.warning("could not push to %s: %s", remote, pushed.stderr.strip())
     return "fetched and extracted"
@@ -72,12 +81,12 @@ def missing_coco_layout(root: str | Path, splits) -> list[str]:
     return [str(path.relative_to(root)) for path in needed if not path.exists()]
 
 
-def fetch_unless_present(root: str | Path, fetch: dict) -> str:
+def fetch_unless_present(name: str, root: str | Path, fetch: dict) -> str:
     """Fetch through DVC into an absent or pipeline-made data.root; use a user's COCO as it is;
     refuse anything else at data.root before DVC can delete it."""
     root = Path(root)
     if not (root.exists() or root.is_symlink()) or made_by_pipeline(root):
-        return fetch_with_dvc(fetch)
+        return fetch_with_dvc(name, root, fetch)
     missing = missing_coco_layout(root, fetch["splits"])
     if missing:
         raise DatasetError(
@@ -95,7 +104,7 @@ def prepare(data_cfg: dict, manifest_path: str) -> dict:
         counts = synthetic.generate(data_cfg["root"], data_cfg["synthetic"])
         logging.info("generated %s: %s", data_cfg["root"], counts)
     elif data_cfg["fetch"] is not None:
-        how = fetch_unless_present(data_cfg["root"], data_cfg["fetch"])
+        how = fetch_unless_present(data_cfg["name"], data_cfg["root"], data_cfg["fetch"])
         logging.info("%s %s", data_cfg["root"], how)
         splits = tuple(data_cfg["fetch"]["splits"])
     manifest = build_manifest(data_cfg["root"], decode_images=small, splits=splits)

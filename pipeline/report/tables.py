@@ -61,6 +61,8 @@ def source_label(dataset: str, preset: str) -> str:
     comparable with the study's; the others say which data they come from."""
     if dataset == "coco2017":
         return f"this benchmark, COCO 2017 ({preset})"
+    if dataset.startswith("coco2017"):  # coco2017-quick: the recipe on a subset, a few epochs
+        return f"this benchmark, a COCO 2017 subset and a short schedule, not comparable ({preset})"
     return f"this benchmark, {dataset} data, not COCO ({preset})"
 
 

@@ -28,7 +28,7 @@ from . import strategies
 from .config import cli
 from .detection.model import build_model
 from .launch import command
-from .runtime import lifetime
+from .runtime import distributed, lifetime
 from .runtime.files import write_json
 from .strategies import sweep
 
@@ -39,14 +39,33 @@ WHY = ("Faster R-CNN's RPN and box-head losses sample anchors and proposals per 
        "rounding (tested). The replicas of one run stay identical to each other.")
 
 
-def one_step(cfg: dict, run: dict, out: Path) -> dict[str, torch.Tensor]:
-    name = sweep.run_id(run)
-    argv = command(cfg, run, str(out / name)) + ["--max-steps", "1"]
-    result = subprocess.run(argv, capture_output=True, text=True,
+def start_step(cfg: dict, run: dict, out: Path) -> subprocess.Popen:
+    """One SGD step of `run`, started as the workflow starts a training job."""
+    argv = command(cfg, run, str(out / sweep.run_id(run))) + ["--max-steps", "1"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=functools.partial(lifetime.become_launcher, os.getpid()))
-    if result.returncode != 0:
-        raise RuntimeError(f"{name}: one step failed:\n{result.stderr[-2000:]}")
+
+
+def finished_step(run: dict, started: subprocess.Popen, out: Path) -> dict[str, torch.Tensor]:
+    """The weights after the step `started` took, or an error naming the run."""
+    name = sweep.run_id(run)
+    _, stderr = started.communicate()
+    if started.returncode != 0:
+        raise RuntimeError(f"{name}: one step failed:\n{stderr[-2000:]}")
     return torch.load(out / name / "model_final.pt", weights_only=True)["model"]
+
+
+def one_step_each(cfg: dict, runs: dict[str, dict], out: Path) -> dict[str, dict]:
+    """The weights after one step of each run. On CPU two run at once: each is mostly process
+    start-up, so the second core would idle; on GPUs one at a time, each with the devices."""
+    at_once = 1 if distributed.gpu_count() else 2
+    names, states = list(runs), {}
+    for first in range(0, len(names), at_once):
+        batch = names[first:first + at_once]
+        started = {name: start_step(cfg, runs[name], out) for name in batch}
+        for name in batch:
+            states[name] = finished_step(runs[name], started[name], out)
+    return states
 
 
 def measure(cfg: dict) -> dict:
@@ -62,8 +81,8 @@ def measure(cfg: dict) -> dict:
     skipped = {name: why for name, r in runs.items()
                if (why := strategies.get(r, cfg["parallel"]).unavailable())}
     with tempfile.TemporaryDirectory(prefix="equivalence-") as work:
-        states = {name: one_step(cfg, r, Path(work)) for name, r in runs.items()
-                  if name not in skipped}
+        states = one_step_each(cfg, {name: r for name, r in runs.items() if name not in skipped},
+                               Path(work))
         torch.manual_seed(cfg["train"]["seed"])  # the initial weights, as train.py makes them
         num_classes = states[next(iter(states))]["roi_heads.box_predictor.cls_score.weight"].shape[0]
         initial = build_model(dict(cfg["model"], backbone_weights=None), num_classes).state_dict()

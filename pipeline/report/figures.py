@@ -9,13 +9,16 @@ can import this module cheaply, matplotlib and seaborn are imported only when dr
 """
 from __future__ import annotations
 
+import concurrent.futures
 import io
+import multiprocessing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
+from ..runtime.distributed import available_cores
 from ..runtime.files import atomic_path
 from .load import AP_COLUMNS, TIME_SPLIT, baseline_mask, strategy_label
 
@@ -286,28 +289,45 @@ def _no_runs(ax) -> None:
 def write_figures(data: ReportData, out_dir: Path, formats: list[str],
                   dpi: int) -> dict[str, bytes]:
     """Draw each registered figure, save it in every format, and return its PNG bytes for the
-    HTML report."""
+    HTML report. Two processes draw at once where there are two cores (forked: they share
+    `data`); the files are written here, each atomically."""
+    global _DRAWING
+    _DRAWING = (data, formats, dpi)
+    names = list(FIGURES)
+    if available_cores() > 1 and "fork" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("fork")
+        with concurrent.futures.ProcessPoolExecutor(2, mp_context=context) as pool:
+            drawn = dict(zip(names, pool.map(_draw_figure, names)))
+    else:
+        drawn = {name: _draw_figure(name) for name in names}
+    for name, files in drawn.items():
+        for fmt in formats:
+            with atomic_path(out_dir / "figures" / f"{name}.{fmt}") as tmp:
+                tmp.write_bytes(files[fmt])
+    return {name: files["png"] for name, files in drawn.items()}
+
+
+_DRAWING: tuple | None = None  # what write_figures draws from, set before its processes fork
+
+
+def _draw_figure(name: str) -> dict[str, bytes]:
+    """One registered figure, as bytes in every format and PNG."""
+    data, formats, dpi = _DRAWING
     plt = _pyplot()
     _seaborn().set_theme(style="whitegrid", context="paper")
-    pngs = {}
-    for name, entry in FIGURES.items():
-        fig, ax = plt.subplots(figsize=(6.4, 3.6 + 0.25 * len(data.ok) * entry.tall))
-        try:
-            if data.ok:
-                entry.draw(ax, data)
-            else:
-                _no_runs(ax)
-            ax.set_title(entry.caption, fontsize=9)
-            # Each savefig draws the whole figure again: the PNG is drawn once, for its file
-            # and the HTML report both.
-            for fmt in dict.fromkeys(["png", *formats]):
-                buffer = io.BytesIO()
-                fig.savefig(buffer, format=fmt, dpi=dpi, bbox_inches="tight")
-                if fmt == "png":
-                    pngs[name] = buffer.getvalue()
-                if fmt in formats:
-                    with atomic_path(out_dir / "figures" / f"{name}.{fmt}") as tmp:
-                        tmp.write_bytes(buffer.getvalue())
-        finally:
-            plt.close(fig)
-    return pngs
+    entry = FIGURES[name]
+    fig, ax = plt.subplots(figsize=(6.4, 3.6 + 0.25 * len(data.ok) * entry.tall))
+    try:
+        if data.ok:
+            entry.draw(ax, data)
+        else:
+            _no_runs(ax)
+        ax.set_title(entry.caption, fontsize=9)
+        files = {}
+        for fmt in dict.fromkeys(["png", *formats]):  # each savefig draws the figure again
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format=fmt, dpi=dpi, bbox_inches="tight")
+            files[fmt] = buffer.getvalue()
+        return files
+    finally:
+        plt.close(fig)

@@ -3,9 +3,11 @@ built from the embedded dataset: download, verify, resume, refuse, extract, push
 user's directory at data.root is used as it is or refused, never deleted."""
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,11 +15,15 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from PIL import Image
+from torchvision.models import resnet50
 
 from pipeline.config.params import load_resolved
 from pipeline.data.coco_fetch import FetchError, check_free_space, download, extract
 from pipeline.data.dataset import CocoDetection
+from pipeline.report import paper
 from pipeline.runtime.files import MARKER, read_json
 
 from .conftest import REPO
@@ -60,10 +66,52 @@ def build_archives(dataset: Path, out: Path) -> dict[str, dict]:
             for key, rel in ARCHIVES.items()}
 
 
+# (width, height) of the served images in turn: landscape, portrait and square, as in COCO.
+SIZES = [(128, 96), (96, 128), (160, 96), (96, 160), (112, 112), (144, 80)]
+
+
+def varied_sizes(dataset: Path, out: Path) -> Path:
+    """The embedded dataset with each image resized to one of SIZES (its boxes with it) and
+    written again as JPEG: a COCO layout whose images differ in size and aspect ratio."""
+    shutil.copytree(dataset, out, ignore=shutil.ignore_patterns(MARKER))
+    for split in ("train2017", "val2017"):
+        path = out / "annotations" / f"instances_{split}.json"
+        document = json.loads(path.read_text())
+        scale = {}
+        for i, image in enumerate(document["images"]):
+            width, height = SIZES[i % len(SIZES)]
+            file = out / split / image["file_name"]
+            with Image.open(file) as pixels:
+                pixels.convert("RGB").resize((width, height)).save(file, "JPEG", quality=90)
+            scale[image["id"]] = (width / image["width"], height / image["height"])
+            image.update(width=width, height=height)
+        for annotation in document["annotations"]:
+            sx, sy = scale[annotation["image_id"]]
+            x, y, w, h = annotation["bbox"]
+            annotation["bbox"] = [x * sx, y * sy, w * sx, h * sy]
+            annotation["area"] = w * sx * h * sy
+        path.write_text(json.dumps(document))
+    return out
+
+
+def hashed_backbone(out: Path) -> Path:
+    """A ResNet-50 state dict named as torchvision names its downloads: resnet50-<sha256[:8]>.pth
+    (random weights: what is tested is how they are fetched, checked and loaded)."""
+    out.mkdir(parents=True)
+    staging = out / "resnet50.pth"
+    torch.manual_seed(0)
+    torch.save(resnet50(weights=None).state_dict(), staging)
+    digest = hashlib.sha256(staging.read_bytes()).hexdigest()
+    return staging.rename(out / f"resnet50-{digest[:8]}.pth")
+
+
 @pytest.fixture(scope="module")
 def served(small_dataset, tmp_path_factory):
+    """COCO's three archives (MD5s as published in params.yaml) and a backbone .pth, over HTTP."""
     root = tmp_path_factory.mktemp("served")
-    archives = build_archives(small_dataset, root)
+    archives = build_archives(varied_sizes(small_dataset, tmp_path_factory.mktemp("varied") / "coco"),
+                              root)
+    hashed_backbone(root / "weights")
     with Server(root) as server:
         yield server, archives
 
@@ -193,8 +241,11 @@ def test_dvc_yaml_extracts_every_preset_that_fetches():
 
 
 def coco_repo(repo: Path, server, archives) -> None:
-    """A committed copy of the project whose coco2017 preset fetches from `server`, shrunk to
-    seconds."""
+    """A committed copy of the project whose coco2017 preset fetches from `server`: the recipe
+    as it is (fasterrcnn_resnet50_fpn with its backbone weights, downloaded over HTTP with the
+    hash check; aspect-ratio groups; data.workers auto; evaluation at batch 1), shrunk only in
+    what costs minutes on 2 CPU cores: 12 training images for one epoch, images resized to
+    128-192 px instead of 800-1333, and single, ddp and ps at 2 processes."""
     for name in ("Snakefile", "rules", "params.yaml", "dvc.yaml", "pipeline", "paper", ".dvc", ".dvcignore",
                  ".gitignore"):
         source = REPO / name
@@ -204,12 +255,17 @@ def coco_repo(repo: Path, server, archives) -> None:
             repo.mkdir(exist_ok=True)
             shutil.copy2(source, repo / name)
     raw = yaml.safe_load((repo / "params.yaml").read_text())
-    coco, demo = raw["presets"]["coco2017"], raw["presets"]["demo"]
-    coco["data"]["fetch"].update(base_url=server.url, archives=archives)
-    coco["data"].update(workers=0, aspect_ratio_groups=0)
-    coco["model"] = dict(demo["model"], min_size=96, max_size=96, channels=32, representation_size=128)
-    coco["train"] = dict(demo["train"], epochs=1, images_per_worker=4, base_batch=4, lr_steps=[])
-    coco["sweep"] = [{"strategy": "single", "world_size": 1}]
+    coco = raw["presets"]["coco2017"]
+    coco["data"]["fetch"].update(base_url=server.url, archives=archives, subset=12)
+    (weights,) = (server.directory / "weights").iterdir()
+    coco["model"].update(backbone_weights=f"{server.url}/weights/{weights.name}", min_size=128,
+                         max_size=192)
+    coco["train"].update(epochs=1, lr_steps=[], print_every=1)
+    coco["commbench"] = {"max_bytes": 2**20, "repeats": 3}
+    coco["resources"] = {"memory_mb_per_process": 4096, "cpus_per_process": 1}
+    coco["sweep"] = [{"strategy": "single", "workers": 1},
+                     {"strategy": "ddp", "workers": 2},
+                     {"strategy": "ps", "workers": 2}]
     raw["preset"] = "coco2017"
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     run(["git", "init", "-q"], repo)
@@ -266,17 +322,41 @@ def test_a_users_directory_at_data_root_is_used_or_refused_never_deleted(served,
 
 
 @pytest.mark.slow
-def test_dvc_fetch_train_push_pull_without_retraining(served, tmp_path):
+def test_the_coco_recipe_end_to_end_then_push_pull_without_retraining(served, tmp_path, monkeypatch):
+    """The coco2017 path as a GPU user runs it, on CPU through the real workflow: DVC fetches
+    and extracts the served archives, R50-FPN trains as single, ddp and ps, is scored, reported
+    and written up; then DVC shares the data through a remote and nothing retrains."""
     server, archives = served
     repo = tmp_path / "repo"
     coco_repo(repo, server, archives)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))  # where the backbone is cached
     snakemake = [sys.executable, "-m", "snakemake", "--cores", "2"]
     dvc = [sys.executable, "-m", "dvc"]
 
     run(snakemake, repo)  # data rule: dvc repro (download, verify, extract) -> train -> report
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
     assert lock["stages"]["coco_download"]["outs"][0]["md5"]  # the archives are pinned
-    assert (repo / "results" / "summary.csv").read_text().count("\n") == 2
+    rows = {row["run_id"]: row for row in csv.DictReader((repo / "results" / "summary.csv").open())}
+    assert sorted(rows) == ["ddp-w2-b2-s0", "ps-colocated-w2-b2-s0", "single-w1-b2-s0"]
+    for run_id, row in rows.items():
+        assert row["status"] == "ok" and row["replicas_identical"] == "True", run_id
+        assert 0 <= float(row["AP"]) <= 1, run_id
+        assert float(row["busiest_rank_bytes_per_iter"]) == pytest.approx(
+            float(row["busiest_rank_theory_bytes_per_iter"]), rel=1e-6), run_id
+        log = (repo / "logs" / "train" / "coco2017" / f"{run_id}.log").read_text()
+        # COCO's mix of shapes, grouped as the recipe does; a loader process beside each trainer
+        groups = re.search(r"in (\d+) aspect-ratio group\(s\), 1 worker process\(es\) per process", log)
+        assert groups and int(groups[1]) > 1, log[-3000:]
+        metrics = json.loads((repo / "results" / "runs" / "coco2017" / run_id / "metrics.json").read_text())
+        assert metrics["images"] == 8 and metrics["batch_size"] == 1
+        summary = json.loads((repo / "results" / "runs" / "coco2017" / run_id /
+                              "train_summary.json").read_text())
+        assert summary["iterations"] > 0
+    assert [p.name for p in (tmp_path / "torch-home").rglob("*.pth")] == [
+        next((server.directory / "weights").iterdir()).name]  # downloaded once, checked, cached
+    assert (repo / "results" / "report" / "report.html").is_file()
+    if not paper.missing_tools():
+        assert (repo / "results" / "paper" / "paper.pdf").stat().st_size > 0
     assert len(CocoDetection(repo / "data" / "coco2017", "val", train=False)) == 8
     image = next((repo / "data" / "coco2017" / "val2017").iterdir())
     assert image.stat().st_nlink == 2  # the workspace links to DVC's cache: one copy on disk

@@ -3,7 +3,9 @@ that does not need the internet (none, a local file, a URL on a local HTTP serve
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
+import shutil
 import threading
 
 import pytest
@@ -76,18 +78,31 @@ def test_backbone_from_local_file(configs, backbone_file):
 
 
 def test_backbone_from_url_on_local_server(configs, backbone_file, tmp_path, monkeypatch):
+    """Named as torchvision names its files (resnet50-<sha256 prefix>.pth): the download is
+    checked against the prefix, cached under $TORCH_HOME, and a mismatch is refused."""
     path, state = backbone_file
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(path.parent))
+    served = tmp_path / "served"
+    served.mkdir()
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    good, bad = served / f"resnet50-{digest[:8]}.pth", served / "resnet50-00000000.pth"
+    shutil.copy2(path, good)
+    shutil.copy2(path, bad)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))
+    base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/{path.name}"
-        model = build_model(dict(configs["coco2017"]["model"], backbone_weights=url), num_classes=91)
+        model = build_model(dict(configs["coco2017"]["model"], backbone_weights=f"{base}/{good.name}"),
+                            num_classes=91)
+        with pytest.raises(ValueError, match="resnet50-00000000.pth does not hash to the SHA-256 prefix"):
+            build_model(dict(configs["coco2017"]["model"], backbone_weights=f"{base}/{bad.name}"),
+                        num_classes=91)
     finally:
         server.shutdown()
     _assert_loaded(model, state)
-    assert list((tmp_path / "torch-home").rglob(path.name))  # cached for the next run
+    cached = [p.name for p in (tmp_path / "torch-home").rglob("*.pth")]
+    assert cached == [good.name]  # cached for the next run; the bad download was not kept
 
 
 def test_wrong_weights_are_refused(configs, tmp_path):

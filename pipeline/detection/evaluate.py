@@ -54,6 +54,7 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
                            dataset.image_ids(), cfg["eval"]["backend"])
     scoring_seconds = time.perf_counter() - scoring_start
     record = {"run_id": run_dir.name, **metrics, "images": len(dataset),
+              "batch_size": cfg["eval"]["batch_size"],
               "detections": len(detections), "inference_seconds": seconds, "processes": world,
               "scoring_seconds": scoring_seconds, "eval_backend": cfg["eval"]["backend"],
               "provenance": provenance.collect(stages.config_for(cfg, "evaluate"),

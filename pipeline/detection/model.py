@@ -61,7 +61,17 @@ def load_backbone_state(source: str) -> dict:
     if source == "imagenet":
         return ResNet50_Weights.IMAGENET1K_V1.get_state_dict(progress=True)
     if source.startswith(("http://", "https://")):
-        return torch.hub.load_state_dict_from_url(source, progress=True, map_location="cpu")
+        # As torchvision downloads its own: cached under $TORCH_HOME, and a file named
+        # <name>-<sha256 prefix>.pth must hash to that prefix (a bad download is refused).
+        try:
+            return torch.hub.load_state_dict_from_url(source, progress=True, map_location="cpu",
+                                                      check_hash=True)
+        except RuntimeError as err:
+            if "invalid hash value" not in str(err):
+                raise
+            raise ValueError(f"model.backbone_weights: {source} does not hash to the SHA-256 "
+                             f"prefix in its name ({err}); the download was discarded: check "
+                             "the URL, or the file the server holds") from err
     path = Path(source)
     if not path.is_file():
         raise FileNotFoundError(f"model.backbone_weights: {source} is not a file; give a local "

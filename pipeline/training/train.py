@@ -220,11 +220,14 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
                                       ctx.shards, groups)
     except ValueError as err:
         raise TrainingError(f"{data_cfg['root']}: {err}") from None
+    workers = 0 if in_memory else loader_workers(data_cfg)
+    log.info("loader: %d images in %d aspect-ratio group(s), %d worker process(es) per process",
+             len(dataset), len(set(groups)), workers)
     loader_seed = torch.Generator()
     # On a GPU, batches go to page-locked memory, so the copy to the device (non_blocking)
     # overlaps the next step; workers prefetch two batches each (DataLoader's default).
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate,
-                                         num_workers=0 if in_memory else loader_workers(data_cfg),
+                                         num_workers=workers,
                                          generator=loader_seed,
                                          pin_memory=ctx.device.type == "cuda")
     model = build_model(cfg["model"], dataset.num_classes).to(ctx.device)

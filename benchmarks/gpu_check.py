@@ -1,0 +1,365 @@
+"""One offline command that checks every GPU path of the benchmark on this host and records
+the figures: a Markdown and a JSON bundle with their provenance.
+
+    python benchmarks/gpu_check.py [--out gpu-check] [--results results]
+
+It needs no internet and no dataset: the coco2017 preset's model (R50-FPN, frozen BatchNorm,
+3 trainable backbone stages; random backbone weights from a local file) trains on synthetic
+COCO-layout images at COCO's sizes (640 px, resized by the model to 800) through the project's
+own launcher and training loop. Each item runs on its own; a failure is recorded with its
+reason and the next item runs:
+
+  strategies   every registered strategy at one process per GPU (NCCL), and one run for each
+               value of each of its choice options (DDP's comm hooks, the server's placement);
+               a run the GPUs do not allow is listed with the reason (dp needs 2 GPUs)
+  precision    fp32, bf16 and fp16, each with and without channels-last; and the time split off
+  nvml         the utilisation sampler's GPU samples during those runs
+  commbench    the NCCL links timed at the GPU count (pipeline/costmodel/commbench.py)
+  throughput   R50-FPN at 2, 8 and 16 images per GPU, fp32 and bf16: images/s, the data wait's
+               share of an iteration, SM utilisation and peak GPU memory in use (both NVML)
+
+The single-GPU run at the recipe's 2 images (fp32) is kept as results/runs/gpu-check/: set
+report.predict.compute.preset to gpu-check and the predicted scaling uses its time per image
+as the measured compute input. Without a GPU the command says so and runs the same items at
+tiny sizes on CPU (gloo, 2 processes; the demo's tiny model except in the throughput table):
+CI runs that smoke (tests/test_gpu_check.py). About 10 minutes on one H100 (15 at most).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from pipeline.config import params  # noqa: E402
+from pipeline.data import synthetic  # noqa: E402
+from pipeline.launch import command, evaluation_command  # noqa: E402
+from pipeline.runtime import distributed, provenance  # noqa: E402
+from pipeline.runtime.files import write_json, write_text  # noqa: E402
+from pipeline.strategies import REGISTERED, sweep  # noqa: E402
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+BASELINE = "single-w1-b2-s0"  # the recipe's single run: the predicted scaling's compute input
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each item runs: the GPU check, or its CPU smoke."""
+    image_size: int          # synthetic images, square
+    min_size: int            # what the model resizes them to
+    iterations: int          # timed iterations of each strategy and precision run
+    batches: tuple           # images per GPU of the throughput table
+    table_iterations: int
+    tiny_model: bool         # the strategy and precision runs use the demo's tiny model
+
+
+GPU = Sizes(image_size=640, min_size=800, iterations=20, batches=(2, 8, 16), table_iterations=30,
+            tiny_model=False)
+CPU_SMOKE = Sizes(image_size=64, min_size=64, iterations=2, batches=(2,), table_iterations=2,
+                  tiny_model=True)
+WARMUP = 5  # iterations every summary leaves out of its timings
+
+
+def base_config(sizes: Sizes, processes: int, data_root: Path, backbone: Path) -> dict:
+    cfg = params.load_resolved(REPO / "params.yaml", preset="coco2017")
+    largest = max(2 * processes * (WARMUP + sizes.iterations),
+                  max(sizes.batches) * (WARMUP + sizes.table_iterations))
+    cfg["data"].update(name="gpu-check", root=str(data_root), fetch=None, aspect_ratio_groups=0,
+                       synthetic={"seed": 2017, "image_size": sizes.image_size,
+                                  "train_images": largest, "val_images": 2, "max_objects": 8,
+                                  "clutter": 6})
+    cfg["model"].update(backbone_weights=str(backbone), min_size=sizes.min_size, max_size=1333)
+    cfg["train"].update(epochs=1, lr_steps=[], checkpoint_every=0, monitor_interval_s=1.0,
+                        warmup_iters=0, print_every=10)
+    cfg["eval"]["every_epochs"] = 0
+    return cfg
+
+
+def with_model(cfg: dict, sizes: Sizes, tiny: bool) -> dict:
+    """cfg, with the demo's tiny model at the check's size where `tiny` (the CPU smoke)."""
+    cfg = json.loads(json.dumps(cfg))
+    if tiny:
+        demo = params.load_resolved(REPO / "params.yaml", preset="demo")["model"]
+        cfg["model"] = dict(demo, min_size=sizes.min_size, max_size=sizes.min_size)
+    return cfg
+
+
+def train(cfg: dict, entry: dict, out: Path, steps: int) -> dict:
+    """`steps` iterations of one run through the launcher, as the workflow's train job starts
+    it; its summary, or an exception naming what failed."""
+    run = sweep.fill(entry, cfg)
+    why = REGISTERED_BY_NAME[run["strategy"]](run, cfg["parallel"]).unavailable()
+    if why:
+        return {"run_id": sweep.run_id(run), "status": "skipped", "reason": why}
+    shutil.rmtree(out, ignore_errors=True)
+    started = time.perf_counter()
+    result = subprocess.run(command(cfg, run, str(out)) + ["--max-steps", str(steps)], cwd=REPO, capture_output=True, text=True,
+                            timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError(f"{sweep.run_id(run)} failed:\n{result.stderr[-1500:]}")
+    summary = json.loads((out / "train_summary.json").read_text())
+    summary["wall_seconds"] = time.perf_counter() - started
+    return summary
+
+
+REGISTERED_BY_NAME = {cls.name: cls for cls in REGISTERED}
+
+
+def row(summary: dict, **extra) -> dict:
+    """The figures of one run that the bundle keeps."""
+    if summary.get("status") != "ok":
+        return {"run_id": summary["run_id"], "status": summary.get("status"),
+                "reason": summary.get("reason"), **extra}
+    ranks = summary.get("ranks") or []
+    busiest = max(ranks, key=lambda r: r["bytes_per_iteration"]["sent"]) if ranks else None
+    split = summary.get("time_split") or {}
+    return {"run_id": summary["run_id"], "status": "ok", **extra,
+            "images_per_second": summary["images_per_second"],
+            "sec_per_iter": summary["sec_per_iter"]["mean"],
+            "data_share": split.get("data", 0.0) / summary["sec_per_iter"]["mean"] if split else None,
+            # the time split off leaves the data wait only
+            "compute_share": split["compute"] / summary["sec_per_iter"]["mean"] if split.get("compute") else None,
+            "replicas_identical": summary.get("replicas_identical"),
+            "bytes_sent_per_iter": busiest["bytes_per_iteration"]["sent"] if busiest else None,
+            "theory_bytes_sent_per_iter": busiest["theory_bytes_per_iteration"]["sent"] if busiest else None,
+            "device": summary.get("device"), "backend": summary.get("backend")}
+
+
+def strategy_entries(processes: int) -> list[dict]:
+    """Every registered strategy at `processes` workers (or its most), and one entry for each
+    value of each of its choice options: the registry decides, nothing here lists them."""
+    entries = []
+    for cls in REGISTERED:
+        workers = min(processes, cls.max_workers or processes)
+        entries.append({"strategy": cls.name, "workers": workers})
+        for key, option in cls.options.items():
+            for value in option.schema.get("enum", []):
+                if value != option.default:
+                    entries.append({"strategy": cls.name, "workers": workers, key: value})
+    return entries
+
+
+class Check:
+    """The items, each recorded as done, skipped or failed (with its reason)."""
+
+    def __init__(self, sizes: Sizes, work: Path, results: Path, gpus: int):
+        self.sizes, self.work, self.results, self.gpus = sizes, work, results, gpus
+        self.processes = gpus if gpus else 2  # one per GPU; on CPU, 2 gloo processes
+        backbone = work / "resnet50-random.pth"
+        import torch
+        from torchvision.models import resnet50
+        torch.save(resnet50(weights=None).state_dict(), backbone)
+        self.cfg = base_config(sizes, self.processes, work / "data", backbone)
+        synthetic.generate(self.cfg["data"]["root"], self.cfg["data"]["synthetic"])
+        self.items: dict[str, dict] = {}
+        self.utilisation_dirs: list[Path] = []
+
+    def item(self, name: str, body) -> None:
+        started = time.perf_counter()
+        print(f"== {name}", flush=True)
+        try:
+            found = body()
+            self.items[name] = {"status": "done", **found}
+        except Exception as err:  # each failure is reported, and the check goes on
+            self.items[name] = {"status": "failed", "reason": f"{type(err).__name__}: {err}",
+                                "traceback": traceback.format_exc()[-3000:]}
+            print(f"   failed: {err}", flush=True)
+        self.items[name]["seconds"] = round(time.perf_counter() - started, 1)
+
+    def _run(self, entry: dict, name: str, per_gpu: int, iterations: int, tiny: bool,
+             **train_overrides) -> dict:
+        cfg = with_model(self.cfg, self.sizes, tiny)
+        cfg["train"].update(train_overrides)
+        entry = {"images_per_worker": per_gpu, **entry}
+        out = self.work / "runs" / name
+        try:
+            summary = train(cfg, entry, out, WARMUP + iterations)
+        except Exception as err:
+            return {"run_id": name, "status": "failed", "reason": str(err)[-1500:]}
+        if (out / "utilisation.jsonl").exists():
+            self.utilisation_dirs.append(out)
+        return summary
+
+    def _each(self, jobs: list, at_once: int = 1) -> list:
+        """Run each job (a function of no arguments), `at_once` at a time."""
+        with concurrent.futures.ThreadPoolExecutor(at_once) as pool:
+            return list(pool.map(lambda job: job(), jobs))
+
+    def strategies(self) -> dict:
+        def job(i: int, entry: dict):
+            def run():
+                summary = self._run(entry, f"strategy-{i}", 2, self.sizes.iterations,
+                                    self.sizes.tiny_model)
+                print(f"   {summary['run_id']}: {summary.get('status')}", flush=True)
+                return row(summary, entry=entry)
+            return run
+        return {"runs": self._each([job(i, e) for i, e in enumerate(strategy_entries(self.processes))])}
+
+    def precision(self) -> dict:
+        settings = [(p, cl, True) for p in PRECISIONS for cl in (False, True)] + [("fp32", False, False)]
+
+        def job(i: int, precision: str, channels_last: bool, time_split: bool):
+            def run():
+                entry = {"strategy": "single", "workers": 1, "precision": precision}
+                summary = self._run(entry, f"precision-{i}", 2, self.sizes.iterations,
+                                    self.sizes.tiny_model, channels_last=channels_last,
+                                    time_split=time_split)
+                print(f"   {precision} channels_last={channels_last} time_split={time_split}: "
+                      f"{summary.get('status')}", flush=True)
+                return row(summary, precision=precision, channels_last=channels_last,
+                           time_split=time_split)
+            return run
+        # On the GPU one at a time, as timings need; in the CPU smoke two single-process runs
+        # at once (its timings mean nothing, its paths do). Multi-process runs never overlap:
+        # two gloo jobs on one host have been seen to cross their messages.
+        return {"runs": self._each([job(i, *setting) for i, setting in enumerate(settings)],
+                                   at_once=1 if self.gpus else 2)}
+
+    def nvml(self) -> dict:
+        samples = [json.loads(line) for d in self.utilisation_dirs
+                   for line in (d / "utilisation.jsonl").read_text().splitlines() if line]
+        gpu_samples = [g for s in samples for g in s.get("gpus", [])]
+        if not self.gpus:
+            return {"skipped": "no GPU visible: the sampler recorded CPU and memory only",
+                    "samples": len(samples)}
+        if not gpu_samples:
+            raise RuntimeError(f"{len(samples)} utilisation samples, none with GPU figures")
+        return {"samples": len(gpu_samples),
+                "sm_percent_median": statistics.median(g["util_percent"] for g in gpu_samples)}
+
+    def commbench(self) -> dict:
+        from pipeline.config import stages
+        from pipeline.strategies.torchrun import torchrun
+        cfg = json.loads(json.dumps(self.cfg))
+        cfg["commbench"].update(max_bytes=2**26 if self.gpus else 2**20, repeats=5 if self.gpus else 2)
+        out = self.work / "commbench.json"
+        launcher = torchrun(sys.executable, self.processes, dict(cfg["parallel"], nnodes=1, max_restarts=0), "")
+        argv = launcher + ["-m", "pipeline.costmodel.commbench", "--config",
+                           json.dumps(stages.with_knobs(stages.config_for(cfg, "commbench"),
+                                                        stages.knobs_for(cfg, "commbench"))),
+                           "--out", str(out)]
+        result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            raise RuntimeError(result.stderr[-1500:])
+        return {"links": json.loads(out.read_text())}
+
+    def throughput(self) -> dict:
+        rows = []
+        for per_gpu in self.sizes.batches:
+            for precision in ("fp32", "bf16"):
+                entry = {"strategy": "single", "workers": 1, "precision": precision}
+                name = f"throughput-b{per_gpu}-{precision}"
+                summary = self._run(entry, name, per_gpu, self.sizes.table_iterations, False)
+                found = row(summary, images_per_gpu=per_gpu, precision=precision)
+                found.update(self._gpu_figures(self.work / "runs" / name))
+                rows.append(found)
+                print(f"   {per_gpu} images/GPU {precision}: {found.get('images_per_second')}", flush=True)
+                if per_gpu == 2 and precision == "fp32" and summary.get("status") == "ok":
+                    self._keep_baseline(self.work / "runs" / name)
+        return {"runs": rows}
+
+    def _gpu_figures(self, out: Path) -> dict:
+        path = out / "utilisation.jsonl"
+        if not path.exists():
+            return {}
+        gpus = [g for line in path.read_text().splitlines() if line
+                for g in json.loads(line).get("gpus", [])][3:]
+        if not gpus:
+            return {}
+        return {"sm_percent": statistics.median(g["util_percent"] for g in gpus),
+                "peak_gpu_memory_mb": max(g["memory_mb"] for g in gpus)}
+
+    def _keep_baseline(self, out: Path) -> None:
+        """The recipe's single run, where report.predict.compute.preset: gpu-check finds it."""
+        target = self.results / "runs" / "gpu-check" / BASELINE
+        if target.exists():
+            shutil.rmtree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(out, target, ignore=shutil.ignore_patterns("state"))
+        # Scored as the workflow scores a run (on the 2 synthetic validation images: the AP
+        # means nothing), so that the report reads it as a completed run.
+        run = sweep.fill({"strategy": "single", "workers": 1, "images_per_worker": 2}, self.cfg)
+        argv = evaluation_command(self.cfg, run, str(target))
+        result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            raise RuntimeError(f"evaluating {target} failed:\n{result.stderr[-1500:]}")
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return "" if value is None else str(value).replace("|", "/").replace("\n", " ")
+
+
+def markdown(bundle: dict) -> str:
+    lines = [f"# GPU check: {bundle['device']}", "",
+             f"{bundle['mode']}; torch {bundle['provenance']['packages'].get('torch')}, "
+             f"git {bundle['provenance']['git_revision']}, {bundle['seconds']:.0f} s in all.", ""]
+    for name, item in bundle["items"].items():
+        lines.append(f"## {name}: {item['status']} ({item['seconds']} s)")
+        if item["status"] == "failed":
+            lines += ["", f"    {item['reason'][-800:]}".replace("\n", "\n    ")]
+        runs = item.get("runs", [])
+        if runs:
+            columns = list(dict.fromkeys(k for run in runs for k in run if k != "entry"))
+            lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+            lines += ["| " + " | ".join(_cell(run.get(k)) for k in columns) + " |" for run in runs]
+            lines.append("")
+        for key in ("samples", "sm_percent_median", "skipped"):
+            if key in item:
+                lines.append(f"- {key}: {item[key]}")
+        if "links" in item:
+            for op, timings in item["links"].items():
+                if isinstance(timings, list) and timings and isinstance(timings[-1], dict):
+                    lines.append(f"- {op}: largest message {timings[-1]}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="gpu-check", help="directory of gpu_check.md and .json")
+    parser.add_argument("--results", default="results", help="where results/runs/gpu-check goes")
+    parser.add_argument("--only", nargs="+", choices=["strategies", "precision", "nvml", "commbench",
+                                                      "throughput"])
+    args = parser.parse_args(argv)
+    gpus = distributed.gpu_count()
+    sizes = GPU if gpus else CPU_SMOKE
+    mode = (f"{gpus} GPU(s), one process per GPU over NCCL" if gpus else
+            "no GPU visible: the CPU smoke (the same items at tiny sizes, 2 gloo processes)")
+    print(f"gpu check: {mode}", flush=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
+        check = Check(sizes, Path(work), Path(args.results), gpus)
+        for name in ("strategies", "precision", "nvml", "commbench", "throughput"):
+            if not args.only or name in args.only:
+                check.item(name, getattr(check, name))
+    import torch
+    device = torch.cuda.get_device_name(0) if gpus else "CPU"
+    bundle = {"device": device, "gpus": gpus, "mode": mode, "sizes": sizes.__dict__,
+              "seconds": time.perf_counter() - started, "items": check.items,
+              "provenance": provenance.collect({"sizes": sizes.__dict__}, world_size=check.processes)}
+    out = Path(args.out)
+    write_json(out / "gpu_check.json", bundle)
+    write_text(out / "gpu_check.md", markdown(bundle))
+    failed = [name for name, item in check.items.items() if item["status"] == "failed"]
+    failed += [run["run_id"] for item in check.items.values() for run in item.get("runs", [])
+               if run["status"] == "failed"]
+    print(f"wrote {out / 'gpu_check.md'} and gpu_check.json; "
+          + (f"failed: {', '.join(failed)}" if failed else "every item done"), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The GPU check (benchmarks/gpu_check.py) as CI runs it: with no GPU visible it says so and
+runs every item at tiny sizes on CPU, through the real launcher, gloo process groups and
+training loop, and writes its Markdown and JSON bundle with the provenance."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.report.load import load_run
+from pipeline.report.prediction import single_inputs
+from pipeline.runtime import distributed
+from pipeline.strategies import REGISTERED
+
+from .conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.skipif(distributed.gpu_count() > 0,
+                    reason="a GPU is visible: this is the CPU smoke; run the check itself there")
+def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
+    result = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--out", str(tmp_path / "bundle"),
+                             "--results", str(tmp_path / "results")],
+                            cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "no GPU visible: the CPU smoke" in result.stdout
+    bundle = json.loads((tmp_path / "bundle" / "gpu_check.json").read_text())
+    items = bundle["items"]
+    assert [items[name]["status"] for name in ("strategies", "precision", "nvml", "commbench",
+                                               "throughput")] == ["done"] * 5
+    assert bundle["provenance"]["git_revision"] and bundle["provenance"]["packages"]["torch"]
+
+    runs = {run["run_id"]: run for run in items["strategies"]["runs"]}
+    # every registered strategy is tried: run, or skipped with the reason the machine gives
+    assert {run["entry"]["strategy"] for run in runs.values()} == {cls.name for cls in REGISTERED}
+    assert runs["dp-w2-b2-s0"]["status"] == "skipped" and "GPUs" in runs["dp-w2-b2-s0"]["reason"]
+    for run_id in ("single-w1-b2-s0", "ddp-w2-b2-s0", "ddp-fp16-w2-b2-s0", "ddp-bf16-w2-b2-s0",
+                   "ddp-powersgd-w2-b2-s0", "ps-colocated-w2-b2-s0"):
+        run = runs[run_id]
+        assert run["status"] == "ok" and run["images_per_second"] > 0, run
+        assert run["backend"] == ("none" if run_id.startswith("single") else "gloo")
+        if "powersgd" not in run_id and not run_id.startswith("single"):  # low rank: its own sums
+            assert run["bytes_sent_per_iter"] == pytest.approx(run["theory_bytes_sent_per_iter"], rel=1e-6)
+
+    precision = items["precision"]["runs"]
+    assert [(r["precision"], r["channels_last"], r["time_split"]) for r in precision] == [
+        ("fp32", False, True), ("fp32", True, True), ("bf16", False, True), ("bf16", True, True),
+        ("fp16", False, True), ("fp16", True, True), ("fp32", False, False)]
+    assert all(r["status"] == "ok" for r in precision), precision
+    assert all(r["compute_share"] > 0 for r in precision[:-1])
+    assert precision[-1]["compute_share"] is None  # the time split off: the data wait only
+
+    assert "no GPU visible" in items["nvml"]["skipped"]
+    assert items["commbench"]["links"]
+    table = items["throughput"]["runs"]
+    assert [(r["images_per_gpu"], r["precision"]) for r in table] == [
+        (2, "fp32"), (2, "bf16")]
+    assert all(r["status"] == "ok" and 0 <= r["data_share"] < 1 for r in table), table
+    # the recipe's single run, kept where report.predict.compute.preset: gpu-check reads it
+    kept = tmp_path / "results" / "runs" / "gpu-check" / "single-w1-b2-s0" / "train_summary.json"
+    assert json.loads(kept.read_text())["images_per_second"] > 0
+    (baseline,) = single_inputs([load_run(kept.parent)])  # as the report reads a compute run
+    assert baseline["baseline"] and baseline["compute"] > 0
+
+    text = (tmp_path / "bundle" / "gpu_check.md").read_text()
+    assert text.startswith("# GPU check: CPU") and "## throughput: done" in text

@@ -45,6 +45,10 @@ def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
         if "powersgd" not in run_id and not run_id.startswith("single"):  # low rank: its own sums
             assert run["bytes_sent_per_iter"] == pytest.approx(run["theory_bytes_sent_per_iter"], rel=1e-6)
 
+    plain = runs["ddp-w2-b2-s0"]["bytes_sent_per_iter"]
+    assert runs["ddp-fp16-w2-b2-s0"]["bytes_sent_per_iter"] == pytest.approx(plain / 2, rel=1e-6)
+    assert runs["ddp-bf16-w2-b2-s0"]["bytes_sent_per_iter"] == pytest.approx(plain / 2, rel=1e-6)
+
     precision = items["precision"]["runs"]
     assert [(r["precision"], r["channels_last"], r["time_split"]) for r in precision] == [
         ("fp32", False, True), ("fp32", True, True), ("bf16", False, True), ("bf16", True, True),

@@ -233,11 +233,12 @@ def detection_cfg(small_dataset):
 
 @pytest.mark.parametrize("entry", [
     {"strategy": "ddp", "workers": 2},
-    pytest.param({"strategy": "ddp", "workers": 2, "comm_hook": "fp16"}, marks=SLOW),
     {"strategy": "ps", "workers": 2, "placement": "colocated"},
     pytest.param({"strategy": "ps", "workers": 1, "placement": "dedicated"}, marks=SLOW),
     pytest.param({"strategy": "ps", "workers": 2, "placement": "dedicated", "servers": 2}, marks=SLOW),
-], ids=["ddp", "ddp-fp16", "ps-colocated", "ps-dedicated", "ps-dedicated-k2"])
+], ids=["ddp", "ps-colocated", "ps-dedicated", "ps-dedicated-k2"])
+# Every comm hook's bytes against theory, through the launcher: the GPU check's CPU smoke
+# (tests/test_gpu_check.py).
 def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, entry, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
     cfg["sweep"] = [entry]
@@ -255,9 +256,6 @@ def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, en
             theory = rank["theory_bytes_per_iteration"][direction]
             assert measured == pytest.approx(theory, rel=1e-9), (rank, direction)
             assert measured > 0
-    if entry.get("comm_hook") == "fp16":  # half the bytes of plain fp32 all-reduce
-        rank = summary["ranks"][0]
-        assert rank["bytes_per_iteration"]["sent"] == pytest.approx(rank["gradient_bytes"] * 0.5, rel=0.05)
 
 
 @SLOW
@@ -307,10 +305,9 @@ def test_faster_rcnn_one_step_difference_from_single_is_measured(detection_cfg):
     assert "per image batch" in result["why"]
 
 
-@pytest.mark.parametrize("hook", [pytest.param("bf16", marks=SLOW), "powersgd"])
-def test_compressing_hooks_send_less_and_keep_replicas_identical(detection_cfg, hook, tmp_path):
+def test_powersgd_sends_less_and_keeps_replicas_identical(detection_cfg, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
-    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "comm_hook": hook}]
+    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "comm_hook": "powersgd"}]
     cfg["train"]["epochs"] = 2  # PowerSGD compresses from the third iteration on: 2 of 4
     run = next(iter(runs(cfg).values()))
     summary = torchrun_train(cfg, run, tmp_path / "run")

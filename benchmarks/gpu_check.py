@@ -22,7 +22,8 @@ The single-GPU run at the recipe's 2 images (fp32) is kept as results/runs/gpu-c
 report.predict.compute.preset to gpu-check and the predicted scaling uses its time per image
 as the measured compute input. Without a GPU the command says so and runs the same items at
 tiny sizes on CPU (gloo, 2 processes; the demo's tiny model except in the throughput table):
-CI runs that smoke (tests/test_gpu_check.py). About 10 minutes on one H100 (15 at most).
+CI runs that smoke (tests/test_gpu_check.py), about 2 minutes on 2 cores. On one H100 about
+10 minutes by estimate (each of ~20 launches ~15 s of start-up plus its steps): not yet run there.
 """
 from __future__ import annotations
 

@@ -134,6 +134,11 @@ def row(summary: dict, **extra) -> dict:
             "replicas_identical": summary.get("replicas_identical"),
             "bytes_sent_per_iter": busiest["bytes_per_iteration"]["sent"] if busiest else None,
             "theory_bytes_sent_per_iter": busiest["theory_bytes_per_iteration"]["sent"] if busiest else None,
+            # the process that holds the most (fsdp/zero shard it; dp's device 0 gathers)
+            "peak_memory_mb": max((r["memory"]["peak_bytes"] for r in ranks if r.get("memory")),
+                                  default=0) / 2**20,
+            "owned_state_mb": max((sum(r["memory"]["state"].values()) for r in ranks
+                                   if r.get("memory")), default=0) / 2**20,
             "device": summary.get("device"), "backend": summary.get("backend")}
 
 
@@ -145,7 +150,9 @@ def strategy_entries(processes: int) -> list[dict]:
         workers = min(processes, cls.max_workers or processes)
         entries.append({"strategy": cls.name, "workers": workers})
         for key, option in cls.options.items():
-            for value in option.schema.get("enum", []):
+            choices = option.schema.get("enum") or (
+                [True, False] if option.schema.get("type") == "boolean" else [])
+            for value in choices:
                 if value != option.default:
                     entries.append({"strategy": cls.name, "workers": workers, key: value})
     return entries

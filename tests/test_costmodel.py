@@ -28,6 +28,22 @@ def test_ring_all_reduce_moves_2_n_minus_1_over_n(n):
     assert DDP.link_bytes(ddp(n, "bf16"), M)["worker"] == pytest.approx((n - 1) / n * M)
 
 
+@pytest.mark.parametrize("n", [2, 3, 8, 256])
+def test_sharded_strategies_bytes_and_memory_closed_forms(n):
+    zero, fsdp = STRATEGIES["zero"], STRATEGIES["fsdp"]
+    # ZeRO-1 on DDP: the all-reduce, then the updated weights' broadcast, (N-1)/N M
+    assert zero.link_bytes({"workers": n}, M)["worker"] == pytest.approx(3 * (n - 1) / n * M)
+    # FSDP: all-gather in forward (and in backward when resharding), reduce-scatter
+    reshard, keep = ({"workers": n, "reshard_after_forward": r} for r in (True, False))
+    assert fsdp.link_bytes(reshard, M)["worker"] == pytest.approx(3 * (n - 1) / n * M)
+    assert fsdp.link_bytes(keep, M)["worker"] == pytest.approx(2 * (n - 1) / n * M)
+    # What the busiest process holds: DDP 3M; ZeRO-1 2M + M/N; FSDP 3M/N
+    assert sum(DDP.memory_theory(ddp(n), M).values()) == 3 * M
+    assert sum(zero.memory_theory({"workers": n}, M).values()) == pytest.approx(2 * M + M / n)
+    assert sum(fsdp.memory_theory(reshard, M).values()) == pytest.approx(3 * M / n)
+    assert sum(PS.memory_theory(ps(n, "colocated", 2), M).values()) == pytest.approx(2.5 * M)
+
+
 def test_parameter_server_closed_forms():
     n = 8
     assert PS.link_bytes(ps(n, "dedicated"), M)["worker"] == M  # 2M a worker: M each way

@@ -45,6 +45,12 @@ def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
         if "powersgd" not in run_id and not run_id.startswith("single"):  # low rank: its own sums
             assert run["bytes_sent_per_iter"] == pytest.approx(run["theory_bytes_sent_per_iter"], rel=1e-6)
 
+    # the sharded strategies: fsdp both ways, each rank holding half of what ddp's holds
+    for run_id in ("zero-w2-b2-s0", "fsdp-w2-b2-s0", "fsdp-keep-w2-b2-s0"):
+        assert runs[run_id]["status"] == "ok" and runs[run_id]["replicas_identical"], runs[run_id]
+    assert runs["fsdp-w2-b2-s0"]["owned_state_mb"] < runs["zero-w2-b2-s0"]["owned_state_mb"] < (
+        runs["ddp-w2-b2-s0"]["owned_state_mb"])
+    assert all(run["peak_memory_mb"] > 0 for run in runs.values() if run["status"] == "ok")
     plain = runs["ddp-w2-b2-s0"]["bytes_sent_per_iter"]
     assert runs["ddp-fp16-w2-b2-s0"]["bytes_sent_per_iter"] == pytest.approx(plain / 2, rel=1e-6)
     assert runs["ddp-bf16-w2-b2-s0"]["bytes_sent_per_iter"] == pytest.approx(plain / 2, rel=1e-6)

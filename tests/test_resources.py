@@ -15,7 +15,7 @@ import torch
 from pipeline import resources
 from pipeline.config import params
 from pipeline.runtime import distributed
-from pipeline.strategies import sweep
+from pipeline.strategies import STRATEGIES, sweep
 
 from .conftest import REPO
 from .workflow import copy_workflow, jobs
@@ -99,8 +99,10 @@ def test_evaluation_runs_on_one_node(parallel):
     for run in sweep.runs(cfg).values():
         job = resources.run_resources(cfg, run, "evaluate")
         assert (job["nodes"], job["tasks"], job["mpi"]) == (1, 1, None), run
-        # ddp and ps evaluate on one process per worker, the others on one process
-        expected = run["workers"] if run["strategy"] in ("ddp", "ps") else 1
+        # a strategy that evaluates on its workers (ddp, ps, zero) uses one process per worker,
+        # the others one process
+        on_workers = getattr(STRATEGIES[run["strategy"]], "evaluates_on_workers", False)
+        expected = run["workers"] if on_workers else 1
         assert job["processes"] == expected, run
         assert job["gpu"] <= job["processes"] or run["strategy"] == "dp"
 

@@ -13,6 +13,7 @@ import copy
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -62,7 +63,7 @@ def toy_batch():
 
 
 def one_step(model, strategy, ctx, x, y, steps: int = 1, precision: str = "fp32", slow_shard=None):
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    optimizer = strategy.optimizer(list(model.parameters()), lr=0.1, momentum=0.9, weight_decay=1e-4)
     amp = Precision(precision, ctx.device)  # the training loop's autocast and loss scaling
     for _ in range(steps):
         if ctx.shard is not None and ctx.shard == slow_shard:
@@ -75,7 +76,7 @@ def one_step(model, strategy, ctx, x, y, steps: int = 1, precision: str = "fp32"
             amp.backward(loss)
         strategy.step(model, amp.optimizer(optimizer), ctx)
     strategy.consolidate(model, optimizer, ctx)  # as before a checkpoint or the run's report
-    return strategy.unwrap(model)
+    return strategy.model_state(model)  # the whole model's, gathered where it is sharded
 
 
 def _worker(rank, world, port, run, out_dir, batchnorm, steps, precision="fp32", slow_shard=None):
@@ -86,7 +87,7 @@ def _worker(rank, world, port, run, out_dir, batchnorm, steps, precision="fp32",
     model = strategy.wrap(toy_model(batchnorm), ctx)
     x, y = toy_batch()
     result = one_step(model, strategy, ctx, x, y, steps, precision, slow_shard)
-    torch.save({"state": result.state_dict(), "role": ctx.role, "shard": ctx.shard,
+    torch.save({"state": result, "role": ctx.role, "shard": ctx.shard,
                 "facts": strategy.rank_facts(ctx)}, os.path.join(out_dir, f"rank{rank}.pt"))
     strategy.finish(ctx)
 
@@ -102,7 +103,7 @@ def single_result(steps=1, precision="fp32"):
     strategy = strategies.get({"strategy": "single", "workers": 1}, PARALLEL)
     ctx = strategy.start(threads=1)
     x, y = toy_batch()
-    return one_step(toy_model(), strategy, ctx, x, y, steps, precision).state_dict()
+    return one_step(toy_model(), strategy, ctx, x, y, steps, precision)
 
 
 @pytest.mark.parametrize("run, processes", [
@@ -114,15 +115,37 @@ def single_result(steps=1, precision="fp32"):
                  marks=SLOW),
     pytest.param({"strategy": "ps", "workers": 2, "placement": "dedicated", "servers": 2}, 4,
                  marks=SLOW),
-], ids=["ddp-w2", "ddp-w4", "ps-colocated-w2", "ps-dedicated-w2", "ps-colocated-k2-w2", "ps-dedicated-k2-w2"])
+    ({"strategy": "zero", "workers": 2}, 2),
+    ({"strategy": "fsdp", "workers": 2, "reshard_after_forward": True}, 2),
+    pytest.param({"strategy": "fsdp", "workers": 2, "reshard_after_forward": False}, 2, marks=SLOW),
+], ids=["ddp-w2", "ddp-w4", "ps-colocated-w2", "ps-dedicated-w2", "ps-colocated-k2-w2",
+        "ps-dedicated-k2-w2", "zero-w2", "fsdp-w2", "fsdp-keep-w2"])
 def test_one_step_equals_single_on_the_merged_batch(run, processes, tmp_path):
     reference = single_result(steps=2)
     results = run_processes(run, processes, tmp_path, steps=2)
-    for result in results:
+    assert results[0]["state"]  # rank 0 holds the whole model (fsdp: gathered on rank 0 only)
+    for result in (r for r in results if r["state"]):
         for name, value in reference.items():
             assert torch.allclose(result["state"][name], value, atol=TOLERANCE, rtol=0), (result["role"], name)
     moved = (reference["0.weight"] - toy_model().state_dict()["0.weight"]).abs().max()
     assert moved > 100 * TOLERANCE  # the step really changed the weights
+
+
+@pytest.mark.parametrize("run", [{"strategy": "zero", "workers": 1},
+                                 {"strategy": "fsdp", "workers": 1, "reshard_after_forward": True}],
+                         ids=["zero", "fsdp"])
+def test_sharded_strategies_at_one_worker_step_bit_identically_to_single(run, tmp_path):
+    """One rank holds every partition and every shard: nothing is rounded differently."""
+    reference = single_result(steps=2)
+    (result,) = run_processes(run, 1, tmp_path, steps=2)
+    assert all(torch.equal(result["state"][name], value) for name, value in reference.items())
+
+
+def test_fsdp_refuses_mixed_precision_and_says_why():
+    for precision in ("bf16", "fp16"):
+        why = strategies.lookup("fsdp").invalid({"strategy": "fsdp", "workers": 2, "precision": precision})
+        assert "fp32 only" in why and "BatchNorm" in why
+    assert strategies.lookup("fsdp").invalid({"strategy": "fsdp", "workers": 2, "precision": "fp32"}) is None
 
 
 # Under autocast the forward runs in 16 bits on each worker's shard, and the shards' rounding
@@ -256,6 +279,102 @@ def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, en
             theory = rank["theory_bytes_per_iteration"][direction]
             assert measured == pytest.approx(theory, rel=1e-9), (rank, direction)
             assert measured > 0
+
+
+# ---- the sharded strategies beside ddp, on Faster R-CNN ------------------------------------
+
+@pytest.fixture(scope="module")
+def sharded_runs(detection_cfg, tmp_path_factory) -> dict[str, dict]:
+    """ddp, zero and fsdp at 2 workers, each trained once through the launcher."""
+    out = tmp_path_factory.mktemp("sharded")
+    summaries = {}
+    for strategy in ("ddp", "zero", "fsdp"):
+        cfg = copy.deepcopy(detection_cfg)
+        cfg["sweep"] = [{"strategy": strategy, "workers": 2}]
+        summaries[strategy] = torchrun_train(cfg, next(iter(runs(cfg).values())), out / strategy)
+    return summaries
+
+
+def test_sharded_strategies_count_their_bytes_against_theory(sharded_runs):
+    ddp, zero, fsdp = (sharded_runs[s] for s in ("ddp", "zero", "fsdp"))
+    assert all(s["status"] == "ok" and s["replicas_identical"] for s in (zero, fsdp))
+    m = fsdp["ranks"][0]["gradient_bytes"]
+    assert m == ddp["ranks"][0]["gradient_bytes"] == zero["ranks"][0]["gradient_bytes"]
+    # FSDP: each unit all-gathered in forward, again in backward, its gradients reduce-scattered
+    for rank in fsdp["ranks"]:
+        assert rank["bytes_per_iteration"] == rank["theory_bytes_per_iteration"]
+        assert rank["theory_bytes_per_iteration"]["sent"] == pytest.approx(3 * (2 - 1) / 2 * m)
+    # ZeRO-1: DDP's all-reduce, then each rank broadcasts its partition of whole tensors (its
+    # share is uneven, so over the ranks): 3(N-1)/N M each way per rank on average
+    for direction in ("sent", "received"):
+        measured = sum(r["bytes_per_iteration"][direction] for r in zero["ranks"])
+        theory = sum(r["theory_bytes_per_iteration"][direction] for r in zero["ranks"])
+        assert measured == pytest.approx(theory, rel=1e-9) and theory == pytest.approx(2 * 1.5 * m)
+        assert all(r["bytes_per_iteration"][direction] > m for r in zero["ranks"])  # beyond ddp's M
+
+
+def test_memory_is_measured_per_process_and_ordered_as_theory_says(sharded_runs):
+    m = sharded_runs["ddp"]["ranks"][0]["gradient_bytes"]
+    held = {name: [r["memory"]["state"] for r in summary["ranks"]]
+            for name, summary in sharded_runs.items()}
+    for summary in sharded_runs.values():
+        for rank in summary["ranks"]:
+            assert rank["memory"]["measure"] == "peak resident set (getrusage ru_maxrss)"
+            assert rank["memory"]["peak_bytes"] > 50 * 2**20  # a process with torch loaded
+    # DDP: every rank holds the whole weights, gradients and momentum
+    assert held["ddp"] == [{"parameters": m, "gradients": m, "optimizer": m}] * 2
+    # ZeRO-1: the whole weights and gradients, the momentum split between the ranks
+    assert all(h["parameters"] == h["gradients"] == m for h in held["zero"])
+    assert sum(h["optimizer"] for h in held["zero"]) == m and all(h["optimizer"] < m for h in held["zero"])
+    # FSDP: half of everything on each rank (each tensor's dim 0 padded to an even size)
+    assert all(m / 2 <= h[part] <= 1.01 * m / 2 for h in held["fsdp"] for part in h)
+    busiest = {name: max(sum(h.values()) for h in hs) for name, hs in held.items()}
+    assert busiest["fsdp"] < busiest["zero"] < busiest["ddp"]
+
+
+@SLOW
+def test_sharded_strategies_at_one_worker_train_faster_rcnn_as_single(detection_cfg, tmp_path):
+    """Through the launcher, a whole epoch: bit for bit the weights `single` ends with."""
+    finals = {}
+    for entry in ({"strategy": "single", "workers": 1}, {"strategy": "zero", "workers": 1},
+                  {"strategy": "fsdp", "workers": 1}):
+        cfg = copy.deepcopy(detection_cfg)
+        cfg["sweep"] = [dict(entry, images_per_worker=8)]
+        cfg["eval"]["every_epochs"] = 0
+        torchrun_train(cfg, next(iter(runs(cfg).values())), tmp_path / entry["strategy"])
+        finals[entry["strategy"]] = torch.load(tmp_path / entry["strategy"] / "model_final.pt",
+                                               weights_only=True)["model"]
+    for strategy in ("zero", "fsdp"):
+        assert finals[strategy].keys() == finals["single"].keys()
+        assert all(torch.equal(finals[strategy][k], v) for k, v in finals["single"].items()), strategy
+
+
+@SLOW
+@pytest.mark.parametrize("strategy", ["zero", "fsdp"])
+def test_sharded_strategies_resume_after_kill_to_the_uninterrupted_result(detection_cfg, strategy, tmp_path):
+    """kill -9 of the whole job after its first checkpoint (mid-epoch); the rerun resumes from
+    the consolidated (zero) or gathered (fsdp) state to the weights of a run never stopped."""
+    cfg = copy.deepcopy(detection_cfg)
+    cfg["train"].update(epochs=2, checkpoint_every=1)
+    cfg["sweep"] = [{"strategy": strategy, "workers": 2}]
+    run = next(iter(runs(cfg).values()))
+    whole = torchrun_train(cfg, run, tmp_path / "whole")
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(command(cfg, run, str(killed)), cwd=REPO, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    checkpoint = killed / "state" / "checkpoint.pt"
+    deadline = time.monotonic() + 300
+    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    saved = torch.load(checkpoint, weights_only=True)["train_state"]
+    assert saved["step"] < whole["iterations"] and not (killed / "train_summary.json").exists()
+    resumed = torchrun_train(cfg, run, killed)
+    assert resumed["resumed_at_steps"] == [saved["step"]] and resumed["replicas_identical"]
+    final = [torch.load(d / "model_final.pt", weights_only=True)["model"] for d in (tmp_path / "whole", killed)]
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
+    assert records(killed / "iterations.jsonl") == records(tmp_path / "whole" / "iterations.jsonl")
 
 
 @SLOW

@@ -28,7 +28,7 @@ from .conftest import REPO, SMALL_DATA
 from .workflow import PAPER_JOB, SNAKEMAKE, copy_finished, edit_params, jobs, snakemake
 
 pytestmark = pytest.mark.slow
-RUNS = 6  # in the shared demo: single, ddp x2 seeds, ps, dp, ddp on in-memory data
+RUNS = 8  # in the shared demo: single, ddp x2 seeds, ps, dp, zero, fsdp, ddp on in-memory data
 
 
 @pytest.fixture(scope="module")
@@ -49,11 +49,23 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
     assert all(set(p) == {"image_id", "category_id", "bbox", "score"} for p in predictions)
     summary = {row["run_id"]: row for row in csv.DictReader((workdir / "results" / "summary.csv").open())}
     assert set(summary) == {"single-w1-b4-s0", "ddp-w2-b2-s0", "ddp-w2-b2-s1",
-                            "ps-colocated-w2-b2-s0", "dp-w2-b2-s0", "ddp-w2-b2-synthetic-s0"}
-    for run in ("single-w1-b4-s0", "ddp-w2-b2-s0", "ps-colocated-w2-b2-s0"):
+                            "ps-colocated-w2-b2-s0", "dp-w2-b2-s0", "ddp-w2-b2-synthetic-s0",
+                            "zero-w2-b2-s0", "fsdp-w2-b2-s0"}
+    for run in ("single-w1-b4-s0", "ddp-w2-b2-s0", "ps-colocated-w2-b2-s0", "zero-w2-b2-s0", "fsdp-w2-b2-s0"):
         assert summary[run]["status"] == "ok" and summary[run]["replicas_identical"] == "True"
         assert 0 <= float(summary[run]["AP"]) <= 1
     assert float(summary["ddp-w2-b2-s0"]["busiest_rank_bytes_per_iter"]) > 0
+    # Memory per process: what the busiest one holds, as theory orders it, and its figure
+    held = {run: float(summary[run]["owned_state_mb"]) for run in ("fsdp-w2-b2-s0", "zero-w2-b2-s0", "ddp-w2-b2-s0")}
+    assert held["fsdp-w2-b2-s0"] < held["zero-w2-b2-s0"] < held["ddp-w2-b2-s0"]
+    for run in held:
+        theory = float(summary[run]["theory_state_mb"])
+        if run.startswith("zero"):  # partitions of whole tensors: the busiest holds more than 1/N
+            assert theory <= held[run] < held["ddp-w2-b2-s0"]
+        else:
+            assert held[run] == pytest.approx(theory, rel=0.02)
+        assert float(summary[run]["peak_memory_mb"]) > held[run]
+    assert (workdir / "results" / "report" / "figures" / "memory.png").stat().st_size > 0
     ddp_metrics = json.loads((run_dir.parent / "ddp-w2-b2-s0" / "metrics.json").read_text())
     assert ddp_metrics["processes"] == 2  # evaluated on its own 2 ranks, gathered into one COCOeval
     assert ddp_metrics["images"] == SMALL_DATA["val_images"]
@@ -68,7 +80,8 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
     links = json.loads((workdir / "results" / "commbench" / "demo" / "p2.json").read_text())
     assert set(links["primitives"]) == {"send_recv", "all_reduce"} and links["provenance"]["git_revision"]
     predicted = {row["run_id"]: row for row in csv.DictReader((workdir / "results" / "report" / "prediction.csv").open())}
-    assert set(predicted) == {"ddp-w2-b2-s0", "ddp-w2-b2-s1", "ps-colocated-w2-b2-s0"}
+    assert set(predicted) == {"ddp-w2-b2-s0", "ddp-w2-b2-s1", "ps-colocated-w2-b2-s0", "zero-w2-b2-s0",
+                              "fsdp-w2-b2-s0"}
     assert all(float(row["predicted_images_per_second"]) > 0 for row in predicted.values())
     assert "Predicted against measured (cost model)" in report_md and "2 processes, all_reduce over gloo" in report_md
     report = workdir / "results" / "report"
@@ -299,12 +312,13 @@ def test_coco2017_dry_run(tmp_path):
     # start that many: the others' runs are skipped, so nothing predicts them
     room = torch.cuda.device_count() or available_cores()
     links = {"commbench": n for n in [sum(1 for p in (2, 4, 8) if p <= room)] if n}
-    assert jobs(result) == {"all": 1, "data": 1, "train": 16, "evaluate": 16, "equivalence": 1,
+    assert jobs(result) == {"all": 1, "data": 1, "train": 22, "evaluate": 22, "equivalence": 1,
                             **links, "report": 1, **PAPER_JOB}
     text = result.stdout + result.stderr
     # Three seeds of each 2-GPU entry (the study's setting), one of the larger ones.
     runs = ["single-w1-b2-s0"] + [f"{s}-w{n}-b2-s{seed}" for s in ("dp", "ddp", "ps-colocated")
                                   for n, seeds in ((2, 3), (4, 1), (8, 1)) for seed in range(seeds)]
+    runs += [f"{s}-w{n}-b2-s0" for s in ("zero", "fsdp") for n in (2, 4, 8)]
     for run in runs:
         assert f"results/runs/coco2017/{run}/train_summary.json" in text
     assert "data/coco2017.manifest.json" in text

@@ -33,7 +33,9 @@ def tiny_params(raw: dict) -> dict:
     demo["sweep"] = [{"strategy": "single", "workers": 1},
                      {"strategy": "ddp", "workers": 2, "images_per_worker": 2},
                      {"strategy": "ps", "workers": 2, "images_per_worker": 2},
-                     {"strategy": "dp", "workers": 2, "images_per_worker": 2}]
+                     {"strategy": "dp", "workers": 2, "images_per_worker": 2},
+                     {"strategy": "zero", "workers": 2, "images_per_worker": 2},
+                     {"strategy": "fsdp", "workers": 2, "images_per_worker": 2}]
     return raw
 
 

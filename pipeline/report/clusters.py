@@ -19,7 +19,8 @@ from ..costmodel.network import Iteration, Link, Network
 from .prediction import BACKWARD_SHARE, single_inputs
 
 COLUMNS = ["cluster", "model", "gpus", "nodes", "predicted_images_per_second",
-           "predicted_efficiency", "predicted_communication_s", "busiest_link_bytes"]
+           "predicted_efficiency", "predicted_communication_s", "busiest_link_bytes",
+           "predicted_state_mb_per_gpu"]
 SHOWN_GPUS = (1, 8, 64, 256)  # the compact table's columns (where a cluster reaches them)
 
 
@@ -106,7 +107,10 @@ def predict_point(run: dict, compute: Compute, per_gpu: int, network: Network) -
     return {"predicted_images_per_second": rate,
             "predicted_efficiency": rate * compute.seconds_per_image / gpus,
             "predicted_communication_s": communication,
-            "busiest_link_bytes": max(network.loads(flows).values(), default=0.0)}
+            "busiest_link_bytes": max(network.loads(flows).values(), default=0.0),
+            # weights, gradients and optimizer state of the process that holds the most
+            "predicted_state_mb_per_gpu": sum(strategy.memory_theory(
+                run, compute.gradient_bytes).values()) / 2**20}
 
 
 def prediction_points(predict: dict, compute: Compute) -> pd.DataFrame:
@@ -142,12 +146,16 @@ def device0_saturation(cluster: Cluster, compute: Compute, per_gpu: int) -> int 
 
 
 def compact_table(points: pd.DataFrame) -> pd.DataFrame:
-    """Predicted images/s per cluster and model at a few GPU counts (the report's table)."""
+    """Predicted images/s per cluster and model at a few GPU counts, and the memory per GPU
+    there (the report's table)."""
     shown = points[points["gpus"].isin(SHOWN_GPUS)]
-    table = shown.pivot_table(index=["cluster", "model"], columns="gpus",
-                              values="predicted_images_per_second", sort=False)
-    table.columns = [f"{g} GPUs (predicted images/s)" for g in table.columns]
-    return table.reset_index()
+    parts = []
+    for column, name in (("predicted_images_per_second", "predicted images/s"),
+                         ("predicted_state_mb_per_gpu", "predicted MiB per GPU")):
+        part = shown.pivot_table(index=["cluster", "model"], columns="gpus", values=column, sort=False)
+        part.columns = [f"{g} GPUs ({name})" for g in part.columns]
+        parts.append(part)
+    return pd.concat(parts, axis=1).reset_index()
 
 
 def findings(points: pd.DataFrame, predict: dict, compute: Compute) -> list[str]:
@@ -205,7 +213,9 @@ def section(shown: pd.DataFrame, points: pd.DataFrame, predict: dict, compute: C
         f"{compute.seconds_per_image:.4g} s; gradient bytes M: {compute.gradient_bytes / 1e6:.1f} "
         f"MB ({compute.source}). Backward, which DDP's buckets overlap, is {BACKWARD_SHARE:.2f} of "
         "it. Efficiency is images/s over GPUs times one GPU's. The parameter server with K "
-        "servers has one per spare CPU machine. The figures predicted_throughput and "
+        "servers has one per spare CPU machine. Memory per GPU (predicted_state_mb_per_gpu) is "
+        "the weights, gradients and optimizer state its busiest process holds by its "
+        "strategy's analysis. The figures predicted_throughput and "
         "predicted_efficiency draw every point (predicted_scaling_points.csv) and mark this "
         "preset's measured runs beside them.",
         *(f"{c['name']}: {c['gpus_per_node']} GPU(s) per node, up to {c['nodes']} nodes; "

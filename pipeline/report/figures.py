@@ -173,6 +173,25 @@ def draw_throughput(ax, data: ReportData) -> None:
     ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1))
 
 
+@figure("memory", "Memory per worker against workers, per strategy: the parameters, gradients "
+                  "and optimizer state that its busiest process holds, counted from its tensors "
+                  "(solid), beside the strategy's analysis (dashed); each process's peak memory "
+                  "is in summary.csv (peak_memory_mb)")
+def draw_memory(ax, data: ReportData) -> None:
+    done = data.summary[(data.summary["status"] == "ok") & data.summary["owned_state_mb"].notna()]
+    if done.empty:
+        return _no_runs(ax)
+    done = done.assign(strategy=[strategy_label(s, v, m) for s, v, m in
+                                 zip(done["strategy"], done["variant"], done["data_mode"])])
+    for colour, (name, rows) in enumerate(done.groupby("strategy", sort=True)):
+        rows = rows.groupby("workers", as_index=False)[["owned_state_mb", "theory_state_mb"]].mean()
+        ax.plot(rows["workers"], rows["owned_state_mb"], marker="o", color=f"C{colour}", label=name)
+        ax.plot(rows["workers"], rows["theory_state_mb"], linestyle="--", color=f"C{colour}")
+    ax.set(xlabel="workers", ylabel="MiB held by the busiest process")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
+
+
 @figure("scaling", "Speed-up over single (at the same global batch, else the same images per "
                    "worker) against the number of workers, per strategy; dashed: linear")
 def draw_scaling(ax, data: ReportData) -> None:

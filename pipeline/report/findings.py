@@ -92,6 +92,18 @@ def bytes_sentences() -> str:
             f"the theory, for M bytes of gradients: {theory}. How they are counted differs. {counted}")
 
 
+def memory_sentences() -> str:
+    """What each strategy's busiest process holds by its analysis (Strategy.memory_text)."""
+    from pipeline.strategies import REGISTERED
+
+    held = "; ".join(f"{cls.label}: {cls.memory_text}" for cls in REGISTERED if cls.memory_text)
+    return ("Memory is that of the process that holds the most: its peak (on a GPU the most its "
+            "tensors held at once, torch.cuda.max_memory_allocated; on a CPU its peak resident "
+            "set, the Python runtime and libraries included) and the parameters, gradients and "
+            "optimizer state it owns, counted from its tensors, beside its strategy's analysis "
+            f"for M bytes of gradients: {held}.")
+
+
 def numbers_tex(runs: list[dict], summary: pd.DataFrame, comparisons: pd.DataFrame,
                 scaling: pd.DataFrame, data_modes: pd.DataFrame, preset: str,
                 dataset: str, published: dict, torchvision_ap: float) -> str:

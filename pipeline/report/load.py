@@ -150,6 +150,26 @@ def busiest_rank_bytes(summary: RunSummary | dict, key: str) -> float:
     return max(totals) if totals else math.nan
 
 
+def largest_memory(summary: RunSummary, part: str) -> float:
+    """MiB of the process that holds the most: `peak` (its peak memory, record.Memory) or
+    `state` (the parameters, gradients and optimizer state it owns); NaN before memory was
+    recorded."""
+    values = [(r.memory.peak_bytes if part == "peak" else r.memory.state.total)
+              for r in summary.ranks if r.memory is not None and (part == "peak" or r.memory.state)]
+    return max(values) / 2**20 if values else math.nan
+
+
+def theory_state(summary: RunSummary) -> float:
+    """MiB of parameters, gradients and optimizer state that the busiest process of the run
+    holds by its strategy's analysis (Strategy.memory_theory), for the run's M."""
+    declared = STRATEGIES.get(summary.strategy)
+    run = summary.provenance.get("run")
+    grad_bytes = next((r.gradient_bytes for r in summary.ranks if r.gradient_bytes), None)
+    if declared is None or not isinstance(run, dict) or grad_bytes is None:
+        return math.nan
+    return sum(declared.memory_theory(run, grad_bytes).values()) / 2**20
+
+
 def traffic_frame(runs: list[dict]) -> pd.DataFrame:
     rows = [{"run_id": run["run_id"], "rank": r.rank, "role": r.role,
              "sent_per_iter": r.bytes_per_iteration.sent,
@@ -286,6 +306,10 @@ COLUMNS = [
     Column("busiest_rank_theory_bytes_per_iter",
            lambda r: busiest_rank_bytes(r.s, "theory_bytes_per_iteration")),
     _field("replicas_identical"),
+    # What the process that holds the most kept (pipeline/runtime/record.py Memory)
+    Column("peak_memory_mb", lambda r: largest_memory(r.s, "peak")),
+    Column("owned_state_mb", lambda r: largest_memory(r.s, "state")),
+    Column("theory_state_mb", lambda r: theory_state(r.s) if r.s.status == "ok" else math.nan),
     Column("progress_per_epoch", lambda r: progress_per_epoch(r.s.epoch_loss)),
     *(Column(k, lambda r, k=k: _number(r.m.get(k))) for k in AP_COLUMNS + ["APs", "APm", "APl"]),
     _field("train_seconds", number=True), _field("evaluation_seconds", number=True),

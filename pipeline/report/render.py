@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from .figures import FIGURES
-from .findings import (bytes_sentences, data_mode_findings, scaling_findings,
+from .findings import (bytes_sentences, memory_sentences, data_mode_findings, scaling_findings,
                        time_to_accuracy_findings)
 from .load import PROGRESS_DEFINITION, _read_input
 from .noise import NOISE_RULE
@@ -100,6 +100,12 @@ def report_sections(runs, summary, shown, published, preset, figure_ext, compare
             "Speed-up is images/s over `single` at the same global batch. " + bytes_sentences()
             + " Per-rank detail: traffic.csv."],
          "table": completed[speed_cols].astype(object).map(
+             lambda v: f"{v:.4g}" if isinstance(v, float) else str(v))},
+        {"title": "Memory per worker", "text": [
+            memory_sentences() + " Per process: ranks[].memory in each train_summary.json; "
+            "also the memory figure."],
+         "table": completed[["run_id", "workers", "processes", "peak_memory_mb", "owned_state_mb",
+                             "theory_state_mb"]].astype(object).map(
              lambda v: f"{v:.4g}" if isinstance(v, float) else str(v))},
         {"title": "Scaling", "text": [
             "Images/s against the number of workers per strategy: speed-up over `single` at "

@@ -16,3 +16,17 @@ def ddp_buffer_sync(ddp_class=None) -> dict:
     parameters = inspect.signature(ddp_class.__init__).parameters
     name = "forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers"
     return {name: True}
+
+
+def _fsdp2(name: str):
+    """An FSDP2 name: public in torch.distributed.fsdp since torch 2.6, in
+    torch.distributed._composable.fsdp before (torch 2.4 and 2.5)."""
+    try:
+        return getattr(__import__("torch.distributed.fsdp", fromlist=[name]), name)
+    except (ImportError, AttributeError):
+        return getattr(__import__("torch.distributed._composable.fsdp", fromlist=[name]), name)
+
+
+def fully_shard():
+    return _fsdp2("fully_shard")
+

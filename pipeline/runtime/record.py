@@ -135,6 +135,33 @@ class Bytes(Record):
 
 
 @dataclass(frozen=True)
+class StateBytes(Record):
+    """Bytes of parameters, gradients and optimizer state one process holds, counted from its
+    tensors (a shard counts its local part)."""
+
+    parameters: int
+    gradients: int
+    optimizer: int
+
+    @property
+    def total(self) -> int:
+        return self.parameters + self.gradients + self.optimizer
+
+
+@dataclass(frozen=True)
+class Memory(Record):
+    """One process's memory at the end of training. `peak_bytes`: on a GPU the most its tensors
+    held at once (torch.cuda.max_memory_allocated, the largest over the GPUs it computes on:
+    DataParallel's device 0), on a CPU its peak resident set; `measure` says which."""
+
+    peak_bytes: int
+    measure: str
+    reserved_bytes: int | None = None    # GPU: torch.cuda.max_memory_reserved (the allocator's)
+    per_gpu_bytes: list[int] | None = None  # GPU: max_memory_allocated of each GPU it uses
+    state: StateBytes | None = None
+
+
+@dataclass(frozen=True)
 class RankReport(Record):
     """One process at the end of training: its role, the checksum of its weights (equal on
     every replica of a correct run), M (its gradient bytes), and bytes per iteration, measured
@@ -146,6 +173,7 @@ class RankReport(Record):
     gradient_bytes: int | None = None  # M
     bytes_per_iteration: Bytes | None = None
     theory_bytes_per_iteration: Bytes | None = None
+    memory: Memory | None = field(default=None, metadata=OPTIONAL)  # None: before it was measured
     # ps with staleness > 0, a server: how stale each gradient it applied was, and the most
     # updates an answered worker was ahead of the slowest
     staleness_histogram: dict | None = field(default=None, metadata=OPTIONAL)
@@ -317,6 +345,6 @@ def upgrade(raw: dict, folder: str | None = None, where: str = "train_summary.js
     return raw
 
 
-__all__ = ["Bytes", "Checkpoints", "Evaluation", "RankReport", "RecordError", "RunSummary",
-           "STRATEGY_REMEDY", "SecondsPerIteration", "Staleness", "TimeSplit", "Utilisation",
+__all__ = ["Bytes", "Checkpoints", "Evaluation", "Memory", "RankReport", "RecordError", "RunSummary",
+           "STRATEGY_REMEDY", "SecondsPerIteration", "Staleness", "StateBytes", "TimeSplit", "Utilisation",
            "as_summary", "upgrade"]

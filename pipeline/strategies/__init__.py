@@ -4,6 +4,8 @@
     dp.py        torch.nn.DataParallel: one process, GPU 0 scatters, gathers and updates
     ddp.py       DistributedDataParallel: ring all-reduce during backward, optional compression
     ps.py        parameter server over point-to-point messages, co-located or dedicated
+    zero.py      ZeRO-1: DDP with ZeroRedundancyOptimizer, each rank steps 1/N of the weights
+    fsdp.py      FSDP2 (fully_shard): weights, gradients and optimizer state sharded per block
     torchrun.py  what ddp and ps share: torchrun, the process group, the machine checks
 
 The training loop in pipeline/training/train.py is the same for all of them. A new strategy is a module
@@ -16,10 +18,12 @@ from __future__ import annotations
 from .base import Context, Option, Strategy, Traffic
 from .ddp import DDP
 from .dp import DataParallel
+from .fsdp import FSDP
 from .ps import ParameterServer
 from .single import Single
+from .zero import Zero
 
-REGISTERED: tuple[type[Strategy], ...] = (Single, DataParallel, DDP, ParameterServer)
+REGISTERED: tuple[type[Strategy], ...] = (Single, DataParallel, DDP, ParameterServer, Zero, FSDP)
 STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in REGISTERED}
 
 
@@ -36,5 +40,5 @@ def get(run: dict, parallel: dict) -> Strategy:
     return lookup(run["strategy"])(run, parallel)
 
 
-__all__ = ["DDP", "Context", "DataParallel", "Option", "ParameterServer", "REGISTERED", "Single",
-           "Strategy", "STRATEGIES", "Traffic", "get", "lookup"]
+__all__ = ["DDP", "FSDP", "Context", "DataParallel", "Option", "ParameterServer", "REGISTERED",
+           "Single", "Strategy", "STRATEGIES", "Traffic", "Zero", "get", "lookup"]

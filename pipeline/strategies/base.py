@@ -71,11 +71,32 @@ def gradient_bytes(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
 
+def local_bytes(tensor) -> int:
+    """Bytes this process holds of a tensor: a sharded one (FSDP's DTensor) counts its shard."""
+    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    return local.numel() * local.element_size()
+
+
+def owned_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Bytes of parameters, gradients and optimizer state this process holds, counted from the
+    tensors themselves (a sharded optimizer's inner one holds only its partition's state)."""
+    params = list(model.parameters())
+    inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer's local SGD
+    return {"parameters": sum(local_bytes(p) for p in params),
+            "gradients": sum(local_bytes(p.grad) for p in params if p.grad is not None),
+            "optimizer": sum(local_bytes(v) for state in inner.state.values()
+                             for v in state.values() if torch.is_tensor(v) and v.dim() > 0)}
+
+
 def parameter_checksum(model: torch.nn.Module) -> str:
     """Of the parameters only: DDP ranks' BatchNorm buffers differ until the next forward pass
     copies rank 0's over them."""
+    return tensor_checksum(model.parameters())
+
+
+def tensor_checksum(tensors) -> str:
     digest = hashlib.sha256()
-    for tensor in model.parameters():
+    for tensor in tensors:
         digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()[:16]
 
@@ -96,6 +117,8 @@ class Strategy:
     # are counted: the report's and the paper's sentences ("" where nothing is communicated).
     theory_text = ""
     bytes_counted = ""
+    # What its busiest process holds, by memory_theory (the report's memory sentence)
+    memory_text = "the whole weights, gradients and momentum, M each (3M)"
 
     @classmethod
     def is_baseline(cls, variant: str) -> bool:
@@ -170,6 +193,10 @@ class Strategy:
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         return model
 
+    def optimizer(self, params, **sgd) -> torch.optim.Optimizer:
+        """The optimizer over `params` (SGD's keywords): SGD, unless the strategy shards it."""
+        return torch.optim.SGD(params, **sgd)
+
     def step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, ctx: Context) -> float:
         """Synchronise gradients and update the weights; return seconds spent communicating."""
         optimizer.step()
@@ -209,6 +236,19 @@ class Strategy:
         phases = cls.phases(run, grad_bytes)
         return math.nan if phases is None else sum(network.seconds(phase) for phase in phases)
 
+    # ---- memory: what each process holds ----------------------------------------------------
+    @classmethod
+    def memory_theory(cls, run: dict, grad_bytes: float) -> dict[str, float]:
+        """Bytes of parameters, gradients and optimizer state (SGD's momentum) that the process
+        holding the most keeps, by the algorithm's analysis, for M = grad_bytes: a whole copy
+        of each, unless the strategy shards them."""
+        return {"parameters": grad_bytes, "gradients": grad_bytes, "optimizer": grad_bytes}
+
+    def owned_state(self, model: torch.nn.Module, optimizer) -> dict[str, int]:
+        """What this process holds, counted from its tensors (called by every process after
+        the last step, before the run's report)."""
+        return owned_state(model, getattr(optimizer, "_optimizer", optimizer))
+
     def gpus_in_use(self, ctx: Context) -> list[int]:
         """The GPU indices this process computes on (sampled by pipeline/training/monitor.py)."""
         return [ctx.device.index or 0] if ctx.device.type == "cuda" else []
@@ -217,6 +257,21 @@ class Strategy:
         return getattr(model, "module", model)
 
     # ---- replicas and checkpoints ----------------------------------------------------------
+    def checkpoint_state(self, model: torch.nn.Module, optimizer) -> dict:
+        """The model's and the optimizer's stateful parts as a checkpoint saves and loads them
+        (state_dict / load_state_dict; state_dict is read after `consolidate`, by the process
+        that `saves_checkpoint`, load_state_dict by every process)."""
+        return {"model": self.unwrap(model), "optimizer": optimizer}
+
+    def model_state(self, model: torch.nn.Module) -> dict:
+        """The whole model's state dict, as model_final.pt holds it (after `consolidate`)."""
+        return self.unwrap(model).state_dict()
+
+    def scoring_model(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module | None:
+        """The whole model to score during training, in the process that reports (called by
+        every process: a sharded model is gathered first); None in the others."""
+        return self.unwrap(model) if ctx.reports else None
+
     def checksum(self, model: torch.nn.Module) -> str:
         """Equal on every replica of a correct run (compared in the run summary)."""
         return parameter_checksum(self.unwrap(model))

@@ -90,6 +90,8 @@ class DDP(TorchrunStrategy):
     theory_text = "2(N-1)/N M per rank for ring all-reduce"
     bytes_counted = ("DDP's are derived from the size of each bucket its communication hook "
                      "hands to the all-reduce, times the ring's 2(N-1)/N (not read from the network).")
+    memory_text = ("the whole weights, gradients and momentum, M each (3M), and another M in its "
+                   "gradient buckets (not counted as owned state)")
     RING = "DDP (ring all-reduce)"  # the curve the report's sentences compare with
 
     @classmethod
@@ -113,7 +115,7 @@ class DDP(TorchrunStrategy):
         wrapped = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
             **compat.ddp_buffer_sync())  # rank 0's BatchNorm buffers at every forward
-        kind = self.run["comm_hook"]
+        kind = self.run.get("comm_hook", "none")
         state = None
         if kind == "powersgd":
             # Compress from the third iteration on (the fewest PowerSGD's error feedback
@@ -136,7 +138,7 @@ class DDP(TorchrunStrategy):
         n = run["workers"]
         if n < 2:
             return []
-        wire = grad_bytes * WIRE_BYTES.get(run["comm_hook"], 4) / 4 * ring_factor(n)
+        wire = grad_bytes * WIRE_BYTES.get(run.get("comm_hook", "none"), 4) / 4 * ring_factor(n)
         return [[Flow(("worker", i), ("worker", (i + 1) % n), wire, 2 * (n - 1)) for i in range(n)]]
 
     @classmethod
@@ -150,7 +152,7 @@ class DDP(TorchrunStrategy):
             return 0.0
         buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
         if network.all_reduce is not None:
-            payload = grad_bytes * WIRE_BYTES.get(run["comm_hook"], 4) / 4
+            payload = grad_bytes * WIRE_BYTES.get(run.get("comm_hook", "none"), 4) / 4
             per_bucket = network.all_reduce.seconds(payload / buckets)
         else:
             per_bucket = network.seconds(cls.phases(run, grad_bytes / buckets)[0])

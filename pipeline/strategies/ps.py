@@ -90,6 +90,8 @@ class ParameterServer(TorchrunStrategy):
                    "over K server shards: 2(M + (N-2)M/K) and 2NM/K)")
     bytes_counted = ("The parameter server counts the bytes of the messages it really sends and "
                      "receives.")
+    memory_text = ("the whole weights and gradients on every process, the momentum 1/K on each "
+                   "server (a colocated server: 2M + M/K)")
     SHARDED = "PS, K servers (dedicated, spare CPU machines)"  # compared in the report's sentences
 
     @classmethod
@@ -367,6 +369,18 @@ class ParameterServer(TorchrunStrategy):
         gradients = [Flow(("worker", w), server(s), grad_bytes / k)
                      for w in range(n) for s in range(k) if server(s) != ("worker", w)]
         return [gradients, [Flow(f.dst, f.src, f.nbytes) for f in gradients]]
+
+    @classmethod
+    def memory_theory(cls, run: dict, grad_bytes: float) -> dict[str, float]:
+        """Every process keeps the whole weights; a worker its whole gradients; the momentum
+        lives on the servers, 1/K of it each. The busiest: a colocated server (whole gradients
+        and its 1/K), or a dedicated one with K = 1 (its shard's gradients: all of them)."""
+        k = servers(run)
+        worker = {"parameters": grad_bytes, "gradients": grad_bytes, "optimizer": 0.0}
+        if run["placement"] == "colocated":
+            return dict(worker, optimizer=grad_bytes / k)
+        server = {"parameters": grad_bytes, "gradients": grad_bytes / k, "optimizer": grad_bytes / k}
+        return max(worker, server, key=lambda parts: sum(parts.values()))
 
     def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
         """This process's bytes each way: as a worker, the gradients of the shards others

@@ -8,6 +8,7 @@ above 100 with several threads), rss_mb, and gpus: [{index, util_percent, memory
 """
 from __future__ import annotations
 
+import resource
 import threading
 import time
 
@@ -67,3 +68,19 @@ class Monitor:
         if self._thread.is_alive():
             self._thread.join()
         return self.samples
+
+
+def peak_memory(gpus: list[int]) -> dict:
+    """This process's peak memory, as pipeline/runtime/record.py's Memory holds it: on GPUs the
+    most its tensors held at once on the busiest of them (for DataParallel, device 0), and what
+    the caching allocator reserved; on a CPU its peak resident set (tensors, code, the allocator's
+    slack: what the operating system had to give it)."""
+    if gpus:
+        import torch
+
+        allocated = [torch.cuda.max_memory_allocated(g) for g in gpus]
+        return {"peak_bytes": max(allocated), "per_gpu_bytes": allocated,
+                "reserved_bytes": max(torch.cuda.max_memory_reserved(g) for g in gpus),
+                "measure": "torch.cuda.max_memory_allocated"}
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {"peak_bytes": kib * 1024, "measure": "peak resident set (getrusage ru_maxrss)"}

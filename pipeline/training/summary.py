@@ -14,12 +14,13 @@ from pathlib import Path
 import numpy as np
 
 from ..config import stages
-from ..runtime.record import (STRATEGY_REMEDY, Bytes, Checkpoints, Evaluation, RankReport,
-                              RunSummary, SecondsPerIteration, TimeSplit, Utilisation)
+from ..runtime.record import (STRATEGY_REMEDY, Bytes, Checkpoints, Evaluation, Memory, RankReport,
+                              RunSummary, SecondsPerIteration, StateBytes, TimeSplit, Utilisation)
 from ..runtime import distributed, provenance
 from ..runtime.files import atomic_path, save_torch, write_json, write_text
 from ..strategies import sweep
 from ..strategies.base import gradient_bytes
+from .monitor import peak_memory
 
 WARMUP_ITERATIONS_EXCLUDED = 5  # first iterations (allocator, caches) left out of timing stats
 
@@ -50,7 +51,7 @@ def summarise(job, live_log: Path) -> dict | None:
     cfg, ctx = job.cfg, job.ctx
     record = summary_of(live_log, job, ranks)
     write_text(job.out_dir / "utilisation.jsonl", "".join(json.dumps(s) + "\n" for s in samples))
-    save_torch({"model": job.strategy.unwrap(job.model).state_dict(),
+    save_torch({"model": job.strategy.model_state(job.model),
                 "num_classes": job.dataset.num_classes, "model_cfg": cfg["model"]},
                job.out_dir / "model_final.pt")
     with atomic_path(job.out_dir / "iterations.jsonl") as tmp:
@@ -79,6 +80,8 @@ def rank_report(job) -> list[RankReport]:
         bytes_per_iteration=Bytes(sent=job.moved.sent / iterations,
                                   received=job.moved.received / iterations),
         theory_bytes_per_iteration=Bytes(**job.strategy.theory_bytes(job.ctx, grad_bytes)),
+        memory=Memory(**peak_memory(job.strategy.gpus_in_use(job.ctx)),
+                      state=StateBytes(**job.strategy.owned_state(job.model, job.optimizer))),
         **RankReport.fields_of(job.strategy.rank_facts(job.ctx),
                                f"{job.strategy.name}.rank_facts", STRATEGY_REMEDY)))
 

@@ -164,7 +164,7 @@ class Job:
 
     def checkpoint_parts(self) -> dict:
         """The named stateful parts of the run's checkpoint (checkpoint.py)."""
-        return {"model": self.strategy.unwrap(self.model), "optimizer": self.optimizer,
+        return {**self.strategy.checkpoint_state(self.model, self.optimizer),
                 "scaler": self.precision.scaler, "train_state": self.state}
 
     def rank_parts(self) -> dict:
@@ -235,8 +235,8 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
         model = model.to(memory_format=torch.channels_last)
     model = strategy.wrap(model, ctx)
     base_lr = scaled_lr(train_cfg, global_batch)
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=base_lr,
-                                momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"])
+    optimizer = strategy.optimizer([p for p in model.parameters() if p.requires_grad], lr=base_lr,
+                                   momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"])
     job = Job(cfg, run, out_dir, strategy, ctx, dataset, sampler, loader, loader_seed, model,
               optimizer, base_lr, global_batch, fingerprint(cfg, run),
               Precision(run.get("precision", "fp32"), ctx.device),
@@ -376,10 +376,10 @@ def evaluate_during_training(job: Job) -> None:
     if not every or (job.state.epoch + 1) % every or job.run["data_mode"] != "real":
         return
     start = time.perf_counter()
-    if job.ctx.reports:
+    model = job.strategy.scoring_model(job.model, job.ctx)  # gathered, where it is sharded
+    if model is not None:
         val = CocoDetection(job.cfg["data"]["root"], "val", train=False)
-        metrics = scoring.score(job.strategy.unwrap(job.model), val, job.cfg["eval"]["batch_size"],
-                                 job.ctx.device)
+        metrics = scoring.score(model, val, job.cfg["eval"]["batch_size"], job.ctx.device)
         record = {"epoch": job.state.epoch + 1, "step": job.state.step, "train_seconds": job.state.train_seconds,
                   **{k: metrics[k] for k in ("AP", "AP50", "AP75")},
                   "seconds": time.perf_counter() - start}

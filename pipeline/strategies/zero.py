@@ -1,0 +1,105 @@
+"""`zero`: ZeRO stage 1, DDP with torch.distributed.optim.ZeroRedundancyOptimizer, by torchrun.
+
+Gradients are all-reduced by DDP during the backward pass, as in `ddp`. The optimizer state is
+sharded: the parameters are split into one partition per rank (whole tensors, balanced by size),
+each rank keeps the momentum of its own partition only (1/N of it) and steps only that; then
+every rank broadcasts its updated partition to the others, so each leaves the step with the
+whole, identical model. What it saves: (N-1)/N of the optimizer state per rank. What it costs:
+the broadcast of the updated weights, (N-1)/N M each way per rank, after the step, where
+nothing overlaps it. With DDP's all-reduce that is 3(N-1)/N M per rank; an implementation that
+reduce-scatters the gradients instead (DeepSpeed's ZeRO-1/2) moves 2(N-1)/N M, ring's bytes.
+
+A checkpoint is consolidated: every rank sends its partition's state to rank 0, whose state
+dict then has the layout of a plain SGD's (global parameter indices), so it loads into any
+strategy (`single` included), and into `zero` at any world size.
+"""
+from __future__ import annotations
+
+from ..costmodel.network import Flow, Network
+from ..runtime import lazy
+from .base import Context
+from .ddp import DDP
+
+torch = lazy.module("torch")
+zero_optim = lazy.module("torch.distributed.optim")
+
+
+def partition_bytes(optimizer) -> list[int]:
+    """Bytes of each rank's partition of the parameters: what it steps, then broadcasts."""
+    # _partition_parameters is the optimizer's own assignment (private, unchanged since 1.8).
+    return [sum(p.numel() * p.element_size() for group in groups for p in group["params"])
+            for groups in optimizer._partition_parameters()]
+
+
+class Zero(DDP):
+    name = "zero"
+    label = "ZeRO-1"
+    options = {}  # DDP's gradient all-reduce as it is: plain fp32, no compression hook
+    equivalence_entry = {"workers": 2, "images_per_worker": 4}
+    theory_text = ("3(N-1)/N M per rank for ZeRO-1 (a ring all-reduce of the gradients, then a "
+                   "broadcast of each rank's updated 1/N of the weights)")
+    memory_text = ("the whole weights and gradients and 1/N of the momentum (2M + M/N), and DDP's "
+                   "M of gradient buckets")
+    bytes_counted = ("ZeRO-1's are DDP's, plus the bytes of the partitions its optimizer "
+                     "broadcasts after each step, read from the optimizer's own partition.")
+
+    @classmethod
+    def predicted_curves(cls, predict: dict) -> dict[str, dict]:
+        return {"ZeRO-1 (all-reduce + broadcast)": {"strategy": cls.name}}
+
+    @classmethod
+    def variant(cls, run: dict) -> str:
+        return ""
+
+    def optimizer(self, params, **sgd):
+        # Every rank builds the whole SGD's parameter list, but holds state for its partition
+        return zero_optim.ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD, **sgd)
+
+    def step(self, model, optimizer, ctx: Context) -> float:
+        """The local step of this rank's partition, then the broadcast of every partition: the
+        weights are updated here, each rank its own 1/N (the broadcast's seconds count in the
+        optimizer's phase: the two happen in one call)."""
+        optimizer.step()
+        inner = getattr(optimizer, "_optimizer", optimizer)  # under fp16's scaler
+        sizes = partition_bytes(inner)
+        # A broadcast: the owner sends its partition to each other rank, which receives it
+        self._traffic.sent += sizes[ctx.rank] * (ctx.processes - 1)
+        self._traffic.received += sum(sizes) - sizes[ctx.rank]
+        return 0.0
+
+    def consolidate(self, model, optimizer, ctx: Context) -> None:
+        """Rank 0 gathers every partition's momentum: its state dict is then the whole one."""
+        optimizer.consolidate_state_dict(to=0)
+
+    def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
+        wire = self.link_bytes(self.run, grad_bytes)["worker"]
+        return {"sent": wire, "received": wire}
+
+    @classmethod
+    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
+        """DDP's ring all-reduce, then the updated weights: each rank's 1/N to every other, as
+        a ring all-gather moves it ((N-1)/N M per rank in N-1 steps)."""
+        n = run["workers"]
+        if n < 2:
+            return []
+        gather = [Flow(("worker", i), ("worker", (i + 1) % n), grad_bytes * (n - 1) / n, n - 1)
+                  for i in range(n)]
+        return DDP.phases(run, grad_bytes) + [gather]
+
+    @classmethod
+    def communication_seconds(cls, run: dict, grad_bytes: float, network: Network,
+                              backward: float) -> float:
+        """The all-reduce overlaps the backward pass as DDP's does; the weights' broadcast comes
+        after the step, exposed."""
+        if run["workers"] < 2:
+            return 0.0
+        return (DDP.communication_seconds(run, grad_bytes, network, backward)
+                + network.seconds(cls.phases(run, grad_bytes)[-1]))
+
+    @classmethod
+    def memory_theory(cls, run: dict, grad_bytes: float) -> dict[str, float]:
+        n = run["workers"]
+        return {"parameters": grad_bytes, "gradients": grad_bytes, "optimizer": grad_bytes / n}
+
+
+__all__ = ["Zero", "partition_bytes"]

@@ -418,9 +418,14 @@ def test_faster_rcnn_one_step_difference_from_single_is_measured(detection_cfg):
     """Not zero (per-batch sampling and normalisation), but small next to the step itself."""
     result = measure(copy.deepcopy(detection_cfg))
     assert result["reference"] == "single-w1-b8-s0" and result["max_abs_step_of_single"] > 0
-    for name in ("ddp-w2-b4-s0", "ps-colocated-w2-b4-s0"):
+    for name in ("ddp-w2-b4-s0", "ps-colocated-w2-b4-s0", "zero-w2-b4-s0", "fsdp-w2-b4-s0"):
         relative = result["strategies"][name]["relative_to_step"]
         assert 0 < relative < 1, (name, relative)
+    # The sharded strategies average the same per-worker gradients as ddp: the same distance
+    # from single, up to the order of float sums
+    ddp = result["strategies"]["ddp-w2-b4-s0"]["max_abs_difference"]
+    for name in ("zero-w2-b4-s0", "fsdp-w2-b4-s0"):
+        assert result["strategies"][name]["max_abs_difference"] == pytest.approx(ddp, rel=1e-3), name
     assert "per image batch" in result["why"]
 
 

@@ -166,9 +166,13 @@ def runs(cfg: dict, source: str = "params.yaml") -> dict[str, dict]:
 
 
 def equivalence_runs(cfg: dict) -> list[dict]:
-    """The filled entries of the one-step equivalence check (pipeline/equivalence.py): each
-    registered strategy's `equivalence_entry`, the baseline first (the reference the others are
-    compared with), then in registry order."""
-    checked = [cls for cls in strategies.REGISTERED if cls.equivalence_entry is not None]
+    """The filled entries of the one-step equivalence check (pipeline/equivalence.py): the
+    `equivalence_entry` of each registered strategy that the preset's sweep compares, the
+    baseline first (the reference the others are compared with, checked always), then in
+    registry order. A strategy the sweep does not run is not checked: its step would answer a
+    question the preset does not ask."""
+    swept = {entry["strategy"] for entry in cfg["sweep"]}
+    checked = [cls for cls in strategies.REGISTERED if cls.equivalence_entry is not None
+               and (cls.name in swept or cls.is_baseline(""))]
     checked.sort(key=lambda cls: not cls.is_baseline(""))
     return [fill({"strategy": cls.name, **cls.equivalence_entry}, cfg) for cls in checked]

@@ -68,7 +68,8 @@ def one_step_each(cfg: dict, runs: dict[str, dict], out: Path) -> dict[str, dict
     return states
 
 
-def measure(cfg: dict) -> dict:
+def measure(cfg: dict, compared: list[str] | None = None) -> dict:
+    """One step of each strategy `compared` (sweep.equivalence_runs) against the baseline."""
     cfg = copy.deepcopy(cfg)
     # The same pixels for every strategy (no random flips), and the full learning rate.
     cfg["data"]["horizontal_flip"] = 0.0
@@ -77,7 +78,7 @@ def measure(cfg: dict) -> dict:
     # On one node, whatever parallel.nnodes says: the rule's job asks for one node, and a
     # torchrun told to expect a second node would wait for it forever.
     cfg["parallel"]["nnodes"] = 1
-    runs = {sweep.run_id(r): r for r in sweep.equivalence_runs(cfg)}
+    runs = {sweep.run_id(r): r for r in sweep.equivalence_runs(cfg, compared)}
     skipped = {name: why for name, r in runs.items()
                if (why := strategies.get(r, cfg["parallel"]).unavailable())}
     with tempfile.TemporaryDirectory(prefix="equivalence-") as work:
@@ -102,12 +103,17 @@ def measure(cfg: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     def body(args):
-        report = measure(args.cfg)
+        report = measure(args.cfg, args.strategies.split(","))
         write_json(args.out, report)
         print(json.dumps(report["strategies"], indent=1))
 
+    def arguments(parser):
+        parser.add_argument("--out", required=True)
+        parser.add_argument("--strategies", required=True,
+                            help="comma-separated: the strategies the sweep runs (sweep.swept)")
+
     cli.run_stage("One-step difference of each strategy from single.", body, stage="equivalence",
-                  arguments=lambda parser: parser.add_argument("--out", required=True), argv=argv)
+                  arguments=arguments, argv=argv)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ rule equivalence:
         "results/equivalence.json",
     params:
         config=stage_params("equivalence"),
+        strategies=",".join(sweep.swept(CFG)),  # the set, not the sweep: new seeds rerun nothing
         python=PYTHON,
     threads: cores_or(lambda wildcards: equivalence_job()["cpus_per_task"])
     resources:
@@ -22,7 +23,7 @@ rule equivalence:
         "logs/benchmarks/equivalence.tsv"
     shell:
         "exec {params.python} -m pipeline.equivalence --config {params.config:q}"
-        " --out {output} > {log} 2>&1"
+        " --strategies {params.strategies} --out {output} > {log} 2>&1"
 
 
 rule commbench:

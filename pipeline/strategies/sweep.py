@@ -165,14 +165,20 @@ def runs(cfg: dict, source: str = "params.yaml") -> dict[str, dict]:
     return {run_id(run): run for entry in entries for run in repeated(entry)}
 
 
-def equivalence_runs(cfg: dict) -> list[dict]:
+def swept(cfg: dict) -> list[str]:
+    """The strategies the preset's sweep runs, in registry order."""
+    names = {entry["strategy"] for entry in cfg["sweep"]}
+    return [cls.name for cls in strategies.REGISTERED if cls.name in names]
+
+
+def equivalence_runs(cfg: dict, compared: list[str] | None = None) -> list[dict]:
     """The filled entries of the one-step equivalence check (pipeline/equivalence.py): the
-    `equivalence_entry` of each registered strategy that the preset's sweep compares, the
-    baseline first (the reference the others are compared with, checked always), then in
-    registry order. A strategy the sweep does not run is not checked: its step would answer a
-    question the preset does not ask."""
-    swept = {entry["strategy"] for entry in cfg["sweep"]}
+    `equivalence_entry` of each strategy `compared` (default: those the preset's sweep runs;
+    the stage is given them, not the sweep, so that new seeds do not rerun it), the baseline
+    first (the reference, checked always), then in registry order. A strategy the sweep does
+    not run is not checked: its step would answer a question the preset does not ask."""
+    compared = swept(cfg) if compared is None else compared
     checked = [cls for cls in strategies.REGISTERED if cls.equivalence_entry is not None
-               and (cls.name in swept or cls.is_baseline(""))]
+               and (cls.name in compared or cls.is_baseline(""))]
     checked.sort(key=lambda cls: not cls.is_baseline(""))
     return [fill({"strategy": cls.name, **cls.equivalence_entry}, cfg) for cls in checked]

@@ -73,6 +73,10 @@ def without_timings(record: dict) -> dict:
     if "evaluations" in kept:  # AP against seconds: the AP is the result, the seconds are not
         kept["evaluations"] = [{k: v for k, v in e.items() if k not in EVALUATION_TIMING}
                                for e in kept["evaluations"]]
+    if "ranks" in kept:  # a process's peak memory is measured, as its seconds are; the state it
+        # holds (parameters, gradients, optimizer) is a result
+        kept["ranks"] = [{**r, "memory": {"state": r["memory"]["state"]}} if "memory" in r else r
+                         for r in kept["ranks"]]
     return kept
 
 

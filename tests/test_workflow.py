@@ -110,7 +110,8 @@ def test_tables_and_macros_are_the_summary_of_the_recorded_runs(workdir):
     and the runs recorded what the report reads: evaluations during training, seeds, modes."""
     report, summary_csv = workdir / "results" / "report", workdir / "results" / "summary.csv"
     ap = entry_means(summary_csv, "AP")
-    assert set(ap) == {"single-w1-b4", "ddp-w2-b2", "ps-colocated-w2-b2"}  # synthetic: unscored
+    assert set(ap) == {"single-w1-b4", "ddp-w2-b2", "ps-colocated-w2-b2", "zero-w2-b2",
+                       "fsdp-w2-b2"}  # synthetic: unscored
     table1 = pd.read_csv(report / "table1.csv").set_index("Method")
     ours = {method.split(":")[0]: row for method, row in table1.iterrows() if ":" in method}
     assert set(ours) == set(ap)
@@ -138,7 +139,9 @@ def test_tables_and_macros_are_the_summary_of_the_recorded_runs(workdir):
     modes = pd.read_csv(report / "data_modes.csv")
     assert modes["strategy"].tolist() == ["DDP"] and modes["real n"].tolist() == [2]
     compared = pd.read_csv(report / "comparisons.csv")
-    assert {("ddp-w2-b2", "ps-colocated-w2-b2")} == set(zip(compared["a"], compared["b"]))
+    two = ["ddp-w2-b2", "ps-colocated-w2-b2", "zero-w2-b2", "fsdp-w2-b2"]  # every pair at 2 workers
+    assert {frozenset(pair) for pair in zip(compared["a"], compared["b"])} == {
+        frozenset((a, b)) for i, a in enumerate(two) for b in two[i + 1:]}
 
 
 def test_every_figure_is_in_the_html_and_the_paper(workdir):

@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.stage == "evaluate":
             # A run that is not scored (skipped, or trained on in-memory noise) is recorded
             # here: no torch, no evaluation processes to start for it.
-            why_not = not_evaluated(read_json(Path(args.out) / "train_summary.json"))
+            summary = Path(args.out) / "train_summary.json"
+            why_not = not_evaluated(read_json(summary), str(summary))
             if why_not:
                 record_not_evaluated(args.out, why_not)
                 return

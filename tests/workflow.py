@@ -78,8 +78,19 @@ def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.Compl
     result = subprocess.run(SNAKEMAKE + ["--cores", "2", *args], cwd=workdir, capture_output=True,
                             text=True, timeout=600)
     if check and result.returncode != 0:
-        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+                             f"{failed_logs(workdir, result.stdout + result.stderr)}")
     return result
+
+
+def failed_logs(workdir: Path, output: str) -> str:
+    """The end of each failed job's log, which the next command of a test may overwrite."""
+    tails = []
+    for log in dict.fromkeys(re.findall(r"log: (\S+\.log) \(check log", output)):
+        path = workdir / log
+        if path.exists():
+            tails.append(f"\n--- {log} (last 40 lines)\n" + "\n".join(path.read_text().splitlines()[-40:]))
+    return "".join(tails)
 
 
 def jobs(result: subprocess.CompletedProcess) -> dict[str, int]:

@@ -65,8 +65,8 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
 
 def main(argv: list[str] | None = None) -> None:
     def body(args):
-        summary = read_json(Path(args.run_dir) / "train_summary.json")
-        why_not = not_evaluated(summary)
+        summary = Path(args.run_dir) / "train_summary.json"
+        why_not = not_evaluated(read_json(summary), str(summary))
         if why_not:  # a skipped run has no model, a synthetic one learnt noise; metrics say why
             record_not_evaluated(args.run_dir, why_not)
             return

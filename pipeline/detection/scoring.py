@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..runtime import lazy
 from ..runtime.files import write_json
+from ..runtime.record import RunSummary
 
 if TYPE_CHECKING:
     from ..data.dataset import CocoDetection
@@ -115,11 +116,13 @@ SYNTHETIC_REASON = ("trained on in-memory random pixels (data_mode: synthetic) t
                     "strategy without its loader; its AP would say nothing, so it is not evaluated")
 
 
-def not_evaluated(summary: dict) -> tuple[str, str] | None:
-    """(status, reason) of a run whose model is not scored, None for one that is."""
-    if summary["status"] != "ok":
-        return summary["status"], summary["reason"]
-    if summary.get("data_mode", "real") == "synthetic":
+def not_evaluated(summary: dict, where: str = "train_summary.json") -> tuple[str, str] | None:
+    """(status, reason) of a run whose model is not scored, None for one that is; `summary`
+    is the run's train_summary.json as any version wrote it."""
+    summary = RunSummary.from_json(summary, where)
+    if summary.status != "ok":
+        return summary.status, summary.reason
+    if summary.data_mode == "synthetic":
         return "not evaluated", SYNTHETIC_REASON
     return None
 

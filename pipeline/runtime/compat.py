@@ -30,3 +30,7 @@ def _fsdp2(name: str):
 def fully_shard():
     return _fsdp2("fully_shard")
 
+
+def mixed_precision_policy():
+    return _fsdp2("MixedPrecisionPolicy")
+

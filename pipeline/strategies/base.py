@@ -197,6 +197,11 @@ class Strategy:
         """The optimizer over `params` (SGD's keywords): SGD, unless the strategy shards it."""
         return torch.optim.SGD(params, **sgd)
 
+    def grad_scaler(self, device: torch.device):
+        """fp16's loss scaler (pipeline/training/precision.py). Every process that steps must
+        skip the same steps: true where each holds the whole averaged gradients."""
+        return torch.amp.GradScaler(device.type)
+
     def step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, ctx: Context) -> float:
         """Synchronise gradients and update the weights; return seconds spent communicating."""
         optimizer.step()

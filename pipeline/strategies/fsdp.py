@@ -16,12 +16,18 @@ stay gathered between forward and backward: less traffic, more memory. Each rank
 own shard (the optimizer sees only sharded tensors). Per rank: 3(N-1)/N M (reshard) or
 2(N-1)/N M (keep) each way, M the gradient bytes.
 
-Runs in fp32 only. bf16 through FSDP2's MixedPrecisionPolicy casts the parameters but not the
-buffers nor the tensors the detector builds itself, so BatchNorm's running statistics (and
-FrozenBatchNorm's), RoIAlign's boxes and the box head's input stay fp32 beside bf16 weights:
-measured on CPU, batch_norm stops with "expected scalar type BFloat16 but found Float". Making
-the detector's mixed-dtype operations agree is left to do; the loop's autocast, a second
-path, is not used instead. fp16 would also need a loss scale agreed over the shards.
+bf16 and fp16 runs use FSDP2's MixedPrecisionPolicy: each unit gathers its weights in 16 bits
+(half the all-gather bytes) and computes with them, reduce-scatters its gradients in fp32 into
+the fp32 shards the optimizer steps. BatchNorm layers keep fp32 weights (their running
+statistics are fp32 buffers, and batch_norm refuses bf16 weights beside fp32 statistics): the
+BatchNorm layers of each unit form one companion unit, gathered in fp32 alongside it. The policy
+casts the parameters, not the tensors the detector builds itself (anchors, proposals, RoIAlign's
+boxes, FrozenBatchNorm's buffers): the loop's one autocast still runs around the forward to make
+those operations agree with 16-bit weights, as it does for every strategy (measured on CPU
+without it: "nms_kernel not implemented for 'BFloat16'", "Input type (torch.FloatTensor) and
+weight type (CPUBFloat16Type) should be the same"). fp16's loss scaler is torch's
+ShardedGradScaler: each rank sees only its shards' gradients, so whether a step overflowed is
+agreed over all ranks before any of them steps.
 Checkpoints hold the gathered full state dicts (torch.distributed.checkpoint.state_dict's
 full_state_dict), written by rank 0 and read by every rank, so a checkpoint is a plain model and
 a plain optimizer state keyed by parameter name, whatever the world size.
@@ -35,7 +41,14 @@ from ..runtime import compat, lazy
 from .base import Context, Option, tensor_checksum
 from .torchrun import TorchrunStrategy
 
+torch = lazy.module("torch")
 state_dict_api = lazy.module("torch.distributed.checkpoint.state_dict")
+sharded_grad_scaler = lazy.module("torch.distributed.fsdp.sharded_grad_scaler")
+GATHERED_BYTES = {"bf16": 2, "fp16": 2}  # per element of a 16-bit run's weights, all-gathered
+
+
+def batchnorms(module) -> list:
+    return [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
 
 
 def shard_units(model) -> list:
@@ -94,15 +107,6 @@ class FSDP(TorchrunStrategy):
     def variant(cls, run: dict) -> str:
         return "" if run.get("reshard_after_forward", True) else "keep"
 
-    @classmethod
-    def invalid(cls, run: dict) -> str | None:
-        if run.get("precision", "fp32") != "fp32":
-            return ("fsdp runs in fp32 only: FSDP2's MixedPrecisionPolicy casts the weights but "
-                    "not the detector's BatchNorm statistics, RoIAlign boxes or box-head inputs "
-                    "(batch_norm: expected scalar type BFloat16 but found Float); use "
-                    "precision: fp32, or ddp/zero for bf16 and fp16 (autocast)")
-        return super().invalid(run)
-
     def unavailable(self) -> str | None:
         if self.parallel["sync_batchnorm"]:
             return "sync_batchnorm is implemented for ddp only"
@@ -117,39 +121,71 @@ class FSDP(TorchrunStrategy):
     def wrap(self, model, ctx: Context):
         self._blueprint = copy.deepcopy(model).to("meta")
         fully_shard = compat.fully_shard()
+        reshard = self.run.get("reshard_after_forward", True)
+        low, full = self._policies()
         self.units = shard_units(model)
         for unit in self.units:
-            fully_shard(unit, reshard_after_forward=self.run.get("reshard_after_forward", True))
+            if low is not None and batchnorms(unit):  # fp32 companion, in step with its unit
+                fully_shard(batchnorms(unit), reshard_after_forward=reshard, mp_policy=full)
+            fully_shard(unit, reshard_after_forward=reshard, **self._policy(low))
             unit.register_forward_pre_hook(self._count_gather, prepend=True)
             unit.register_forward_hook(self._count_regather)
-        fully_shard(model)  # the root: reshard_after_forward left to FSDP2 (kept for backward)
+        if low is not None:
+            rest = [m for m in batchnorms(model) if not any(m in batchnorms(u) for u in self.units)]
+            if rest:
+                fully_shard(rest, reshard_after_forward=False, mp_policy=full)
+            self._fp32 = {id(p) for m in batchnorms(model) for p in m.parameters()}
+        fully_shard(model, **self._policy(low))  # the root: kept gathered for the backward
         model.register_forward_pre_hook(self._count_gather, prepend=True)
         self.units.append(model)
         return model
 
+    def _policies(self):
+        """(the units' MixedPrecisionPolicy, BatchNorm's), or (None, None) in fp32. Inputs are
+        not cast: the loop's autocast casts them where an operation needs it."""
+        low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.run.get("precision", "fp32"))
+        if low is None:
+            return None, None
+        policy = compat.mixed_precision_policy()
+        return (policy(param_dtype=low, reduce_dtype=torch.float32, cast_forward_inputs=False),
+                policy(param_dtype=torch.float32, reduce_dtype=torch.float32, cast_forward_inputs=False))
+
+    @staticmethod
+    def _policy(policy) -> dict:
+        return {} if policy is None else {"mp_policy": policy}
+
+    def grad_scaler(self, device):
+        return sharded_grad_scaler.ShardedGradScaler(device.type)
+
     # ---- bytes, counted where each collective happens -------------------------------------
-    def _ring_bytes(self, module) -> int:
-        """What a rank sends (and receives) when the unit's shards are all-gathered or its
-        gradients reduce-scattered over a ring: (N-1) of its shards, padded as FSDP pads them."""
-        own = module.parameters() if module is not self.units[-1] else self._root_parameters()
-        return (self._world - 1) * sum(p.to_local().numel() * p.to_local().element_size()
-                                       for p in own if hasattr(p, "to_local"))
-
-    def _root_parameters(self):
-        inner = {id(p) for unit in self.units[:-1] for p in unit.parameters()}
-        return [p for p in self.units[-1].parameters() if id(p) not in inner]
-
-    def _count_gather(self, module, args):
-        shards = self._root_parameters() if module is self.units[-1] else list(module.parameters())
-        if self._world > 1 and any(hasattr(p, "to_local") for p in shards):  # gathered now
-            self._gathers += self._ring_bytes(module)
-
-    def _count_regather(self, module, args, output):
-        if self._world > 1 and any(hasattr(p, "to_local") for p in module.parameters()):
-            self._gathers += self._ring_bytes(module)  # resharded: the backward gathers again
-
     _gathers = 0
     _world = 1
+    _fp32: set = set()  # ids of the parameters gathered in fp32 in a 16-bit run (BatchNorm's)
+
+    def _own(self, unit) -> list:
+        """The parameters a unit gathers and reduces itself (with its BatchNorm companion):
+        all of a block's; the root's are those no block holds."""
+        if unit is not self.units[-1]:
+            return list(unit.parameters())
+        inner = {id(p) for block in self.units[:-1] for p in block.parameters()}
+        return [p for p in unit.parameters() if id(p) not in inner]
+
+    def _ring_bytes(self, unit, gather: bool) -> int:
+        """What a rank sends (and receives) when the unit's shards are all-gathered (at the
+        weights' gathered dtype) or its gradients reduce-scattered (fp32) over a ring: (N-1) of
+        its shards, padded as FSDP pads them."""
+        low = GATHERED_BYTES.get(self.run.get("precision", "fp32")) if gather else None
+        return (self._world - 1) * sum(
+            p.to_local().numel() * (low if low and id(p) not in self._fp32 else p.element_size())
+            for p in self._own(unit) if hasattr(p, "to_local"))
+
+    def _count_gather(self, unit, args):
+        if self._world > 1 and any(hasattr(p, "to_local") for p in self._own(unit)):  # gathered now
+            self._gathers += self._ring_bytes(unit, gather=True)
+
+    def _count_regather(self, unit, args, output):
+        if self._world > 1 and any(hasattr(p, "to_local") for p in self._own(unit)):
+            self._gathers += self._ring_bytes(unit, gather=True)  # resharded: gathered again in backward
 
     def start(self, threads: int) -> Context:
         ctx = super().start(threads)
@@ -159,9 +195,8 @@ class FSDP(TorchrunStrategy):
     def step(self, model, optimizer, ctx: Context) -> float:
         """The gradients were reduce-scattered during the backward (one per unit that has
         them); each rank steps its own shards: the weights are updated here, 1/N per rank."""
-        reduced = sum(self._ring_bytes(unit) for unit in self.units
-                      if any(p.grad is not None for p in
-                             (self._root_parameters() if unit is self.units[-1] else unit.parameters())))
+        reduced = sum(self._ring_bytes(unit, gather=False) for unit in self.units
+                      if any(p.grad is not None for p in self._own(unit)))
         moved = self._gathers + (reduced if self._world > 1 else 0)
         self._traffic.sent += moved
         self._traffic.received += moved
@@ -176,13 +211,17 @@ class FSDP(TorchrunStrategy):
     @classmethod
     def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
         """Ring all-gathers of the weights in forward (and again in backward when resharding),
-        and a ring reduce-scatter of the gradients: (N-1)/N M per rank each, in N-1 steps."""
+        and a ring reduce-scatter of the gradients: (N-1)/N M per rank each, in N-1 steps; a
+        16-bit run gathers 16-bit weights (M/2; BatchNorm's few fp32 weights counted so too)."""
         n = run["workers"]
         if n < 2:
             return []
-        ring = [Flow(("worker", i), ("worker", (i + 1) % n), grad_bytes * (n - 1) / n, n - 1)
-                for i in range(n)]
-        return [ring] * (3 if run.get("reshard_after_forward", True) else 2)
+
+        def ring(size):
+            return [Flow(("worker", i), ("worker", (i + 1) % n), size * (n - 1) / n, n - 1)
+                    for i in range(n)]
+        gathered = grad_bytes * GATHERED_BYTES.get(run.get("precision", "fp32"), 4) / 4
+        return [ring(gathered)] * (2 if run.get("reshard_after_forward", True) else 1) + [ring(grad_bytes)]
 
     @classmethod
     def memory_theory(cls, run: dict, grad_bytes: float) -> dict[str, float]:

@@ -6,7 +6,9 @@ communicate is unchanged unless a gradient hook says otherwise. fp16's narrow ra
 gradient scaler: the loss is scaled before backward, the optimizer steps on unscaled gradients,
 and a step whose gradients overflowed is skipped (and logged) while the scale is lowered. Every
 process that steps must make the same decision: true for single, dp and ddp (identical
-gradients after all-reduce); the parameter server steps alone, so ps takes bf16, not fp16.
+gradients after all-reduce), and for fsdp through its sharded scaler; the parameter server
+steps alone, so ps takes bf16, not fp16. FSDP also gathers 16-bit weights itself
+(MixedPrecisionPolicy, pipeline/strategies/fsdp.py); the autocast here still runs around it.
 """
 from __future__ import annotations
 
@@ -19,9 +21,12 @@ DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class Precision:
-    def __init__(self, name: str, device: torch.device):
+    def __init__(self, name: str, device: torch.device, grad_scaler=None):
+        """`grad_scaler(device)` builds fp16's scaler: the strategy's (Strategy.grad_scaler;
+        FSDP agrees an overflow over its shards), torch's own by default."""
         self.name, self.device, self.dtype = name, device, DTYPES[name]
-        self.scaler = torch.amp.GradScaler(device.type) if name == "fp16" else None
+        make_scaler = grad_scaler or (lambda device: torch.amp.GradScaler(device.type))
+        self.scaler = make_scaler(device) if name == "fp16" else None
         self.skipped_steps = 0
 
     def autocast(self):

@@ -239,7 +239,7 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
                                    momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"])
     job = Job(cfg, run, out_dir, strategy, ctx, dataset, sampler, loader, loader_seed, model,
               optimizer, base_lr, global_batch, fingerprint(cfg, run),
-              Precision(run.get("precision", "fp32"), ctx.device),
+              Precision(run.get("precision", "fp32"), ctx.device, strategy.grad_scaler),
               IterationClock(ctx.device, train_cfg["time_split"]))
     run_dir = checkpoint.run_name(out_dir)
     checkpoint.restore(job.state_dir, job.fingerprint, run_dir, ctx.rank, ctx.reports,

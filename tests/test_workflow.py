@@ -214,12 +214,16 @@ def test_no_change_runs_nothing(workdir):
 SINGLE = Path("results/runs/demo/single-w1-b4-s0")
 
 
-def test_evaluation_value_reruns_evaluation_and_report(workdir):
-    before = json.loads((workdir / SINGLE / "metrics.json").read_text())
-    edit_params(workdir, lambda raw: raw["presets"]["demo"]["eval"].update(score_threshold=0.05))
-    assert jobs(snakemake(workdir)) == {"all": 1, "evaluate": RUNS, "report": 1, **PAPER_JOB}
-    predictions = json.loads((workdir / SINGLE / "predictions.json").read_text())
-    after = json.loads((workdir / SINGLE / "metrics.json").read_text())
+def test_evaluation_value_reruns_evaluation_and_report(finished_demo, tmp_path):
+    """Every run's evaluation and the report are planned again, no training; one run is
+    scored again for real, in a copy (scoring all of them would show no more)."""
+    copy = copy_finished(finished_demo.root, tmp_path)
+    before = json.loads((copy / SINGLE / "metrics.json").read_text())
+    edit_params(copy, lambda raw: raw["presets"]["demo"]["eval"].update(score_threshold=0.05))
+    assert jobs(snakemake(copy, "--dry-run")) == {"all": 1, "evaluate": RUNS, "report": 1, **PAPER_JOB}
+    assert jobs(snakemake(copy, str(SINGLE / "metrics.json"))) == {"evaluate": 1}
+    predictions = json.loads((copy / SINGLE / "predictions.json").read_text())
+    after = json.loads((copy / SINGLE / "metrics.json").read_text())
     assert all(p["score"] >= 0.05 for p in predictions)  # the new threshold, applied
     assert after["detections"] == len(predictions) <= before["detections"]
 

@@ -16,7 +16,7 @@ import torch
 
 from ..config import cli, stages
 from ..data.dataset import CocoDetection, annotation_path
-from ..runtime import distributed, provenance
+from ..runtime import distributed, lifetime, provenance
 from ..runtime.files import read_json, write_json
 from .model import build_model
 from .scoring import METRICS, coco_metrics, not_evaluated, predict, record_not_evaluated
@@ -80,3 +80,4 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    lifetime.exit_finished()  # not through the teardown (runtime/lifetime.py)

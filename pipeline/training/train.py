@@ -37,7 +37,7 @@ from ..data.dataset import CocoDetection, DatasetError, InMemory, collate
 from ..data.sampler import ShardedBatchSampler, aspect_ratio_groups
 from ..detection import scoring
 from ..detection.model import build_model
-from ..runtime import distributed
+from ..runtime import distributed, lifetime
 from ..runtime.files import (
     OutputError,
     output_error,
@@ -416,3 +416,4 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    lifetime.exit_finished()  # not through the teardown (runtime/lifetime.py)

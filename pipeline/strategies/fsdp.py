@@ -184,8 +184,7 @@ class FSDP(TorchrunStrategy):
             self._gathers += self._ring_bytes(unit, gather=True)
 
     def _count_regather(self, unit, args, output):
-        if self._world > 1 and any(hasattr(p, "to_local") for p in self._own(unit)):
-            self._gathers += self._ring_bytes(unit, gather=True)  # resharded: gathered again in backward
+        self._count_gather(unit, args)  # resharded after its forward: the backward gathers again
 
     def start(self, threads: int) -> Context:
         ctx = super().start(threads)

@@ -25,7 +25,7 @@ from .config import cli, stages
 from .detection.scoring import not_evaluated, record_not_evaluated
 from .runtime.record import RunSummary
 from .runtime import lifetime, provenance, slurm
-from .runtime.files import read_json, write_json, write_text
+from .runtime.files import write_json, write_text
 from .strategies import sweep
 
 
@@ -87,8 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.stage == "evaluate":
             # A run that is not scored (skipped, or trained on in-memory noise) is recorded
             # here: no torch, no evaluation processes to start for it.
-            summary = Path(args.out) / "train_summary.json"
-            why_not = not_evaluated(read_json(summary), str(summary))
+            why_not = not_evaluated(args.out)
             if why_not:
                 record_not_evaluated(args.out, why_not)
                 return

@@ -17,7 +17,7 @@ import torch
 from ..config import cli, stages
 from ..data.dataset import CocoDetection, annotation_path
 from ..runtime import distributed, lifetime, provenance
-from ..runtime.files import read_json, write_json
+from ..runtime.files import write_json
 from .model import build_model
 from .scoring import METRICS, coco_metrics, not_evaluated, predict, record_not_evaluated
 
@@ -65,8 +65,7 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
 
 def main(argv: list[str] | None = None) -> None:
     def body(args):
-        summary = Path(args.run_dir) / "train_summary.json"
-        why_not = not_evaluated(read_json(summary), str(summary))
+        why_not = not_evaluated(args.run_dir)
         if why_not:  # a skipped run has no model, a synthetic one learnt noise; metrics say why
             record_not_evaluated(args.run_dir, why_not)
             return

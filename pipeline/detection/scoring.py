@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..runtime import lazy
-from ..runtime.files import write_json
+from ..runtime.files import read_json, write_json
 from ..runtime.record import RunSummary
 
 if TYPE_CHECKING:
@@ -116,10 +116,11 @@ SYNTHETIC_REASON = ("trained on in-memory random pixels (data_mode: synthetic) t
                     "strategy without its loader; its AP would say nothing, so it is not evaluated")
 
 
-def not_evaluated(summary: dict, where: str = "train_summary.json") -> tuple[str, str] | None:
-    """(status, reason) of a run whose model is not scored, None for one that is; `summary`
-    is the run's train_summary.json as any version wrote it."""
-    summary = RunSummary.from_json(summary, where)
+def not_evaluated(run_dir: str | Path) -> tuple[str, str] | None:
+    """(status, reason) of a run whose model is not scored, None for one that is, from its
+    train_summary.json as any version wrote it."""
+    path = Path(run_dir) / "train_summary.json"
+    summary = RunSummary.from_json(read_json(path), str(path))
     if summary.status != "ok":
         return summary.status, summary.reason
     if summary.data_mode == "synthetic":

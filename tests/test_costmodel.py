@@ -180,6 +180,33 @@ def test_the_compute_input_is_single_at_the_threads_of_the_runs_processes():
     assert scaled["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.1 * 2))
 
 
+def test_a_synchronous_step_waits_for_its_slowest_worker():
+    """The expected maximum of N normal compute times (the order statistic), its spread from
+    single's timed iterations; a parameter server with bounded staleness does not wait."""
+    import pandas as pd
+    from pipeline.costmodel.network import slowest_wait
+    from pipeline.report.prediction import prediction_frame
+
+    assert [round(slowest_wait(n, 1.0), 4) for n in (2, 3, 4, 8)] == [0.5642, 0.8463, 1.0294, 1.4236]
+    assert slowest_wait(1, 1.0) == 0.0 and slowest_wait(4, math.nan) == 0.0  # no spread measured
+    split = {"compute": 0.8, "data": 0.0, "optimizer": 0.0, "communication": 0.0}
+    single = summary("single", 1, 8, 1, 10.0, split)
+    single["summary"]["timing_excludes_first_iterations"] = 5  # the 9 s warm-ups are left out
+    single["iterations"] = pd.DataFrame({"time_compute": [9.0] * 5 + [0.6, 1.0] * 10})
+    run = summary("ddp", 2, 4, 1, 9.5, split, comm_hook="none")
+    stale = dict(summary("ps", 2, 4, 1, 9.5, split, placement="dedicated", servers=1, staleness=1),
+                 run_id="ps-ssp")
+    free = {2: {"processes": 2, "backend": "gloo", "primitives": {  # links that cost nothing
+        "all_reduce": {"alpha_s": 0.0, "beta_s_per_byte": 0.0},
+        "send_recv": {"alpha_s": 0.0, "beta_s_per_byte": 0.0}}}}
+    frame = prediction_frame([single, run, stale], free).set_index("run_id")
+    # per image: 1/8 of the iteration's variance; a worker's 4 images: half of it
+    worker_sd = math.sqrt(pd.Series([0.6, 1.0] * 10).var() / 8 * 4)
+    assert frame.loc["ddp-w2", "predicted_images_per_second"] == pytest.approx(
+        8 / (4 * 0.1 + 0.5642 * worker_sd), rel=1e-4)
+    assert frame.loc["ps-ssp", "predicted_images_per_second"] == pytest.approx(8 / (4 * 0.1))
+
+
 def test_a_single_run_with_pinned_threads_is_not_the_baseline():
     from pipeline.config import params
     from pipeline.report.load import is_baseline
@@ -260,6 +287,13 @@ def test_predicted_scaling_uses_a_measured_gpu_run_and_finds_device_0s_limit():
     measured = gpu_compute(predict, [gpu_run])
     assert measured.seconds_per_image == pytest.approx(0.1) and measured.gradient_bytes == 10e6
     assert measured.source.startswith("measured: single-w1")
+    # its iterations' spread: the slowest of N GPUs is waited for (none without a spread)
+    import pandas as pd
+    spread = gpu_compute(predict, [dict(gpu_run, iterations=pd.DataFrame({"time_compute": [0.1, 0.3] * 10}))])
+    assert spread.variance_per_image == pytest.approx(pd.Series([0.1, 0.3] * 10).var() / 2)
+    ddp_at_8 = [frame[(frame["gpus"] == 8) & (frame["model"] == "DDP (ring all-reduce)")]["predicted_efficiency"]
+                for frame in (prediction_points(predict, measured), prediction_points(predict, spread))]
+    assert (ddp_at_8[1] < ddp_at_8[0]).all()
     points = prediction_points(predict, assumed)
     assert points["gpus"].max() >= 256 and set(points["cluster"]) == {c["name"] for c in predict["clusters"]}
     one_gpu = points[points["gpus"] == 1]

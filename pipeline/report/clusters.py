@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..costmodel.network import Iteration, Link, Network
+from ..costmodel.network import Iteration, Link, Network, slowest_wait
 from .prediction import BACKWARD_SHARE, single_inputs
 
 COLUMNS = ["cluster", "model", "gpus", "nodes", "predicted_images_per_second",
@@ -31,6 +31,7 @@ class Compute:
     seconds_per_image: float  # forward + backward (+ data wait and optimizer, when measured)
     gradient_bytes: float
     source: str
+    variance_per_image: float = math.nan  # of compute, when measured: the slowest worker's wait
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ def gpu_compute(predict: dict, runs: list[dict]) -> Compute:
         if single["baseline"] and single["device"].startswith("cuda"):
             per_image = single["compute"] + single["data"] + single["optimizer"] / single["images"]
             return Compute(per_image, single["gradient_bytes"],
-                           f"measured: {single['run_id']} of the {wanted['preset']} preset on {single['device']}")
+                           f"measured: {single['run_id']} of the {wanted['preset']} preset on {single['device']}",
+                           single["compute_spread"])
     return Compute(wanted["assumed_seconds_per_image"], wanted["gradient_bytes"],
                    f"assumed: {wanted['assumed_source']}")
 
@@ -102,7 +104,9 @@ def predict_point(run: dict, compute: Compute, per_gpu: int, network: Network) -
                                                    work * BACKWARD_SHARE)
     if math.isnan(communication):
         return None
-    rate = Iteration(work, 0.0, 0.0, communication, per_gpu * gpus).images_per_second
+    wait = (slowest_wait(gpus, math.sqrt(compute.variance_per_image * per_gpu))
+            if strategy.waits_for_slowest(run) else 0.0)  # none without a measured spread
+    rate = Iteration(work, 0.0, 0.0, communication, per_gpu * gpus, wait).images_per_second
     flows = [f for phase in strategy.phases(run, compute.gradient_bytes) or [] for f in phase]
     return {"predicted_images_per_second": rate,
             "predicted_efficiency": rate * compute.seconds_per_image / gpus,
@@ -212,7 +216,12 @@ def section(shown: pd.DataFrame, points: pd.DataFrame, predict: dict, compute: C
         f"{predict['images_per_gpu']} images per GPU. One GPU's time per image: "
         f"{compute.seconds_per_image:.4g} s; gradient bytes M: {compute.gradient_bytes / 1e6:.1f} "
         f"MB ({compute.source}). Backward, which DDP's buckets overlap, is {BACKWARD_SHARE:.2f} of "
-        "it. Efficiency is images/s over GPUs times one GPU's. The parameter server with K "
+        "it. A synchronous step waits for its slowest GPU: "
+        + (f"the expected maximum of N normal compute times, {math.sqrt(compute.variance_per_image):.3g} s "
+           "of standard deviation per image as the measured run's iterations spread (images taken "
+           "as independent). " if compute.variance_per_image > 0 else
+           "no spread of the compute is known, so no wait is added. ") +
+        "Efficiency is images/s over GPUs times one GPU's. The parameter server with K "
         "servers has one per spare CPU machine. Memory per GPU (predicted_state_mb_per_gpu) is "
         "the weights, gradients and optimizer state its busiest process holds by its "
         "strategy's analysis. The figures predicted_throughput and "

@@ -224,6 +224,13 @@ class Strategy:
         return None
 
     @classmethod
+    def waits_for_slowest(cls, run: dict) -> bool:
+        """Whether each step waits for every worker's batch, so that the cost model adds the
+        expected wait for the slowest worker (costmodel.network.slowest_wait): true for a
+        synchronous strategy of more than one worker."""
+        return run["workers"] > 1
+
+    @classmethod
     def link_bytes(cls, run: dict, grad_bytes: float) -> dict[str, float]:
         """Bytes per iteration, each way, over the last worker's link and over the job's
         busiest link (a server's, device 0's), all processes on one host."""

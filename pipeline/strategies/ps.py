@@ -358,6 +358,11 @@ class ParameterServer(TorchrunStrategy):
                     optimizer.state[self.params[i]] = {k: v.to(ctx.device) for k, v in state.items()}
 
     @classmethod
+    def waits_for_slowest(cls, run: dict) -> bool:
+        """With staleness S > 0 a worker runs ahead of the slowest by up to S updates."""
+        return super().waits_for_slowest(run) and not option(run, "staleness")
+
+    @classmethod
     def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
         """N workers, K server shards of M/K each: every worker sends each shard's server its
         gradients, then (after the update; the server needs every worker's) receives its

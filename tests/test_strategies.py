@@ -244,6 +244,28 @@ def records(path):
 
 
 @pytest.fixture(scope="module")
+def trained(detection_cfg, tmp_path_factory):
+    """`trained(entry)`: the run directory of `entry` trained on detection_cfg through the
+    launcher, once per module; the tests that read the same run share it (the suite's budget)."""
+    out, done = tmp_path_factory.mktemp("trained"), {}
+
+    def train(entry: dict):
+        key = json.dumps(entry, sort_keys=True)
+        if key not in done:
+            cfg = copy.deepcopy(detection_cfg)
+            cfg["sweep"] = [entry]
+            run_dir = out / str(len(done))
+            torchrun_train(cfg, next(iter(runs(cfg).values())), run_dir)
+            done[key] = run_dir  # a failed run is not shared: the next test trains it again
+        return done[key]
+    return train
+
+
+def summary_of(run_dir):
+    return json.loads((run_dir / "train_summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
 def detection_cfg(small_dataset):
     cfg = small_config(small_dataset, epochs=1, images_per_worker=5)  # 24 images: uneven shards
     cfg["parallel"] = dict(PARALLEL, rdzv_endpoint=f"127.0.0.1:{free_port()}")
@@ -258,11 +280,9 @@ def detection_cfg(small_dataset):
 ], ids=["ddp", "ps-colocated", "ps-dedicated", "ps-dedicated-k2"])
 # Every comm hook's bytes against theory, through the launcher: the GPU check's CPU smoke
 # (tests/test_gpu_check.py).
-def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, entry, tmp_path):
-    cfg = copy.deepcopy(detection_cfg)
-    cfg["sweep"] = [entry]
-    run = next(iter(runs(cfg).values()))
-    summary = torchrun_train(cfg, run, tmp_path / "run")
+def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, trained, entry):
+    cfg = detection_cfg
+    summary = summary_of(trained(entry))
     assert summary["status"] == "ok" and summary["replicas_identical"]
     workers = summary["processes"] - (entry.get("servers", 1) if entry.get("placement") == "dedicated" else 0)
     images = len(CocoDetection(cfg["data"]["root"], "train", train=True))
@@ -280,15 +300,10 @@ def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, en
 # ---- the sharded strategies beside ddp, on Faster R-CNN ------------------------------------
 
 @pytest.fixture(scope="module")
-def sharded_runs(detection_cfg, tmp_path_factory) -> dict[str, dict]:
+def sharded_runs(trained) -> dict[str, dict]:
     """ddp, zero and fsdp at 2 workers, each trained once through the launcher."""
-    out = tmp_path_factory.mktemp("sharded")
-    summaries = {}
-    for strategy in ("ddp", "zero", "fsdp"):
-        cfg = copy.deepcopy(detection_cfg)
-        cfg["sweep"] = [{"strategy": strategy, "workers": 2}]
-        summaries[strategy] = torchrun_train(cfg, next(iter(runs(cfg).values())), out / strategy)
-    return summaries
+    return {strategy: summary_of(trained({"strategy": strategy, "workers": 2}))
+            for strategy in ("ddp", "zero", "fsdp")}
 
 
 def test_sharded_strategies_count_their_bytes_against_theory(sharded_runs):
@@ -394,11 +409,11 @@ def test_sharded_strategies_resume_after_kill_to_the_uninterrupted_result(detect
 
 
 @SLOW
-def test_two_nodes_on_localhost_match_one_node(detection_cfg, tmp_path):
+def test_two_nodes_on_localhost_match_one_node(detection_cfg, trained, tmp_path):
     cfg = copy.deepcopy(detection_cfg)
     cfg["sweep"] = [{"strategy": "ddp", "workers": 2}]
     run = next(iter(runs(cfg).values()))
-    torchrun_train(cfg, run, tmp_path / "one-node")
+    one_node = trained({"strategy": "ddp", "workers": 2})  # the same run on one node
 
     two = copy.deepcopy(cfg)
     two["parallel"].update(nnodes=2, rdzv_endpoint=f"127.0.0.1:{free_port()}")
@@ -408,7 +423,7 @@ def test_two_nodes_on_localhost_match_one_node(detection_cfg, tmp_path):
              for _ in range(2)]
     outputs = [node.communicate(timeout=600) for node in nodes]
     assert all(node.returncode == 0 for node in nodes), [o[1][-2000:] for o in outputs]
-    one = records(tmp_path / "one-node" / "iterations.jsonl")
+    one = records(one_node / "iterations.jsonl")
     two_nodes = records(tmp_path / "two-nodes" / "iterations.jsonl")
     assert [r["step"] for r in one] == [r["step"] for r in two_nodes]
     for a, b in zip(one, two_nodes):

@@ -402,7 +402,7 @@ RUN_CASES = {"checkpoint-from-another-preset": foreign_checkpoint,
              "corrupt-checkpoint": corrupt_checkpoint,
              "results-directory-not-writable": results_not_writable,
              "disk-full-writing-a-checkpoint": disk_full}
-FAST_RUN_CASES = ("checkpoint-from-another-preset", "results-directory-not-writable")  # the rest: full suite
+FAST_RUN_CASES = ("results-directory-not-writable",)  # the rest: full suite
 
 
 @pytest.mark.parametrize("case", [case if case in FAST_RUN_CASES else pytest.param(case, marks=pytest.mark.slow)

@@ -275,6 +275,7 @@ def test_predicted_scaling_uses_a_measured_gpu_run_and_finds_device_0s_limit():
         device0_saturation,
         findings,
         gpu_compute,
+        predict_point,
         prediction_points,
     )
 
@@ -291,9 +292,10 @@ def test_predicted_scaling_uses_a_measured_gpu_run_and_finds_device_0s_limit():
     import pandas as pd
     spread = gpu_compute(predict, [dict(gpu_run, iterations=pd.DataFrame({"time_compute": [0.1, 0.3] * 10}))])
     assert spread.variance_per_image == pytest.approx(pd.Series([0.1, 0.3] * 10).var() / 2)
-    ddp_at_8 = [frame[(frame["gpus"] == 8) & (frame["model"] == "DDP (ring all-reduce)")]["predicted_efficiency"]
-                for frame in (prediction_points(predict, measured), prediction_points(predict, spread))]
-    assert (ddp_at_8[1] < ddp_at_8[0]).all()
+    cluster = Cluster.of(predict["clusters"][0])
+    ddp_at_8 = [predict_point({"strategy": "ddp", "comm_hook": "none", "workers": 8}, compute, 2,
+                              cluster.network(8))["predicted_efficiency"] for compute in (measured, spread)]
+    assert ddp_at_8[1] < ddp_at_8[0]
     points = prediction_points(predict, assumed)
     assert points["gpus"].max() >= 256 and set(points["cluster"]) == {c["name"] for c in predict["clusters"]}
     one_gpu = points[points["gpus"] == 1]

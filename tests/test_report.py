@@ -21,6 +21,7 @@ from pipeline.runtime.record import (RecordError, RunSummary, SecondsPerIteratio
                                       Utilisation)
 
 REPO = Path(__file__).resolve().parents[1]
+SLOW = pytest.mark.slow  # another case of a path the fast tier takes (README, Quick start)
 
 REPORT_CFG = {
     "published": {
@@ -187,6 +188,7 @@ def test_reports(report):
     assert "<table" in page and "0.624" in page
 
 
+@SLOW
 def test_all_runs_skipped_still_builds(tmp_path):
     run = make_skipped_run(tmp_path / "runs", "ddp-w2-b4", "needs 2 GPUs, found 0")
     summary = build_report([run], REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "r")
@@ -197,6 +199,7 @@ def test_all_runs_skipped_still_builds(tmp_path):
     assert "data:image/png;base64," in (tmp_path / "r" / "report.html").read_text()
 
 
+@SLOW
 def test_single_run_with_one_epoch(tmp_path):
     run = make_ok_run(tmp_path / "runs", "single", 1, 8, [1.7], ap=0.05)
     summary = build_report([run], REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "r")
@@ -234,6 +237,7 @@ def test_cli(runs, tmp_path):
     assert "nowhere/train_summary.json: file not found" in broken.stderr
 
 
+@SLOW
 def test_equivalence_section_and_markdown_tables_stay_well_formed(runs, tmp_path):
     equivalence = tmp_path / "equivalence.json"
     equivalence.write_text(json.dumps({
@@ -389,6 +393,7 @@ def test_rows_say_which_data_they_come_from(report):
     assert "torchvision's published box AP of 0.37" in md and "cannot have measured" in md
 
 
+@SLOW
 def test_utilisation_figure_draws_recorded_samples(tmp_path):
     run = make_ok_run(tmp_path / "runs", "ddp", 2, 4, [2.0, 1.0], ap=0.1)
     samples = [{"t": 0.5 * i, "rank": rank, "cpu_percent": 90.0 + rank, "rss_mb": 500.0,

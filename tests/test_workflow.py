@@ -105,6 +105,21 @@ def entry_means(summary_csv: Path, column: str) -> dict[str, float]:
     return frame[frame["status"] == "ok"].groupby("entry")[column].mean().dropna().to_dict()
 
 
+def test_the_one_step_check_measures_each_strategy_against_single(workdir):
+    """The equivalence stage's Faster R-CNN steps: not zero (per-batch sampling and
+    normalisation), but small next to the step itself; the sharded strategies average the same
+    per-worker gradients as ddp, so they land as far from single, up to the order of float sums."""
+    result = json.loads((workdir / "results" / "equivalence.json").read_text())
+    assert result["reference"] == "single-w1-b8-s0" and result["max_abs_step_of_single"] > 0
+    for name in ("ddp-w2-b4-s0", "ps-colocated-w2-b4-s0", "zero-w2-b4-s0", "fsdp-w2-b4-s0"):
+        relative = result["strategies"][name]["relative_to_step"]
+        assert 0 < relative < 1, (name, relative)
+    ddp = result["strategies"]["ddp-w2-b4-s0"]["max_abs_difference"]
+    for name in ("zero-w2-b4-s0", "fsdp-w2-b4-s0"):
+        assert result["strategies"][name]["max_abs_difference"] == pytest.approx(ddp, rel=1e-3), name
+    assert "per image batch" in result["why"]
+
+
 def test_tables_and_macros_are_the_summary_of_the_recorded_runs(workdir):
     """Tables 1 and 2 and numbers.tex say what results/summary.csv says (means over seeds),
     and the runs recorded what the report reads: evaluations during training, seeds, modes."""

@@ -187,8 +187,9 @@ def test_a_synchronous_step_waits_for_its_slowest_worker():
     from pipeline.costmodel.network import slowest_wait
     from pipeline.report.prediction import prediction_frame
 
-    assert [round(slowest_wait(n, 1.0), 4) for n in (2, 3, 4, 8)] == [0.5642, 0.8463, 1.0294, 1.4236]
-    assert slowest_wait(1, 1.0) == 0.0 and slowest_wait(4, math.nan) == 0.0  # no spread measured
+    assert [round(slowest_wait(n, 1.0, 1), 4) for n in (2, 3, 4, 8)] == [0.5642, 0.8463, 1.0294, 1.4236]
+    assert slowest_wait(2, 0.25, 4) == pytest.approx(1.0 * 0.5642, rel=1e-3)  # sd of 4 images: 1
+    assert slowest_wait(1, 1.0, 1) == 0.0 and slowest_wait(4, math.nan, 1) == 0.0  # none measured
     split = {"compute": 0.8, "data": 0.0, "optimizer": 0.0, "communication": 0.0}
     single = summary("single", 1, 8, 1, 10.0, split)
     single["summary"]["timing_excludes_first_iterations"] = 5  # the 9 s warm-ups are left out

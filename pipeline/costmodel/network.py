@@ -129,14 +129,15 @@ class Network:
         return max((seconds for _, seconds in self._ports(flows).values()), default=0.0)
 
 
-def slowest_wait(workers: int, spread: float) -> float:
-    """Expected seconds by which the slowest of `workers` workers finishes its batch after the
-    mean worker, each worker's time independent and normal with standard deviation `spread`:
-    spread x E[max of N standard normals] (`expected_maximum`). A synchronous step waits for
-    that worker; 0 for one worker or no spread."""
-    if workers < 2 or not spread > 0:  # NaN: no spread measured
+def slowest_wait(workers: int, variance_per_image: float, images: int) -> float:
+    """Expected seconds by which the slowest of `workers` workers finishes its batch of `images`
+    after the mean worker: each image's compute independent, with variance `variance_per_image`,
+    so a batch's time is normal with standard deviation sqrt(variance x images), and the slowest
+    of N lands that times E[max of N standard normals] (`expected_maximum`) past the mean. A
+    synchronous step waits for that worker; 0 for one worker or no variance measured (NaN)."""
+    if workers < 2 or not variance_per_image > 0:
         return 0.0
-    return spread * expected_maximum(workers)
+    return math.sqrt(variance_per_image * images) * expected_maximum(workers)
 
 
 @functools.lru_cache(maxsize=None)

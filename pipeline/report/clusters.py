@@ -88,7 +88,7 @@ def gpu_compute(predict: dict, runs: list[dict]) -> Compute:
             per_image = single["compute"] + single["data"] + single["optimizer"] / single["images"]
             return Compute(per_image, single["gradient_bytes"],
                            f"measured: {single['run_id']} of the {wanted['preset']} preset on {single['device']}",
-                           single["compute_spread"])
+                           single["compute_variance"])
     return Compute(wanted["assumed_seconds_per_image"], wanted["gradient_bytes"],
                    f"assumed: {wanted['assumed_source']}")
 
@@ -104,8 +104,8 @@ def predict_point(run: dict, compute: Compute, per_gpu: int, network: Network) -
                                                    work * BACKWARD_SHARE)
     if math.isnan(communication):
         return None
-    wait = (slowest_wait(gpus, math.sqrt(compute.variance_per_image * per_gpu))
-            if strategy.waits_for_slowest(run) else 0.0)  # none without a measured spread
+    wait = (slowest_wait(gpus, compute.variance_per_image, per_gpu)
+            if strategy.waits_for_slowest(run) else 0.0)  # none without a measured variance
     rate = Iteration(work, 0.0, 0.0, communication, per_gpu * gpus, wait).images_per_second
     flows = [f for phase in strategy.phases(run, compute.gradient_bytes) or [] for f in phase]
     return {"predicted_images_per_second": rate,

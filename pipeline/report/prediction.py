@@ -28,8 +28,8 @@ ASSUMPTIONS = (
     "single's time scaled by its threads over theirs, an assumption named in the table); the "
     "backward pass, which DDP's "
     "all-reduce overlaps, taken as 2/3 of compute; a synchronous step waits for its slowest "
-    "worker: the expected maximum of N normal compute times, their spread single's "
-    "iteration-to-iteration spread scaled to the worker's images (images taken as "
+    "worker: the expected maximum of N normal compute times, their variance single's "
+    "iteration-to-iteration variance scaled to the worker's images (images taken as "
     "independent); communication from each strategy's own "
     f"model over the links the commbench stage fitted on this machine. A miss is a ratio off 1 "
     f"by more than {BOUND:.0%}.")
@@ -51,7 +51,7 @@ def network_of(commbench: dict | None) -> Network | None:
 
 def single_inputs(runs: list[dict]) -> list[dict]:
     """Per ok `single` run with a time split: its data mode, threads, device, per-image
-    compute and data seconds, the variance of compute per image (`compute_spread`), per-iteration
+    compute and data seconds, the variance of compute per image (`compute_variance`), per-iteration
     optimizer seconds and images per iteration, its gradient bytes, and whether it is the
     baseline (not a variant such as pinned threads)."""
     found = []
@@ -64,13 +64,13 @@ def single_inputs(runs: list[dict]) -> list[dict]:
                           "threads": s.threads, "device": str(s.device or "cpu"),
                           "baseline": is_baseline(s.strategy, s.variant),
                           "compute": split.compute / images, "data": split.data / images,
-                          "compute_spread": compute_spread(run, s) / images,
+                          "compute_variance": compute_variance(run, s) / images,
                           "optimizer": split.optimizer, "images": images,
                           "gradient_bytes": math.nan if gradient_bytes is None else gradient_bytes})
     return found
 
 
-def compute_spread(run: dict, summary: RunSummary) -> float:
+def compute_variance(run: dict, summary: RunSummary) -> float:
     """The variance of one iteration's compute seconds over the run's timed iterations (those
     its summary's statistics keep); NaN where they were not recorded."""
     frame = run.get("iterations")
@@ -107,7 +107,7 @@ def compute_input(summary: RunSummary, singles: list[dict]) -> tuple[dict, str] 
         chosen = [row for row in same_mode if row["threads"] == most]
         scale, how = most / threads, f"single at {most} thread(s), scaled x{most / threads:.2g} (assumption)"
     return ({"compute": fmean(row["compute"] for row in chosen) * scale,
-             "compute_spread": fmean(row["compute_spread"] for row in chosen) * scale ** 2,
+             "compute_variance": fmean(row["compute_variance"] for row in chosen) * scale ** 2,
              "optimizer": fmean(row["optimizer"] for row in chosen) * scale,
              "data": fmean(row["data"] for row in same_mode)}, how)
 
@@ -123,8 +123,7 @@ def predict_run(summary: RunSummary, single: dict, network: Network | None) -> I
     grad_bytes, strategy = summary.ranks[0].gradient_bytes, lookup(summary.strategy)
     communication = strategy.communication_seconds(
         run, grad_bytes, network, compute * BACKWARD_SHARE) if network else math.nan
-    # the slowest worker's batch: per-image variances add up over the worker's images
-    wait = (slowest_wait(summary.workers, math.sqrt(single["compute_spread"] * per_worker))
+    wait = (slowest_wait(summary.workers, single["compute_variance"], per_worker)
             if strategy.waits_for_slowest(run) else 0.0)
     return Iteration(compute=compute, data=single["data"] * per_worker,
                      optimizer=single["optimizer"], communication=communication,

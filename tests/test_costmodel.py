@@ -208,6 +208,28 @@ def test_a_synchronous_step_waits_for_its_slowest_worker():
     assert frame.loc["ps-ssp", "predicted_images_per_second"] == pytest.approx(8 / (4 * 0.1))
 
 
+def test_fsdp_costs_its_units_where_commbench_timed_fsdp2():
+    """Σ over the units of alpha + beta x their bytes = U alpha + beta M, with U the units wrap()
+    shards (the tiny detector's six blocks, RPN, ROI heads and the root); the rings without."""
+    from pipeline.config.params import load_resolved
+    from pipeline.report.prediction import meta_model
+    from pipeline.strategies import lookup
+
+    fsdp = lookup("fsdp")
+    units = fsdp.cost_inputs(lambda: meta_model(load_resolved("params.yaml", preset="demo")["model"]))
+    assert units == {"shard_units": 9} and fsdp.cost_inputs(lambda: meta_model(None)) == {}
+    assert lookup("ddp").cost_inputs(lambda: 1 / 0) == {}  # a strategy that needs none builds none
+    rings = Network(intra=Link(1e-4, 1e-9))
+    timed = Network(intra=Link(1e-4, 1e-9), fsdp_units={True: Link(8e-3, 4e-9), False: Link(4e-3, 4e-9)})
+    run = {"strategy": "fsdp", "workers": 2, "reshard_after_forward": True, **units}
+    assert fsdp.communication_seconds(run, M, timed, 0.0) == pytest.approx(9 * 8e-3 + 4e-9 * M)
+    kept = dict(run, reshard_after_forward=False)
+    assert fsdp.communication_seconds(kept, M, timed, 0.0) == pytest.approx(9 * 4e-3 + 4e-9 * M)
+    ring = fsdp.communication_seconds(run, M, rings, 0.0)  # untimed: 3 rings of M/2 each way
+    assert ring == pytest.approx(3 * (1e-4 + 1e-9 * M / 2))
+    assert fsdp.communication_seconds(dict(run, workers=1), M, timed, 0.0) == 0.0
+
+
 def test_a_single_run_with_pinned_threads_is_not_the_baseline():
     from pipeline.config import params
     from pipeline.report.load import is_baseline

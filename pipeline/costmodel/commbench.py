@@ -10,10 +10,18 @@ The sizes and repeats are the config's `commbench` section (params.yaml).
 send_recv is a ping-pong between ranks 0 and 1, half its round trip; all_reduce is every
 rank's, the slowest rank's time after a barrier. Both take the median of the repeats, after
 untimed warm-ups (the first use of a connection or a buffer is slower).
+
+fsdp_unit_reshard and fsdp_unit_keep are what FSDP2 adds to an iteration for each unit it
+shards, by the unit's bytes: a stack of UNITS linear layers of that size, each `fully_shard`ed
+(weights gathered again for the backward, or kept), forward and backward, minus the same stack
+unsharded, over UNITS. Its gathers and reduce-scatters are in it, and what FSDP2 does around
+them (copies in and out of its buffers, hooks): on 2 CPU processes most of the cost (measured:
+about 8 ms a unit of 460 KB, where gloo's all-gather of 4 KiB takes 0.65 ms).
 """
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from pathlib import Path
@@ -22,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from ..config import cli
-from ..runtime import distributed, provenance
+from ..runtime import compat, distributed, provenance
 from ..runtime.files import write_json
 from .network import fit
 
@@ -66,6 +74,39 @@ def time_all_reduce(tensor: torch.Tensor, rank: int) -> float:
 
 
 PRIMITIVES = {"send_recv": time_send_recv, "all_reduce": time_all_reduce}
+UNITS = 4  # linear layers of the FSDP2 stack
+FSDP_UNIT_STEP = 4  # its unit sizes: every 4th message size (16 times apart), fewer stacks to time
+
+
+def time_fsdp_units(unit_bytes: int, reshard: bool, repeats: int, device: torch.device) -> float:
+    """Seconds FSDP2 adds to forward + backward for each unit of `unit_bytes` (module
+    docstring): the median over `repeats`, the slowest rank's, sharded minus unsharded."""
+    width = max(1, round(math.sqrt(unit_bytes / 4)))
+    inputs = torch.randn(8, width, device=device)
+
+    def stack():
+        return torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False, device=device)
+                                     for _ in range(UNITS)])
+
+    def timed(model) -> float:
+        samples = []
+        for _ in range(3 + repeats):  # the first iterations allocate FSDP2's buffers
+            dist.barrier()
+            _sync(device)
+            start = time.perf_counter()
+            model(inputs).sum().backward()
+            _sync(device)
+            seconds = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+            samples.append(float(seconds))
+        return statistics.median(samples[3:])
+
+    plain, sharded = stack(), stack()
+    for unit in sharded:
+        compat.fully_shard()(unit, reshard_after_forward=reshard)
+    compat.fully_shard()(sharded)
+    # a microsecond at least: the fit weighs each size by 1 / its seconds
+    return max(1e-6, timed(sharded) - timed(plain)) / UNITS
 
 
 def measure(device: torch.device, rank: int, processes: int, message_sizes: list[int],
@@ -88,15 +129,28 @@ def measure(device: torch.device, rank: int, processes: int, message_sizes: list
                 dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
                 samples.append(float(seconds))
             medians.append(statistics.median(samples))
-        found = fit(message_sizes, medians)
-        results[name] = {"bytes": message_sizes, "seconds": medians, "alpha_s": found.link.alpha,
-                         "beta_s_per_byte": found.link.beta,
-                         "bandwidth_gbit_s": 8 / found.link.beta / 1e9 if found.link.beta > 0 else None,
-                         "relative_residuals": found.residuals, "r2": found.r2}
-        if rank == 0:
-            log.info("%s over %d processes: alpha %.1f us, %.2f Gbit/s (r2 %.4f)", name, processes,
-                     found.link.alpha * 1e6, results[name]["bandwidth_gbit_s"] or 0, found.r2)
+        results[name] = fitted(name, processes, rank, message_sizes, medians)
+    if processes > 1:
+        unit_sizes = message_sizes[::FSDP_UNIT_STEP]
+        if len(unit_sizes) < 2:
+            unit_sizes = [message_sizes[0], message_sizes[-1]]
+        for reshard, name in ((True, "fsdp_unit_reshard"), (False, "fsdp_unit_keep")):
+            medians = [time_fsdp_units(size, reshard, repeats, device) for size in unit_sizes]
+            results[name] = fitted(name, processes, rank, unit_sizes, medians)
     return results
+
+
+def fitted(name: str, processes: int, rank: int, message_sizes: list[int], medians: list[float]) -> dict:
+    """One primitive's timings and their latency/bandwidth fit, as the JSON keeps them."""
+    found = fit(message_sizes, medians)
+    result = {"bytes": message_sizes, "seconds": medians, "alpha_s": found.link.alpha,
+              "beta_s_per_byte": found.link.beta,
+              "bandwidth_gbit_s": 8 / found.link.beta / 1e9 if found.link.beta > 0 else None,
+              "relative_residuals": found.residuals, "r2": found.r2}
+    if rank == 0:
+        log.info("%s over %d processes: alpha %.1f us, %.2f Gbit/s (r2 %.4f)", name, processes,
+                 found.link.alpha * 1e6, result["bandwidth_gbit_s"] or 0, found.r2)
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:

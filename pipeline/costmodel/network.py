@@ -93,6 +93,8 @@ class Network:
     nodes: int = 1
     server_machines: int = 0
     all_reduce: Link | None = None
+    fsdp_units: dict[bool, Link] | None = None  # FSDP2's cost a unit by its bytes, where timed:
+    # reshard_after_forward -> the fit (commbench's fsdp_unit_reshard and fsdp_unit_keep)
 
     def node(self, end: Endpoint):
         kind, index = end

@@ -46,7 +46,10 @@ def network_of(commbench: dict | None) -> Network | None:
         return None
     links = {name: Link(p["alpha_s"], p["beta_s_per_byte"])
              for name, p in commbench["primitives"].items()}
-    return Network(intra=links["send_recv"], all_reduce=links.get("all_reduce"))
+    fsdp_units = {reshard: links[name] for reshard, name in
+                  ((True, "fsdp_unit_reshard"), (False, "fsdp_unit_keep")) if name in links}
+    return Network(intra=links["send_recv"], all_reduce=links.get("all_reduce"),
+                   fsdp_units=fsdp_units or None)
 
 
 def single_inputs(runs: list[dict]) -> list[dict]:
@@ -117,10 +120,13 @@ def predict_run(summary: RunSummary, single: dict, network: Network | None) -> I
     host's network."""
     from pipeline.strategies import lookup  # imports torch: only when a prediction is made
 
-    run = {**(summary.provenance.get("run") or {}), "workers": summary.workers}
+    strategy = lookup(summary.strategy)
+    model_cfg = (summary.provenance.get("params") or {}).get("model")
+    run = {**(summary.provenance.get("run") or {}), "workers": summary.workers,
+           **strategy.cost_inputs(lambda: meta_model(model_cfg))}
     per_worker = summary.images_per_worker
     compute = single["compute"] * per_worker
-    grad_bytes, strategy = summary.ranks[0].gradient_bytes, lookup(summary.strategy)
+    grad_bytes = summary.ranks[0].gradient_bytes
     communication = strategy.communication_seconds(
         run, grad_bytes, network, compute * BACKWARD_SHARE) if network else math.nan
     wait = (slowest_wait(summary.workers, single["compute_variance"], per_worker)
@@ -128,6 +134,17 @@ def predict_run(summary: RunSummary, single: dict, network: Network | None) -> I
     return Iteration(compute=compute, data=single["data"] * per_worker,
                      optimizer=single["optimizer"], communication=communication,
                      images=summary.global_batch, wait=wait)
+
+
+def meta_model(model_cfg: dict | None):
+    """The detector of a run's model params on the meta device (structure only), or None."""
+    if not model_cfg:
+        return None
+    import torch
+
+    from ..detection.model import build_model
+    with torch.device("meta"):
+        return build_model(dict(model_cfg, backbone_weights=None), num_classes=2)
 
 
 def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFrame:
@@ -165,7 +182,8 @@ DECIMALS = {"measured_images_per_second": 2, "predicted_images_per_second": 2, "
 
 def link_rows(commbench: dict[int, dict]) -> list[str]:
     """One sentence per fitted primitive and process count."""
-    return [f"{n} processes, {name} over {found['backend']}: latency {prim['alpha_s'] * 1e6:.1f} us, "
+    return [f"{n} processes, {name} over {found['backend']}: "
+            f"{'a unit' if name.startswith('fsdp_unit') else 'latency'} {prim['alpha_s'] * 1e6:.1f} us, "
             f"{(prim['bandwidth_gbit_s'] or math.nan):.1f} Gbit/s (fit R² {prim['r2']:.3f}, worst "
             f"relative residual {max(map(abs, prim['relative_residuals'])):.2f})"
             for n, found in sorted(commbench.items()) for name, prim in found["primitives"].items()]

@@ -224,6 +224,13 @@ class Strategy:
         return None
 
     @classmethod
+    def cost_inputs(cls, model) -> dict:
+        """What the cost model needs of a run beyond its sweep entry, merged into the `run` its
+        `communication_seconds` is given; `model()` builds the run's model on the meta device
+        (its structure, no weights; None where its params are not recorded)."""
+        return {}
+
+    @classmethod
     def waits_for_slowest(cls, run: dict) -> bool:
         """Whether each step waits for every worker's batch, so that the cost model adds the
         expected wait for the slowest worker (costmodel.network.slowest_wait): true for a

@@ -223,6 +223,25 @@ class FSDP(TorchrunStrategy):
         return [ring(gathered)] * (2 if run.get("reshard_after_forward", True) else 1) + [ring(grad_bytes)]
 
     @classmethod
+    def cost_inputs(cls, model) -> dict:
+        """How many units `wrap` shards for this model (`shard_units`, and the root)."""
+        built = model()
+        return {} if built is None else {"shard_units": len(shard_units(built)) + 1}
+
+    @classmethod
+    def communication_seconds(cls, run: dict, grad_bytes: float, network, backward: float) -> float:
+        """Where commbench timed FSDP2 itself on this machine (`network.fsdp_units`), its cost
+        for each unit: alpha a unit plus beta a byte, summed over the run's units (their bytes
+        add up to M). FSDP2's gathers and reduce-scatters run inside forward and backward, and
+        on a CPU most of a unit's cost is FSDP2's own work around them (copies in and out,
+        hooks; pipeline/costmodel/commbench.py), which no link model of its rings sees.
+        Otherwise, the rings of `phases` one after the other."""
+        link = (network.fsdp_units or {}).get(run.get("reshard_after_forward", True))
+        if run["workers"] < 2 or link is None or not run.get("shard_units"):
+            return super().communication_seconds(run, grad_bytes, network, backward)
+        return link.seconds(grad_bytes, messages=run["shard_units"])
+
+    @classmethod
     def memory_theory(cls, run: dict, grad_bytes: float) -> dict[str, float]:
         n = run["workers"]
         return {"parameters": grad_bytes / n, "gradients": grad_bytes / n, "optimizer": grad_bytes / n}

@@ -74,6 +74,22 @@ def time_all_reduce(tensor: torch.Tensor, rank: int) -> float:
 
 
 PRIMITIVES = {"send_recv": time_send_recv, "all_reduce": time_all_reduce}
+
+
+def slowest_median(call, repeats: int, warmups: int) -> float:
+    """The median over `repeats` of the seconds `call()` returns, each time the slowest rank's
+    after a barrier, following `warmups` untimed calls."""
+    for _ in range(warmups):
+        call()
+    samples = []
+    for _ in range(repeats):
+        dist.barrier()
+        seconds = torch.tensor([call()], dtype=torch.float64)
+        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+        samples.append(float(seconds))
+    return statistics.median(samples)
+
+
 UNITS = 4  # linear layers of the FSDP2 stack
 FSDP_UNIT_STEP = 4  # its unit sizes: every 4th message size (16 times apart), fewer stacks to time
 
@@ -88,18 +104,15 @@ def time_fsdp_units(unit_bytes: int, reshard: bool, repeats: int, device: torch.
         return torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False, device=device)
                                      for _ in range(UNITS)])
 
-    def timed(model) -> float:
-        samples = []
-        for _ in range(3 + repeats):  # the first iterations allocate FSDP2's buffers
-            dist.barrier()
-            _sync(device)
-            start = time.perf_counter()
-            model(inputs).sum().backward()
-            _sync(device)
-            seconds = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-            dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-            samples.append(float(seconds))
-        return statistics.median(samples[3:])
+    def step(model) -> float:
+        _sync(device)
+        start = time.perf_counter()
+        model(inputs).sum().backward()
+        _sync(device)
+        return time.perf_counter() - start
+
+    def timed(model) -> float:  # the first iterations allocate FSDP2's buffers
+        return slowest_median(lambda: step(model), repeats, warmups=3)
 
     plain, sharded = stack(), stack()
     for unit in sharded:
@@ -121,14 +134,7 @@ def measure(device: torch.device, rank: int, processes: int, message_sizes: list
             timed(torch.zeros(message_sizes[0] // 4, device=device), rank)
         for size in message_sizes:
             tensor = torch.zeros(size // 4, device=device)
-            timed(tensor, rank)  # warm-up
-            samples = []
-            for _ in range(repeats):
-                dist.barrier()
-                seconds = torch.tensor([timed(tensor, rank)], dtype=torch.float64)
-                dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-                samples.append(float(seconds))
-            medians.append(statistics.median(samples))
+            medians.append(slowest_median(lambda: timed(tensor, rank), repeats, warmups=1))
         results[name] = fitted(name, processes, rank, message_sizes, medians)
     if processes > 1:
         unit_sizes = message_sizes[::FSDP_UNIT_STEP]

@@ -106,7 +106,9 @@ def init_process_group(parallel: dict, threads: int) -> Membership:
 
 # ---- who stopped where: for the message of a run that lost a process ----------------------
 PEER_FAILURE_HINTS = ("gloo", "NCCL", "Connection closed", "Connection reset", "Broken pipe",
-                      "Timed out", "timed out")
+                      "Timed out", "timed out",
+                      "caused pair closure")  # gloo's words where its timeout ends a broadcast
+# (DDP's buffer sync: "Application timeout caused pair closure", seen with a hung peer)
 STORE_READ_TIMEOUT = datetime.timedelta(seconds=5)
 
 

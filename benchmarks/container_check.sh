@@ -14,7 +14,7 @@
 #   3. builds $IMAGE from the unchanged Dockerfile with the base as its CUDA_IMAGE build argument
 #      (podman build --isolation chroot, the host's CA bundle mounted, pip's index passed in);
 #      prints the build time and the image size;
-#   4. runs "the tiny workflow" (the demo preset shrunk like tests/test_workflow.py's tiny_params,
+#   4. runs "the tiny workflow" (the demo preset shrunk like tests/workflow.py's tiny_params,
 #      in an edited copy of params.yaml in a temporary work directory) in the image as its
 #      non-root user, mapped to the invoking user (--userns=keep-id rootless, --uidmap as root),
 #      with results/, logs/, data/ and .snakemake/ mounted; checks that everything it wrote is
@@ -173,14 +173,14 @@ if [[ -n ${KEEP_WORKDIR:-} ]]; then
 else
     trap 'rm -rf "$WORK"' EXIT
 fi
-# The demo preset shrunk like tests/test_workflow.py's tiny_params (params.yaml is not changed).
+# The demo preset shrunk like tests/workflow.py's tiny_params (params.yaml is not changed).
 "$HOST_PYTHON" - "$REPO" "$WORK/params.yaml" <<'PY'
 import sys
 
 import yaml
 
 sys.path.insert(0, sys.argv[1])
-from tests.test_workflow import tiny_params  # the one definition of the tiny workflow
+from tests.workflow import tiny_params  # the one definition of the tiny workflow
 
 raw = tiny_params(yaml.safe_load(open(f"{sys.argv[1]}/params.yaml")))
 open(sys.argv[2], "w").write(yaml.safe_dump(raw, sort_keys=False))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -48,19 +46,36 @@ def write_coco(root: Path, split: str, images: list[dict], annotations: list[dic
     return path
 
 
-@dataclass(frozen=True)
-class FinishedWorkflow:
-    root: Path                             # never edited: tests copy it (workflow.copy_finished)
-    result: subprocess.CompletedProcess    # the run that finished it: its job table, its log
+# ---- two test processes (pytest-xdist: `-n 2` in pyproject.toml) ----------------------------
+# One process alone leaves about a third of 2 cores idle (process start-up, SLURM's status
+# polls, waits for a checkpoint to kill), so two workers share the machine. A fixture is built
+# once per worker that asks for it, so each worker runs whole units:
+
+def unit(nodeid: str) -> str:
+    """The tests one worker runs together: a folder under tests/ whole (its tests share a
+    session fixture its conftest.py builds: tests/finished_demo/), else one file (its module
+    fixtures: a trained run, a SLURM cluster, an HTTP server)."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 else "/".join(parts)
 
 
-@pytest.fixture(scope="session")
-def finished_demo(tmp_path_factory) -> FinishedWorkflow:
-    """The whole workflow on the shrunk demo (every strategy, two seeds of ddp, ddp on in-memory
-    data, evaluations during training), run once per session and shared by the workflow,
-    integrity and fault tests (tests/workflow.py)."""
-    from .workflow import copy_workflow, edit_params, snakemake, with_repeats_and_modes
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduling by `unit` (its `--dist loadgroup` marks do not reach the test
+    ids under pytest 9), taking the units in the workers' order (below)."""
+    from xdist.scheduler import LoadScopeScheduling
 
-    root = copy_workflow(tmp_path_factory.mktemp("finished-demo"))
-    edit_params(root, with_repeats_and_modes)
-    return FinishedWorkflow(root, snakemake(root))
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return ByUnit(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """In an xdist worker, the units that hold a slow test first (a worker that starts the
+    finished workflow last ends last); a stable sort keeps each unit's own order."""
+    if not hasattr(config, "workerinput"):
+        return
+    slow = {unit(item.nodeid) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: unit(item.nodeid) not in slow)

@@ -1,6 +1,6 @@
 """The real workflow on the shrunk demo, shared by the tests that run it: copying the
 repository's workflow into a directory, editing its params, running Snakemake and reading the
-jobs it ran. `finished_demo` (tests/conftest.py) runs it once per session; each test module that
+jobs it ran. `finished_demo` (tests/finished_demo/conftest.py) runs it once per session; each test module that
 needs a finished workflow works on its own copy (`copy_finished`), which Snakemake sees as up to
 date, so no module pays for the whole workflow again."""
 from __future__ import annotations

@@ -24,8 +24,8 @@ from pipeline.report.figures import FIGURES
 from pipeline.report.findings import MACRO_COLUMNS, parse_numbers
 from pipeline.runtime.distributed import available_cores
 
-from .conftest import REPO, SMALL_DATA
-from .workflow import PAPER_JOB, SNAKEMAKE, copy_finished, edit_params, jobs, snakemake
+from ..conftest import REPO, SMALL_DATA
+from ..workflow import PAPER_JOB, SNAKEMAKE, copy_finished, edit_params, jobs, snakemake
 
 pytestmark = pytest.mark.slow
 RUNS = 8  # in the shared demo: single, ddp x2 seeds, ps, dp, zero, fsdp, ddp on in-memory data

@@ -29,8 +29,8 @@ import pytest
 from pipeline.detection.scoring import METRICS
 from pipeline.runtime import files
 
-from .test_dead_worker import checkpoint_inside_an_epoch, process_rank
-from .workflow import PAPER_JOB, SNAKEMAKE, copy_finished, edit_params, jobs, snakemake
+from ..test_dead_worker import checkpoint_inside_an_epoch, process_rank
+from ..workflow import PAPER_JOB, SNAKEMAKE, copy_finished, edit_params, jobs, snakemake
 
 pytestmark = pytest.mark.slow
 DDP = "ddp-w2-b2-s0"

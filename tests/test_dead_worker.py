@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from pipeline.runtime import distributed
 from pipeline.strategies.sweep import runs
 
 from .conftest import REPO, small_config
+from .test_strategies import free_port
 
 TIMEOUT_S = 5
 
@@ -98,10 +98,7 @@ def test_a_hung_worker_fails_its_peers_within_the_timeout(small_dataset, tmp_pat
 def test_each_way_gloo_reports_a_lost_peer_is_recognised():
     """The words of a collective that failed for a dead or hung peer, as gloo says them (its
     timeout in DDP's buffer broadcast ended the hung-worker test above with the last one)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
         for words in ("[../gloo/transport/tcp/pair.cc:534] Connection closed by peer",
                       "Application timeout caused pair closure", "Timed out waiting 5000ms"):

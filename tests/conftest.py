@@ -55,8 +55,7 @@ def unit(nodeid: str) -> str:
     """The tests one worker runs together: a folder under tests/ whole (its tests share a
     session fixture its conftest.py builds: tests/finished_demo/), else one file (its module
     fixtures: a trained run, a SLURM cluster, an HTTP server)."""
-    parts = nodeid.split("::", 1)[0].split("/")
-    return "/".join(parts[:2]) if len(parts) > 2 else "/".join(parts)
+    return "/".join(nodeid.split("::", 1)[0].split("/")[:2])
 
 
 def pytest_xdist_make_scheduler(config, log):

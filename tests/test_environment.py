@@ -12,7 +12,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from .conftest import REPO
+from .conftest import REPO, unit
 
 LOCK = REPO / "requirements.lock"
 
@@ -90,3 +90,11 @@ def test_dockerfile_installs_the_lock_and_passes_hadolint():
 def test_readme_shows_the_gpu_docker_run():
     readme = (REPO / "README.md").read_text()
     assert re.search(r"docker run --gpus all --ipc=host -v \S+results:/workspace/results", readme)
+
+
+def test_a_test_worker_runs_whole_units():
+    """What shares a fixture stays on one test process: a folder's tests (their conftest's
+    session fixture, which no test outside can ask for), a file's tests (module fixtures)."""
+    assert unit("tests/finished_demo/test_workflow.py::test_a[x/y]") == "tests/finished_demo"
+    assert unit("tests/finished_demo/test_integrity.py::test_b") == "tests/finished_demo"
+    assert unit("tests/test_strategies.py::test_c[ps/colocated]") == "tests/test_strategies.py"

@@ -1,5 +1,5 @@
 """The communication benchmark on this machine: two real gloo processes under torchrun time
-send/recv and all-reduce over message sizes, and FSDP2's cost a unit over unit sizes, and fit
+send/recv, all-reduce and broadcast over message sizes, and FSDP2's cost a unit over unit sizes, and fit
 latency and bandwidth per primitive."""
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(out.read_text())
     assert found["backend"] == "gloo" and found["processes"] == 2
-    assert set(found["primitives"]) == {"send_recv", "all_reduce", "fsdp_unit_reshard", "fsdp_unit_keep"}
+    assert set(found["primitives"]) == {"send_recv", "all_reduce", "broadcast", "fsdp_unit_reshard",
+                                        "fsdp_unit_keep"}
     for name, primitive in found["primitives"].items():
         if name.startswith("fsdp_unit"):  # FSDP2's cost a unit, at every 4th size (16 times apart)
             assert primitive["bytes"] == [4096 * 16**i for i in range(4)]

@@ -1,4 +1,4 @@
-"""The machine's communication, measured: point-to-point send/recv and all-reduce timed over
+"""The machine's communication, measured: point-to-point send/recv, all-reduce and broadcast timed over
 message sizes from 4 KiB up (64 MiB by default), and latency alpha and seconds per byte beta
 fitted per primitive (pipeline/costmodel/network.py), with the fit's residuals. The cost model takes
 its links from here instead of assuming a network.
@@ -7,8 +7,8 @@ its links from here instead of assuming a network.
 
 The sizes and repeats are the config's `commbench` section (params.yaml).
 
-send_recv is a ping-pong between ranks 0 and 1, half its round trip; all_reduce is every
-rank's, the slowest rank's time after a barrier. Both take the median of the repeats, after
+send_recv is a ping-pong between ranks 0 and 1, half its round trip; all_reduce and broadcast
+(from rank 0) are every rank's, the slowest rank's time after a barrier. Both take the median of the repeats, after
 untimed warm-ups (the first use of a connection or a buffer is slower).
 
 fsdp_unit_reshard and fsdp_unit_keep are what FSDP2 adds to an iteration for each unit it
@@ -73,7 +73,16 @@ def time_all_reduce(tensor: torch.Tensor, rank: int) -> float:
     return time.perf_counter() - start
 
 
-PRIMITIVES = {"send_recv": time_send_recv, "all_reduce": time_all_reduce}
+def time_broadcast(tensor: torch.Tensor, rank: int) -> float:
+    """Rank 0's tensor to every rank: how ZeroRedundancyOptimizer sends each updated parameter."""
+    _sync(tensor.device)
+    start = time.perf_counter()
+    dist.broadcast(tensor, src=0)
+    _sync(tensor.device)
+    return time.perf_counter() - start
+
+
+PRIMITIVES = {"send_recv": time_send_recv, "all_reduce": time_all_reduce, "broadcast": time_broadcast}
 
 
 def slowest_median(call, repeats: int, warmups: int) -> float:

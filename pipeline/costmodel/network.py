@@ -79,8 +79,8 @@ class Network:
     """Where a job's processes sit and what links them.
 
     One host (`gpus_per_node` None, the measured runs): every process has its own link,
-    `intra` (the commbench fit of this machine), and `all_reduce`, where measured, is that
-    collective's own fit. A cluster: workers fill nodes of `gpus_per_node` in rank order; two
+    `intra` (the commbench fit of this machine), and `all_reduce` and `broadcast`, where
+    measured, are those collectives' own fits. A cluster: workers fill nodes of `gpus_per_node` in rank order; two
     processes of one node talk over their own `intra` links (NVLink, PCIe), of two nodes over
     their nodes' `inter` link (the node's network, shared by its GPUs: a ring crosses it once
     each way, a parameter server's G workers send through it G times). Dedicated servers run
@@ -93,6 +93,7 @@ class Network:
     nodes: int = 1
     server_machines: int = 0
     all_reduce: Link | None = None
+    broadcast: Link | None = None  # one broadcast collective's own fit, where timed
     fsdp_units: dict[bool, Link] | None = None  # FSDP2's cost a unit by its bytes, where timed:
     # reshard_after_forward -> the fit (commbench's fsdp_unit_reshard and fsdp_unit_keep)
 

@@ -41,7 +41,7 @@ COLUMNS = ["run_id", "entry", "strategy", "workers", "processes", "compute_input
 
 def network_of(commbench: dict | None) -> Network | None:
     """This host's network as one commbench JSON measured it (None without one): each
-    process's point-to-point link, and all-reduce where it was timed."""
+    process's point-to-point link, and all-reduce, broadcast and FSDP2's units where timed."""
     if not commbench:
         return None
     links = {name: Link(p["alpha_s"], p["beta_s_per_byte"])
@@ -49,7 +49,7 @@ def network_of(commbench: dict | None) -> Network | None:
     fsdp_units = {reshard: links[name] for reshard, name in
                   ((True, "fsdp_unit_reshard"), (False, "fsdp_unit_keep")) if name in links}
     return Network(intra=links["send_recv"], all_reduce=links.get("all_reduce"),
-                   fsdp_units=fsdp_units or None)
+                   broadcast=links.get("broadcast"), fsdp_units=fsdp_units or None)
 
 
 def single_inputs(runs: list[dict]) -> list[dict]:

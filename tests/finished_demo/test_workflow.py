@@ -78,7 +78,8 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
     # Each multi-process run on real data beside the cost model's prediction from single's
     # compute and the links commbench fitted (in-memory runs have no single to start from)
     links = json.loads((workdir / "results" / "commbench" / "demo" / "p2.json").read_text())
-    assert set(links["primitives"]) == {"send_recv", "all_reduce", "fsdp_unit_reshard", "fsdp_unit_keep"}
+    assert set(links["primitives"]) == {"send_recv", "all_reduce", "broadcast", "fsdp_unit_reshard",
+                                        "fsdp_unit_keep"}
     assert links["provenance"]["git_revision"]
     predicted = {row["run_id"]: row for row in csv.DictReader((workdir / "results" / "report" / "prediction.csv").open())}
     assert set(predicted) == {"ddp-w2-b2-s0", "ddp-w2-b2-s1", "ps-colocated-w2-b2-s0", "zero-w2-b2-s0",
@@ -86,6 +87,7 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
     assert all(float(row["predicted_images_per_second"]) > 0 for row in predicted.values())
     assert "Predicted against measured (cost model)" in report_md and "2 processes, all_reduce over gloo" in report_md
     assert "2 processes, fsdp_unit_reshard over gloo: a unit" in report_md  # FSDP2's cost, timed
+    assert "2 processes, broadcast over gloo: latency" in report_md  # ZeRO-1's per-tensor broadcasts
     report = workdir / "results" / "report"
     # Past this machine: every strategy's predicted curve on every cluster of params, and the
     # figure that draws them beside these real runs; labelled as predictions

@@ -51,35 +51,37 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_send_recv(tensor: torch.Tensor, rank: int) -> float:
-    """Half a round trip 0 -> 1 -> 0; the other ranks wait."""
-    _sync(tensor.device)
+def seconds_of(call, device: torch.device) -> float:
+    """Wall seconds of `call()`, the device's queued work included."""
+    _sync(device)
     start = time.perf_counter()
+    call()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def ping_pong(tensor: torch.Tensor, rank: int) -> None:
+    """0 -> 1 -> 0; the other ranks wait."""
     if rank == 0:
         dist.send(tensor, 1)
         dist.recv(tensor, 1)
     elif rank == 1:
         dist.recv(tensor, 0)
         dist.send(tensor, 0)
-    _sync(tensor.device)
-    return (time.perf_counter() - start) / 2
+
+
+def time_send_recv(tensor: torch.Tensor, rank: int) -> float:
+    """Half a round trip 0 -> 1 -> 0."""
+    return seconds_of(lambda: ping_pong(tensor, rank), tensor.device) / 2
 
 
 def time_all_reduce(tensor: torch.Tensor, rank: int) -> float:
-    _sync(tensor.device)
-    start = time.perf_counter()
-    dist.all_reduce(tensor)
-    _sync(tensor.device)
-    return time.perf_counter() - start
+    return seconds_of(lambda: dist.all_reduce(tensor), tensor.device)
 
 
 def time_broadcast(tensor: torch.Tensor, rank: int) -> float:
     """Rank 0's tensor to every rank: how ZeroRedundancyOptimizer sends each updated parameter."""
-    _sync(tensor.device)
-    start = time.perf_counter()
-    dist.broadcast(tensor, src=0)
-    _sync(tensor.device)
-    return time.perf_counter() - start
+    return seconds_of(lambda: dist.broadcast(tensor, src=0), tensor.device)
 
 
 PRIMITIVES = {"send_recv": time_send_recv, "all_reduce": time_all_reduce, "broadcast": time_broadcast}
@@ -114,11 +116,7 @@ def time_fsdp_units(unit_bytes: int, reshard: bool, repeats: int, device: torch.
                                      for _ in range(UNITS)])
 
     def step(model) -> float:
-        _sync(device)
-        start = time.perf_counter()
-        model(inputs).sum().backward()
-        _sync(device)
-        return time.perf_counter() - start
+        return seconds_of(lambda: model(inputs).sum().backward(), device)
 
     def timed(model) -> float:  # the first iterations allocate FSDP2's buffers
         return slowest_median(lambda: step(model), repeats, warmups=3)

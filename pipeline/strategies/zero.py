@@ -102,8 +102,7 @@ class Zero(DDP):
         after the step, exposed. ZeroRedundancyOptimizer (without `parameters_as_bucket_view`,
         as here) broadcasts each updated tensor from its owner, one collective after another:
         where commbench timed broadcast, P latencies and M's bytes once for its P tensors (the
-        demo's 32: its zero runs' optimizer phase took 20.7 ms, single's 1.4 ms). Otherwise the
-        all-gather ring of `phases`."""
+        demo's detector has 32). Otherwise the all-gather ring of `phases`."""
         if run["workers"] < 2:
             return 0.0
         overlapped = DDP.communication_seconds(run, grad_bytes, network, backward)

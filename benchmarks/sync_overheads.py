@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,6 +26,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: E402
 
 from pipeline.config import params  # noqa: E402
+from pipeline.costmodel.commbench import seconds_of  # noqa: E402
 from pipeline.detection.model import build_model  # noqa: E402
 
 
@@ -78,9 +78,7 @@ def main() -> None:
         return timed(optimizer.step)
 
     def timed(call) -> float:
-        start = time.perf_counter()
-        call()
-        return time.perf_counter() - start
+        return seconds_of(call, torch.device("cpu"))
 
     sgd = torch.optim.SGD(trained, lr=1e-4, momentum=0.9)
     zero = ZeroRedundancyOptimizer(trained, optimizer_class=torch.optim.SGD, lr=1e-4, momentum=0.9)

@@ -1,15 +1,15 @@
-"""The machine's communication, measured: point-to-point send/recv, all-reduce and broadcast timed over
-message sizes from 4 KiB up (64 MiB by default), and latency alpha and seconds per byte beta
-fitted per primitive (pipeline/costmodel/network.py), with the fit's residuals. The cost model takes
-its links from here instead of assuming a network.
+"""The machine's communication, measured: point-to-point send/recv, all-reduce and broadcast
+timed over message sizes from 4 KiB up (64 MiB by default), and latency alpha and seconds per
+byte beta fitted per primitive (pipeline/costmodel/network.py), with the fit's residuals. The
+cost model takes its links from here instead of assuming a network.
 
     python -m pipeline.runtime.elastic --nproc-per-node N -m pipeline.costmodel.commbench --config '<stage JSON>' --out FILE
 
 The sizes and repeats are the config's `commbench` section (params.yaml).
 
 send_recv is a ping-pong between ranks 0 and 1, half its round trip; all_reduce and broadcast
-(from rank 0) are every rank's, the slowest rank's time after a barrier. Both take the median of the repeats, after
-untimed warm-ups (the first use of a connection or a buffer is slower).
+(from rank 0) are every rank's, the slowest rank's time after a barrier. Each takes the median
+of the repeats, after untimed warm-ups (the first use of a connection or a buffer is slower).
 
 fsdp_unit_reshard and fsdp_unit_keep are what FSDP2 adds to an iteration for each unit it
 shards, by the unit's bytes: a stack of UNITS linear layers of that size, each `fully_shard`ed

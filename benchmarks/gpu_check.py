@@ -14,7 +14,8 @@ reason and the next item runs:
                a run the GPUs do not allow is listed with the reason (dp needs 2 GPUs)
   precision    fp32, bf16 and fp16, each with and without channels-last; and the time split off
   nvml         the utilisation sampler's GPU samples during those runs
-  commbench    the NCCL links timed at the GPU count (pipeline/costmodel/commbench.py)
+  commbench    the NCCL links timed at the GPU count, and the model's compute alone and with
+               every GPU's process at once (pipeline/commbench.py)
   throughput   R50-FPN at 2, 8 and 16 images per GPU, fp32 and bf16: images/s, the data wait's
                share of an iteration, SM utilisation and peak GPU memory in use (both NVML)
 
@@ -252,10 +253,11 @@ class Check:
         from pipeline.config import stages
         from pipeline.strategies.torchrun import torchrun
         cfg = json.loads(json.dumps(self.cfg))
-        cfg["commbench"].update(max_bytes=2**26 if self.gpus else 2**20, repeats=5 if self.gpus else 2)
+        cfg["commbench"].update(max_bytes=2**26 if self.gpus else 2**20, repeats=5 if self.gpus else 2,
+                                compute_repeats=15 if self.gpus else 3)
         out = self.work / "commbench.json"
         launcher = torchrun(sys.executable, self.processes, dict(cfg["parallel"], nnodes=1, max_restarts=0), "")
-        argv = launcher + ["-m", "pipeline.costmodel.commbench", "--config",
+        argv = launcher + ["-m", "pipeline.commbench", "--config",
                            json.dumps(stages.with_knobs(stages.config_for(cfg, "commbench"),
                                                         stages.knobs_for(cfg, "commbench"))),
                            "--out", str(out)]

@@ -26,7 +26,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: E402
 
 from pipeline.config import params  # noqa: E402
-from pipeline.costmodel.commbench import seconds_of  # noqa: E402
+from pipeline.costmodel.links import seconds_of  # noqa: E402
 from pipeline.detection.model import build_model  # noqa: E402
 
 

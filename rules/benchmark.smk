@@ -45,5 +45,5 @@ rule commbench:
     benchmark:
         f"logs/benchmarks/commbench_{PRESET}_p{{processes}}.tsv"
     shell:
-        "exec {params.launcher} -m pipeline.costmodel.commbench --config {params.config:q} --out {output}"
+        "exec {params.launcher} -m pipeline.commbench --config {params.config:q} --out {output}"
         " > {log} 2>&1"

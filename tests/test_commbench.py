@@ -1,13 +1,14 @@
 """The communication benchmark on this machine: two real gloo processes under torchrun time
 send/recv, all-reduce and broadcast over message sizes, and FSDP2's cost a unit over unit sizes, and fit
-latency and bandwidth per primitive."""
+latency and bandwidth per primitive; and time the detector's compute alone and both at once."""
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
 
-from pipeline.costmodel.commbench import sizes
+from pipeline.config.params import load_resolved
+from pipeline.costmodel.links import sizes
 
 from pipeline.strategies.torchrun import torchrun
 
@@ -20,9 +21,11 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     cfg = {"parallel": dict(PARALLEL, backend="gloo", timeout_s=60),
            # 32 MiB at the top: its time (milliseconds) stands clear of a busy CI core's scheduling
            # spikes (a 4 KiB send once took 1.5 ms there, longer than 4 MiB)
-           "commbench": {"min_bytes": 4096, "max_bytes": 32 * 2**20, "repeats": 5}}
+           "commbench": {"min_bytes": 4096, "max_bytes": 32 * 2**20, "repeats": 5,
+                         "compute_images": 2, "compute_repeats": 5},
+           "model": dict(load_resolved(REPO / "params.yaml", preset="demo")["model"], min_size=64, max_size=64)}
     argv = torchrun(sys.executable, 2, cfg["parallel"], "") + [
-        "-m", "pipeline.costmodel.commbench", "--config", json.dumps(cfg), "--out", str(out)]
+        "-m", "pipeline.commbench", "--config", json.dumps(cfg), "--out", str(out)]
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(out.read_text())
@@ -39,4 +42,9 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
         assert all(s > 0 for s in seconds) and seconds[-1] > seconds[0], (name, seconds)  # more bytes, more time
         assert primitive["beta_s_per_byte"] > 0 and primitive["bandwidth_gbit_s"] > 0.1, (name, primitive)
         assert len(primitive["relative_residuals"]) == len(seconds)
+    # the detector's forward + backward, rank 0 alone and both processes at once
+    shared = found["shared_compute"]
+    assert shared["images"] == 2 and shared["repeats"] == 5 and shared["alone_s"] > 0
+    assert shared["factor"] == shared["together_s"] / shared["alone_s"]
+    assert 0.5 < shared["factor"] < 5, shared  # 2 processes on 2 cores: about 1.1-1.3 measured
     assert found["provenance"]["git_revision"] and found["provenance"]["backend"] == "gloo"

@@ -155,6 +155,29 @@ def test_every_multi_process_run_is_predicted_and_a_miss_is_flagged():
     assert unmeasured.iloc[0]["flag"] == "no commbench for this process count"
 
 
+def test_compute_slows_by_what_commbench_measured_with_every_process_at_once():
+    """single had the host to itself; the run's processes share it: its compute is single's
+    times commbench's shared-compute factor, and the report says what was measured."""
+    from pipeline.report.prediction import link_rows, prediction_frame
+
+    split = {"compute": 0.8, "data": 0.0, "optimizer": 0.0, "communication": 0.0}
+    single = summary("single", 1, 8, 1, 10.0, split)  # 0.1 s an image, at the run's 1 thread
+    run = summary("ddp", 2, 4, 1, 15.0, split, comm_hook="none")
+    free = {"all_reduce": {"alpha_s": 0.0, "beta_s_per_byte": 0.0},
+            "send_recv": {"alpha_s": 0.0, "beta_s_per_byte": 0.0}}
+    alone = prediction_frame([single, run], {2: {"processes": 2, "primitives": free}}).iloc[0]
+    assert alone["shared_compute_factor"] == 1.0  # not measured: not assumed either
+    assert alone["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.1))
+    shared = {"alone_s": 0.4, "together_s": 0.5, "factor": 1.25, "images": 4, "repeats": 15}
+    commbench = {2: {"processes": 2, "backend": "gloo", "primitives": free, "shared_compute": shared}}
+    row = prediction_frame([single, run], commbench).iloc[0]
+    assert row["shared_compute_factor"] == 1.25
+    assert row["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.1 * 1.25))
+    assert row["ratio"] == pytest.approx(8 / 0.5 / 15.0) and row["flag"] == ""
+    assert ("2 processes computing at once: forward + backward of 4 images 400.0 ms alone, "
+            "500.0 ms together (x1.250)") in link_rows({2: dict(commbench[2], primitives={})})
+
+
 def test_the_compute_input_is_single_at_the_threads_of_the_runs_processes():
     from pipeline.report.prediction import prediction_frame
 

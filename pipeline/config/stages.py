@@ -45,8 +45,9 @@ STAGES = {
     "equivalence": Stage(("data", "model", "train", "parallel"),
                          ("pipeline.equivalence", "pipeline.runtime.elastic", "pipeline.training.train"),
                          FAULT_KNOBS + ("train.checkpoint_every",)),
-    # The machine's links for the cost model: one job per process count the sweep runs
-    "commbench": Stage(("parallel", "commbench"), ("pipeline.runtime.elastic", "pipeline.costmodel.commbench"),
+    # The machine's links for the cost model, and how much its processes slow each other's
+    # compute (with the run's model): one job per process count the sweep runs
+    "commbench": Stage(("parallel", "commbench", "model"), ("pipeline.runtime.elastic", "pipeline.commbench"),
                        FAULT_KNOBS),
     "report": Stage(("report",), ("pipeline.report",)),
     "paper": Stage((), ("pipeline.report.paper",)),

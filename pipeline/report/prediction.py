@@ -7,6 +7,9 @@ The compute input is `single`'s seconds per image. On a CPU the processes of one
 cores, so it is taken from a `single` run with as many threads as each process had (the demo
 runs `single` with `threads: 1` for its 2-process runs); without one, single's time is scaled
 by the ratio of threads (an assumption, named per row). On GPUs each process has its own device.
+Either way `single` had the host to itself, and a run's processes share it: its compute is
+single's times the slowdown commbench measured with every process computing at once
+(pipeline/training/shared_compute.py), 1 where that was not measured.
 """
 from __future__ import annotations
 
@@ -25,7 +28,10 @@ ASSUMPTIONS = (
     "Predictions (cost model): data wait per image from the mean of the `single` runs in the "
     "same data mode; compute and optimizer from the `single` runs (on a CPU, those with the "
     "threads each of the run's processes had, as the processes share the cores; without one, "
-    "single's time scaled by its threads over theirs, an assumption named in the table); the "
+    "single's time scaled by its threads over theirs, an assumption named in the table), times "
+    "the slowdown of the model's forward + backward with all of the run's processes computing "
+    "at once over one alone, which the commbench stage measured (single had the host to "
+    "itself); the "
     "backward pass, which DDP's "
     "all-reduce overlaps, taken as 2/3 of compute; a synchronous step waits for its slowest "
     "worker: the expected maximum of N normal compute times, their variance single's "
@@ -34,7 +40,7 @@ ASSUMPTIONS = (
     f"model over the links the commbench stage fitted on this machine. A miss is a ratio off 1 "
     f"by more than {BOUND:.0%}.")
 COLUMNS = ["run_id", "entry", "strategy", "workers", "processes", "compute_input",
-           "measured_images_per_second",
+           "shared_compute_factor", "measured_images_per_second",
            "predicted_images_per_second", "ratio", "measured_communication_s",
            "predicted_communication_s", "flag"]
 
@@ -115,9 +121,16 @@ def compute_input(summary: RunSummary, singles: list[dict]) -> tuple[dict, str] 
              "data": fmean(row["data"] for row in same_mode)}, how)
 
 
-def predict_run(summary: RunSummary, single: dict, network: Network | None) -> Iteration:
-    """The cost model's iteration for one run (its summary), from single's inputs and the
-    host's network."""
+def shared_factor(commbench: dict | None) -> float:
+    """How much slower a process computes beside the others of its run (commbench's
+    `shared_compute`); 1 where it was not measured."""
+    return ((commbench or {}).get("shared_compute") or {}).get("factor", 1.0)
+
+
+def predict_run(summary: RunSummary, single: dict, network: Network | None,
+                shared: float = 1.0) -> Iteration:
+    """The cost model's iteration for one run (its summary), from single's inputs, the host's
+    network and the slowdown `shared` of compute beside the run's other processes."""
     from pipeline.strategies import lookup  # imports torch: only when a prediction is made
 
     strategy = lookup(summary.strategy)
@@ -125,11 +138,11 @@ def predict_run(summary: RunSummary, single: dict, network: Network | None) -> I
     run = {**(summary.provenance.get("run") or {}), "workers": summary.workers,
            **strategy.cost_inputs(lambda: meta_model(model_cfg))}
     per_worker = summary.images_per_worker
-    compute = single["compute"] * per_worker
+    compute = single["compute"] * per_worker * shared
     grad_bytes = summary.ranks[0].gradient_bytes
     communication = strategy.communication_seconds(
         run, grad_bytes, network, compute * BACKWARD_SHARE) if network else math.nan
-    wait = (slowest_wait(summary.workers, single["compute_variance"], per_worker)
+    wait = (slowest_wait(summary.workers, single["compute_variance"] * shared ** 2, per_worker)
             if strategy.waits_for_slowest(run) else 0.0)
     return Iteration(compute=compute, data=single["data"] * per_worker,
                      optimizer=single["optimizer"], communication=communication,
@@ -159,7 +172,8 @@ def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFra
             continue
         single, how = chosen
         network = network_of(commbench.get(s.processes))
-        predicted = predict_run(s, single, network)
+        shared = shared_factor(commbench.get(s.processes))
+        predicted = predict_run(s, single, network, shared)
         measured = s.images_per_second
         ratio = predicted.images_per_second / measured if measured else math.nan
         flag = ("no commbench for this process count" if network is None else
@@ -167,6 +181,7 @@ def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFra
                 "" if abs(ratio - 1) <= BOUND else f"missed by more than {BOUND:.0%}")
         rows.append({"run_id": run["run_id"], "entry": run["entry"], "strategy": s.strategy,
                      "workers": s.workers, "processes": s.processes, "compute_input": how,
+                     "shared_compute_factor": shared,
                      "measured_images_per_second": measured,
                      "predicted_images_per_second": predicted.images_per_second, "ratio": ratio,
                      "measured_communication_s": (s.time_split.communication
@@ -176,17 +191,22 @@ def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFra
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-DECIMALS = {"measured_images_per_second": 2, "predicted_images_per_second": 2, "ratio": 3,
+DECIMALS = {"shared_compute_factor": 3, "measured_images_per_second": 2, "predicted_images_per_second": 2, "ratio": 3,
             "measured_communication_s": 4, "predicted_communication_s": 4}
 
 
 def link_rows(commbench: dict[int, dict]) -> list[str]:
-    """One sentence per fitted primitive and process count."""
-    return [f"{n} processes, {name} over {found['backend']}: "
-            f"{'a unit' if name.startswith('fsdp_unit') else 'latency'} {prim['alpha_s'] * 1e6:.1f} us, "
-            f"{(prim['bandwidth_gbit_s'] or math.nan):.1f} Gbit/s (fit R² {prim['r2']:.3f}, worst "
-            f"relative residual {max(map(abs, prim['relative_residuals'])):.2f})"
-            for n, found in sorted(commbench.items()) for name, prim in found["primitives"].items()]
+    """One sentence per fitted primitive and process count, and one per shared-compute timing."""
+    links = [f"{n} processes, {name} over {found['backend']}: "
+             f"{'a unit' if name.startswith('fsdp_unit') else 'latency'} {prim['alpha_s'] * 1e6:.1f} us, "
+             f"{(prim['bandwidth_gbit_s'] or math.nan):.1f} Gbit/s (fit R² {prim['r2']:.3f}, worst "
+             f"relative residual {max(map(abs, prim['relative_residuals'])):.2f})"
+             for n, found in sorted(commbench.items()) for name, prim in found["primitives"].items()]
+    return links + [f"{n} processes computing at once: forward + backward of {shared['images']} "
+                    f"images {shared['alone_s'] * 1e3:.1f} ms alone, {shared['together_s'] * 1e3:.1f} ms "
+                    f"together (x{shared['factor']:.3f})"
+                    for n, found in sorted(commbench.items())
+                    if (shared := found.get("shared_compute"))]
 
 
 def section(shown: pd.DataFrame, frame: pd.DataFrame, commbench: dict[int, dict]) -> dict:
@@ -196,7 +216,8 @@ def section(shown: pd.DataFrame, frame: pd.DataFrame, commbench: dict[int, dict]
               for row in frame.itertuples() if row.flag]
     within = int((frame["flag"] == "").sum())
     return {"title": "Predicted against measured (cost model)", "text": [
-        ASSUMPTIONS, "The machine's links, as the commbench stage measured and fitted them: "
+        ASSUMPTIONS, "The machine's links, as the commbench stage measured and fitted them, and "
+        "its compute shared between processes: "
         + ("; ".join(link_rows(commbench)) if commbench else "none measured (no run of more than "
                                                              "one process on one node)") + ".",
         f"{within} of {len(frame)} multi-process runs are within {BOUND:.0%} of the model. "

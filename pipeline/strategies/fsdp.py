@@ -234,7 +234,7 @@ class FSDP(TorchrunStrategy):
         for each unit: alpha a unit plus beta a byte, summed over the run's units (their bytes
         add up to M). FSDP2's gathers and reduce-scatters run inside forward and backward, and
         on a CPU most of a unit's cost is FSDP2's own work around them (copies in and out,
-        hooks; pipeline/costmodel/commbench.py), which no link model of its rings sees.
+        hooks; pipeline/costmodel/links.py), which no link model of its rings sees.
         Otherwise, the rings of `phases` one after the other."""
         link = (network.fsdp_units or {}).get(run.get("reshard_after_forward", True))
         if run["workers"] < 2 or link is None or not run.get("shard_units"):

@@ -1,11 +1,8 @@
 """The machine's communication, measured: point-to-point send/recv, all-reduce and broadcast
 timed over message sizes from 4 KiB up (64 MiB by default), and latency alpha and seconds per
 byte beta fitted per primitive (pipeline/costmodel/network.py), with the fit's residuals. The
-cost model takes its links from here instead of assuming a network.
-
-    python -m pipeline.runtime.elastic --nproc-per-node N -m pipeline.costmodel.commbench --config '<stage JSON>' --out FILE
-
-The sizes and repeats are the config's `commbench` section (params.yaml).
+cost model takes its links from here instead of assuming a network; the commbench stage
+(pipeline/commbench.py) runs `measure`.
 
 send_recv is a ping-pong between ranks 0 and 1, half its round trip; all_reduce and broadcast
 (from rank 0) are every rank's, the slowest rank's time after a barrier. Each takes the median
@@ -24,14 +21,11 @@ import logging
 import math
 import statistics
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from ..config import cli
-from ..runtime import compat, distributed, provenance
-from ..runtime.files import write_json
+from ..runtime import compat
 from .network import fit
 
 log = logging.getLogger("commbench")
@@ -164,29 +158,3 @@ def fitted(name: str, processes: int, rank: int, message_sizes: list[int], media
         log.info("%s over %d processes: alpha %.1f us, %.2f Gbit/s (r2 %.4f)", name, processes,
                  found.link.alpha * 1e6, result["bandwidth_gbit_s"] or 0, found.r2)
     return result
-
-
-def main(argv: list[str] | None = None) -> None:
-    def body(args):
-        cfg = args.cfg
-        settings = cfg["commbench"]
-        member = distributed.init_process_group(cfg["parallel"], threads=0)
-        message_sizes = sizes(settings["min_bytes"], settings["max_bytes"])
-        results = measure(member.device, member.rank, member.processes, message_sizes,
-                          settings["repeats"])
-        if member.rank == 0:
-            write_json(Path(args.out), {
-                "backend": member.backend, "processes": member.processes,
-                "repeats": settings["repeats"], "primitives": results,
-                "provenance": provenance.collect(cfg, processes=member.processes,
-                                                 backend=member.backend, device=str(member.device),
-                                                 threads=member.threads)})
-        distributed.destroy_process_group()
-
-    # its parallel and commbench sections, and the knobs
-    cli.run_stage(__doc__.split("\n\n")[0], body, stage="commbench", argv=argv,
-                  arguments=lambda parser: parser.add_argument("--out", required=True))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,63 @@
+"""How much slower the detector computes when every process of a job computes at once: the
+cost model's compute input is `single`'s, measured with the host to itself, while the processes
+of a multi-process run share what their devices do not (on a CPU: the cores' caches, memory
+bandwidth and, where the cores are hyperthreads, the cores themselves; on GPUs: the host that
+feeds them). Measured here, with the run's own model, instead of assumed to be 1.
+
+Rank 0 times a forward + backward alone while the other ranks wait at a barrier, then every rank
+times the same at once; the factor is the mean rank's median together over rank 0's median
+alone. The commbench stage (pipeline/commbench.py) runs it beside the links and keeps it in its JSON.
+"""
+from __future__ import annotations
+
+import statistics
+
+import torch
+import torch.distributed as dist
+
+from ..costmodel.links import seconds_of  # the one timer of everything commbench times
+from ..detection.model import build_model
+
+NUM_CLASSES = 2  # the box predictor's last layer, negligible beside the rest of the model
+WARMUPS = 3
+
+
+def step_of(model_cfg: dict, images: int, device: torch.device):
+    """One training forward + backward of the run's detector (built without downloaded weights)
+    on `images` square images of the model's min_size, one box each, as a callable."""
+    torch.manual_seed(0)
+    model = build_model(dict(model_cfg, backbone_weights=None), num_classes=NUM_CLASSES).to(device).train()
+    side = model_cfg["min_size"]
+    batch = [torch.rand(3, side, side, device=device) for _ in range(images)]
+    box = torch.tensor([[side * 0.2, side * 0.2, side * 0.6, side * 0.7]], device=device)
+    targets = [{"boxes": box, "labels": torch.ones(1, dtype=torch.int64, device=device)}
+               for _ in range(images)]
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        sum(model(batch, targets).values()).backward()
+    return step
+
+
+def measure(model_cfg: dict, images: int, repeats: int, device: torch.device, rank: int,
+            processes: int) -> dict:
+    """{alone_s, together_s, factor, images, repeats}: the medians (seconds per step) and their
+    ratio, the same on every rank."""
+    step = step_of(model_cfg, images, device)
+    for _ in range(WARMUPS):
+        step()
+    alone, together = [], []
+    for _ in range(repeats):
+        dist.barrier()
+        if rank == 0:
+            alone.append(seconds_of(step, device))
+        dist.barrier()
+    for _ in range(repeats):
+        dist.barrier()
+        together.append(seconds_of(step, device))
+    medians = torch.tensor([statistics.median(alone) if rank == 0 else 0.0,
+                            statistics.median(together) / processes], dtype=torch.float64)
+    dist.all_reduce(medians)  # rank 0's alone, the mean rank's together
+    alone_s, together_s = float(medians[0]), float(medians[1])
+    return {"alone_s": alone_s, "together_s": together_s, "factor": together_s / alone_s,
+            "images": images, "repeats": repeats}

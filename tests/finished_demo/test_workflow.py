@@ -81,13 +81,17 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
     assert set(links["primitives"]) == {"send_recv", "all_reduce", "broadcast", "fsdp_unit_reshard",
                                         "fsdp_unit_keep"}
     assert links["provenance"]["git_revision"]
+    shared = links["shared_compute"]  # the model's step alone and with both processes at once
+    assert shared["factor"] == shared["together_s"] / shared["alone_s"] and shared["alone_s"] > 0
     predicted = {row["run_id"]: row for row in csv.DictReader((workdir / "results" / "report" / "prediction.csv").open())}
     assert set(predicted) == {"ddp-w2-b2-s0", "ddp-w2-b2-s1", "ps-colocated-w2-b2-s0", "zero-w2-b2-s0",
                               "fsdp-w2-b2-s0"}
     assert all(float(row["predicted_images_per_second"]) > 0 for row in predicted.values())
+    assert {round(float(row["shared_compute_factor"]), 3) for row in predicted.values()} == {round(shared["factor"], 3)}
     assert "Predicted against measured (cost model)" in report_md and "2 processes, all_reduce over gloo" in report_md
     assert "2 processes, fsdp_unit_reshard over gloo: a unit" in report_md  # FSDP2's cost, timed
-    assert "2 processes, broadcast over gloo: latency" in report_md  # ZeRO-1's per-tensor broadcasts
+    assert "2 processes, broadcast over gloo: latency" in report_md  # ZeRO-1's bucket a rank
+    assert "2 processes computing at once: forward + backward of 4 images" in report_md
     report = workdir / "results" / "report"
     # Past this machine: every strategy's predicted curve on every cluster of params, and the
     # figure that draws them beside these real runs; labelled as predictions

@@ -46,5 +46,5 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     shared = found["shared_compute"]
     assert shared["images"] == 2 and shared["repeats"] == 5 and shared["alone_s"] > 0
     assert shared["factor"] == shared["together_s"] / shared["alone_s"]
-    assert 0.5 < shared["factor"] < 5, shared  # 2 processes on 2 cores: about 1.1-1.3 measured
+    assert 0.5 < shared["factor"] < 5, shared  # measured x1.00-1.02 on 2 idle cores; a busy CI core, more
     assert found["provenance"]["git_revision"] and found["provenance"]["backend"] == "gloo"

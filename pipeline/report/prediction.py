@@ -191,8 +191,9 @@ def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFra
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-DECIMALS = {"shared_compute_factor": 3, "measured_images_per_second": 2, "predicted_images_per_second": 2, "ratio": 3,
-            "measured_communication_s": 4, "predicted_communication_s": 4}
+DECIMALS = {"shared_compute_factor": 3, "measured_images_per_second": 2,
+            "predicted_images_per_second": 2, "ratio": 3, "measured_communication_s": 4,
+            "predicted_communication_s": 4}
 
 
 def link_rows(commbench: dict[int, dict]) -> list[str]:

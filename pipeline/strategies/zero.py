@@ -6,12 +6,13 @@ each rank keeps the momentum of its own partition only (1/N of it) and steps onl
 every rank broadcasts its updated partition to the others, so each leaves the step with the
 whole, identical model. What it saves: (N-1)/N of the optimizer state per rank. What it costs:
 the broadcast of the updated weights, (N-1)/N M each way per rank, after the step, where
-nothing overlaps it. Each rank's parameters live in one flat bucket
-(`parameters_as_bucket_view`), so that is N broadcasts, one a rank: torch's default broadcasts
-every tensor as a collective of its own, and with the demo's 32 tensors in flight at once the
-step's broadcasts took 11.4 ms after a forward + backward on 2 CPU processes, against 1.55 ms
-bucketed (measured; the bytes are the same). With DDP's all-reduce that is 3(N-1)/N M per rank; an implementation that
+nothing overlaps it. With DDP's all-reduce that is 3(N-1)/N M per rank; an implementation that
 reduce-scatters the gradients instead (DeepSpeed's ZeRO-1/2) moves 2(N-1)/N M, ring's bytes.
+
+Each rank's parameters live in one flat bucket (`parameters_as_bucket_view`), so the broadcast is
+N collectives, one a rank. torch's default broadcasts every tensor as a collective of its own:
+with the demo's 32 tensors in flight at once, the step's broadcasts took 11.4 ms after a forward
++ backward on 2 CPU processes, against 1.55 ms bucketed (measured; the bytes are the same).
 
 A checkpoint is consolidated: every rank sends its partition's state to rank 0, whose state
 dict then has the layout of a plain SGD's (global parameter indices), so it loads into any

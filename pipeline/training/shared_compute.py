@@ -6,7 +6,8 @@ feeds them). Measured here, with the run's own model, instead of assumed to be 1
 
 Rank 0 times a forward + backward alone while the other ranks wait at a barrier, then every rank
 times the same at once; the factor is the mean rank's median together over rank 0's median
-alone. The commbench stage (pipeline/commbench.py) runs it beside the links and keeps it in its JSON.
+alone. The commbench stage (pipeline/commbench.py) runs it beside the links and keeps it in its
+JSON.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def step_of(model_cfg: dict, images: int, device: torch.device):
     """One training forward + backward of the run's detector (built without downloaded weights)
     on `images` square images of the model's min_size, one box each, as a callable."""
     torch.manual_seed(0)
-    model = build_model(dict(model_cfg, backbone_weights=None), num_classes=NUM_CLASSES).to(device).train()
+    model = build_model(dict(model_cfg, backbone_weights=None), num_classes=NUM_CLASSES)
+    model.to(device).train()
     side = model_cfg["min_size"]
     batch = [torch.rand(3, side, side, device=device) for _ in range(images)]
     box = torch.tensor([[side * 0.2, side * 0.2, side * 0.6, side * 0.7]], device=device)

@@ -6,10 +6,10 @@ preset's detector in 2 processes (gloo on a CPU), medians of interleaved passes,
 Forward + backward of one batch (random images at the model's size, 3 random boxes each):
 plain, plain then one all-reduce of the flattened gradients, and DDP (its default buckets);
 then the optimizer's step alone (gradients set, a barrier) and right after a DDP forward +
-backward, for SGD and for ZeroRedundancyOptimizer (zero's). The cost model (report's
-"Predicted against measured") charges DDP one all-reduce of M and ZeRO-1 P broadcasts after
-it, from commbench's hot-loop fits; the ratios show how far the training step is from that on
-this machine. A diagnosis for the next model, not a target.
+backward, for SGD and for the zero strategy's own ZeroRedundancyOptimizer (one bucket a rank).
+The cost model (report's "Predicted against measured") charges DDP one all-reduce of M and
+ZeRO-1 N broadcasts after it, from commbench's hot-loop fits; the ratios show how far the
+training step is from that on this machine. A diagnosis for the next model, not a target.
 """
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from torch.distributed.optim import ZeroRedundancyOptimizer  # noqa: E402
 
 from pipeline.config import params  # noqa: E402
 from pipeline.costmodel.links import seconds_of  # noqa: E402
 from pipeline.detection.model import build_model  # noqa: E402
+from pipeline.strategies import STRATEGIES  # noqa: E402
 
 
 def batch(generator: torch.Generator, images: int, size: int):
@@ -81,7 +81,9 @@ def main() -> None:
         return seconds_of(call, torch.device("cpu"))
 
     sgd = torch.optim.SGD(trained, lr=1e-4, momentum=0.9)
-    zero = ZeroRedundancyOptimizer(trained, optimizer_class=torch.optim.SGD, lr=1e-4, momentum=0.9)
+    # the optimizer zero's runs build (pipeline/strategies/zero.py), not a copy of its settings
+    zero = STRATEGIES["zero"]({"strategy": "zero", "workers": 2}, cfg["parallel"]).optimizer(
+        trained, lr=1e-4, momentum=0.9)
     cases = {
         "fwd+bwd, plain": lambda: after_barrier(lambda: forward_backward(model)),
         "fwd+bwd, plain + flat all-reduce": lambda: after_barrier(

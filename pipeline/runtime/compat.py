@@ -34,3 +34,11 @@ def fully_shard():
 def mixed_precision_policy():
     return _fsdp2("MixedPrecisionPolicy")
 
+
+def process_groups() -> list:
+    """Every process group this process is in. torch.distributed lists them nowhere public; its
+    registry `distributed_c10d._world.pg_map` holds them (torch 2.0 to 2.14 at least); the
+    default group alone where that is gone."""
+    world = getattr(torch.distributed.distributed_c10d, "_world", None)
+    groups = getattr(world, "pg_map", None)
+    return list(groups) if groups else [torch.distributed.group.WORLD]

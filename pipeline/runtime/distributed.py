@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from . import lazy
+from . import compat, lazy
 
 torch = lazy.module("torch")
 dist = lazy.module("torch.distributed")
@@ -217,7 +217,21 @@ def all_gather(obj) -> list:
     return everyone
 
 
+# The process groups this process left, kept alive until it ends (destroy_process_group).
+_LEFT: list = []
+
+
 def destroy_process_group() -> None:
+    """Leave the job once every process got here. torch forgets the groups; we keep their
+    objects, so that none is freed while the process runs. Freed, a gloo group joins its worker
+    threads, with the GIL held by whoever drops the last reference: after torch forgot it, a
+    model wrapper (DDP's reducer) as the training function returns. A worker thread still
+    freeing the barrier's finished collective needs the GIL for that collective's tensors, and
+    both wait forever: seen on torch 2.11 (a finished training's rank 0 in std::thread::join
+    under ~ProcessGroupGloo under the reducer's dealloc; a gloo thread in gil_scoped_acquire
+    under ~AsyncBarrierWork). A finished process ends without teardown
+    (lifetime.exit_finished), so the kept groups are never freed at all."""
     if dist.is_initialized():
         dist.barrier()
+        _LEFT.extend(compat.process_groups())
         dist.destroy_process_group()

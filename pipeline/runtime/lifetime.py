@@ -50,9 +50,9 @@ def become_launcher(parent: int | None = None) -> None:
 
 def exit_finished() -> None:
     """End a training or evaluation process whose work is done and written, skipping the
-    interpreter's teardown. A process group that a model wrapper still references (DDP's
-    reducer, FSDP's device mesh: destroy_process_group only forgets it) is otherwise destroyed
-    during finalization, when gloo's worker threads can no longer take the GIL: seen as
+    interpreter's teardown. A process group it left (runtime/distributed.py keeps the groups,
+    and a model wrapper may reference them: DDP's reducer, FSDP's device mesh) is otherwise
+    destroyed during finalization, when gloo's worker threads can no longer take the GIL: seen as
     "terminate called without an active exception" and SIGABRT after a finished run, about one
     run in 20 here (pytorch/pytorch#179291 describes the teardown). Every output is complete
     by now (written to a temporary file and renamed); only the streams need flushing."""

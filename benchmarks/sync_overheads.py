@@ -27,6 +27,7 @@ import torch.distributed as dist  # noqa: E402
 from pipeline.config import params  # noqa: E402
 from pipeline.costmodel.links import seconds_of  # noqa: E402
 from pipeline.detection.model import build_model  # noqa: E402
+from pipeline.runtime import distributed, lifetime  # noqa: E402
 from pipeline.strategies import STRATEGIES  # noqa: E402
 
 
@@ -111,8 +112,9 @@ def main() -> None:
         print(f"SGD step after fwd+bwd / alone       x{ms['SGD step after DDP fwd+bwd'] / ms['SGD step alone']:.3f}")
         print(f"(2 processes, gloo, 1 thread each, preset {args.preset}, {args.images} images per process, "
               f"median of {args.repeats}, torch {torch.__version__})")
-    dist.destroy_process_group()
+    distributed.destroy_process_group()  # keeps the group: DDP's reducer still holds it
 
 
 if __name__ == "__main__":
     main()
+    lifetime.exit_finished()  # not through the teardown (pipeline/runtime/lifetime.py)

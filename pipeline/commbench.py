@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .config import cli
 from .costmodel import links
-from .runtime import distributed, provenance
+from .runtime import distributed, lifetime, provenance
 from .runtime.files import write_json
 from .training import shared_compute
 
@@ -53,3 +53,4 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    lifetime.exit_finished()  # not through the teardown (runtime/lifetime.py)

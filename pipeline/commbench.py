@@ -1,7 +1,8 @@
 """The commbench stage: what the cost model measures on this machine at N processes, with the
-preset's model. The links (send/recv, all-reduce, broadcast and FSDP2's units, timed over message
-sizes and fitted: pipeline/costmodel/links.py), and how much slower the model computes when all N
-processes compute at once (pipeline/training/shared_compute.py).
+preset's model. The links (send/recv, all-reduce and broadcast, timed over message sizes and
+fitted: pipeline/costmodel/links.py), how much slower the model computes when all N processes
+compute at once (pipeline/training/shared_compute.py), and what each strategy that asks for it
+adds to the model's forward + backward (`Strategy.calibrate`: FSDP2).
 
     python -m pipeline.runtime.elastic --nproc-per-node N -m pipeline.commbench --config '<stage JSON>' --out FILE
 
@@ -16,6 +17,7 @@ from .config import cli
 from .costmodel import links
 from .runtime import distributed, lifetime, provenance
 from .runtime.files import write_json
+from .strategies import REGISTERED
 from .training import shared_compute
 
 log = logging.getLogger("commbench")
@@ -29,11 +31,17 @@ def main(argv: list[str] | None = None) -> None:
         message_sizes = links.sizes(settings["min_bytes"], settings["max_bytes"])
         primitives = links.measure(member.device, member.rank, member.processes, message_sizes,
                                    settings["repeats"])
-        shared = (shared_compute.measure(cfg["model"], settings["compute_images"],
-                                         settings["compute_repeats"], member.device, member.rank,
-                                         member.processes)
-                  if member.processes > 1 else None)
+        images, repeats = settings["compute_images"], settings["compute_repeats"]
+        shared = calibrations = None
+        if member.processes > 1:
+            shared = shared_compute.measure(cfg["model"], images, repeats, member.device,
+                                            member.rank, member.processes)
+            calibrations = shared_compute.calibrations(REGISTERED, cfg["model"], images, repeats,
+                                                       member.device, member.processes)
         if member.rank == 0:
+            for name, found in (calibrations or {"strategies": {}})["strategies"].items():
+                log.info("%s on the model: %s", name, ", ".join(
+                    f"{key} {seconds * 1e3:.1f} ms" for key, seconds in found.items()))
             if shared:
                 log.info("forward + backward of %d images: %.1f ms alone, %.1f ms with all %d "
                          "processes at once (x%.3f)", shared["images"], shared["alone_s"] * 1e3,
@@ -41,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
             write_json(Path(args.out), {
                 "backend": member.backend, "processes": member.processes,
                 "repeats": settings["repeats"], "primitives": primitives, "shared_compute": shared,
+                "calibrations": calibrations,
                 "provenance": provenance.collect(cfg, processes=member.processes,
                                                  backend=member.backend, device=str(member.device),
                                                  threads=member.threads)})

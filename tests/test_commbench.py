@@ -1,6 +1,6 @@
 """The communication benchmark on this machine: two real gloo processes under torchrun time
-send/recv, all-reduce and broadcast over message sizes, and FSDP2's cost a unit over unit sizes, and fit
-latency and bandwidth per primitive; and time the detector's compute alone and both at once."""
+send/recv, all-reduce and broadcast over message sizes and fit latency and bandwidth per
+primitive; time the detector's compute alone and both at once, and FSDP2's on it."""
 from __future__ import annotations
 
 import json
@@ -30,13 +30,8 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(out.read_text())
     assert found["backend"] == "gloo" and found["processes"] == 2
-    assert set(found["primitives"]) == {"send_recv", "all_reduce", "broadcast", "fsdp_unit_reshard",
-                                        "fsdp_unit_keep"}
+    assert set(found["primitives"]) == {"send_recv", "all_reduce", "broadcast"}
     for name, primitive in found["primitives"].items():
-        if name.startswith("fsdp_unit"):  # FSDP2's cost a unit, at every 4th size (16 times apart)
-            assert primitive["bytes"] == [4096 * 16**i for i in range(4)]
-            assert primitive["alpha_s"] > 0, (name, primitive)  # hooks and collectives a unit
-            continue
         assert primitive["bytes"] == sizes(4096, 32 * 2**20) == [4096 * 2**i for i in range(14)]
         seconds = primitive["seconds"]
         assert all(s > 0 for s in seconds) and seconds[-1] > seconds[0], (name, seconds)  # more bytes, more time
@@ -48,3 +43,11 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     assert shared["factor"] == shared["together_s"] / shared["alone_s"]
     assert 0.5 < shared["factor"] < 5, shared  # measured x1.00-1.02 on 2 idle cores; a busy CI core, more
     assert found["provenance"]["git_revision"] and found["provenance"]["backend"] == "gloo"
+    # FSDP2 on the same detector, as fsdp's wrap shards it: its gathers, reduce-scatters and
+    # copies cost on top of the plain step (measured +26-54 ms on 2 idle cores, the tiny
+    # detector at 128 px), resharding or not; no other strategy asks to be timed
+    calibrations = found["calibrations"]
+    assert calibrations["images"] == 2 and calibrations["repeats"] == 5
+    fsdp = calibrations["strategies"]["fsdp"]
+    assert set(calibrations["strategies"]) == {"fsdp"} and set(fsdp) == {"plain_s", "reshard_s", "keep_s"}
+    assert fsdp["reshard_s"] > fsdp["plain_s"] > 0 and fsdp["keep_s"] > fsdp["plain_s"], fsdp

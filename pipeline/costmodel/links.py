@@ -7,25 +7,16 @@ cost model takes its links from here instead of assuming a network; the commbenc
 send_recv is a ping-pong between ranks 0 and 1, half its round trip; all_reduce and broadcast
 (from rank 0) are every rank's, the slowest rank's time after a barrier. Each takes the median
 of the repeats, after untimed warm-ups (the first use of a connection or a buffer is slower).
-
-fsdp_unit_reshard and fsdp_unit_keep are what FSDP2 adds to an iteration for each unit it
-shards, by the unit's bytes: a stack of UNITS linear layers of that size, each `fully_shard`ed
-(weights gathered again for the backward, or kept), forward and backward, minus the same stack
-unsharded, over UNITS. Its gathers and reduce-scatters are in it, and what FSDP2 does around
-them (copies in and out of its buffers, hooks): on 2 CPU processes most of the cost (measured:
-about 8 ms a unit of 460 KB, where gloo's all-gather of 4 KiB takes 0.65 ms).
 """
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
 
-from ..runtime import compat
 from .network import fit
 
 log = logging.getLogger("commbench")
@@ -95,34 +86,6 @@ def slowest_median(call, repeats: int, warmups: int) -> float:
     return statistics.median(samples)
 
 
-UNITS = 4  # linear layers of the FSDP2 stack
-FSDP_UNIT_STEP = 4  # its unit sizes: every 4th message size (16 times apart), fewer stacks to time
-
-
-def time_fsdp_units(unit_bytes: int, reshard: bool, repeats: int, device: torch.device) -> float:
-    """Seconds FSDP2 adds to forward + backward for each unit of `unit_bytes` (module
-    docstring): the median over `repeats`, the slowest rank's, sharded minus unsharded."""
-    width = max(1, round(math.sqrt(unit_bytes / 4)))
-    inputs = torch.randn(8, width, device=device)
-
-    def stack():
-        return torch.nn.Sequential(*[torch.nn.Linear(width, width, bias=False, device=device)
-                                     for _ in range(UNITS)])
-
-    def step(model) -> float:
-        return seconds_of(lambda: model(inputs).sum().backward(), device)
-
-    def timed(model) -> float:  # the first iterations allocate FSDP2's buffers
-        return slowest_median(lambda: step(model), repeats, warmups=3)
-
-    plain, sharded = stack(), stack()
-    for unit in sharded:
-        compat.fully_shard()(unit, reshard_after_forward=reshard)
-    compat.fully_shard()(sharded)
-    # a microsecond at least: the fit weighs each size by 1 / its seconds
-    return max(1e-6, timed(sharded) - timed(plain)) / UNITS
-
-
 def measure(device: torch.device, rank: int, processes: int, message_sizes: list[int],
             repeats: int) -> dict[str, dict]:
     """Per primitive: the median seconds at each size (the slowest rank's), and the fit."""
@@ -137,13 +100,6 @@ def measure(device: torch.device, rank: int, processes: int, message_sizes: list
             tensor = torch.zeros(size // 4, device=device)
             medians.append(slowest_median(lambda: timed(tensor, rank), repeats, warmups=1))
         results[name] = fitted(name, processes, rank, message_sizes, medians)
-    if processes > 1:
-        unit_sizes = message_sizes[::FSDP_UNIT_STEP]
-        if len(unit_sizes) < 2:
-            unit_sizes = [message_sizes[0], message_sizes[-1]]
-        for reshard, name in ((True, "fsdp_unit_reshard"), (False, "fsdp_unit_keep")):
-            medians = [time_fsdp_units(size, reshard, repeats, device) for size in unit_sizes]
-            results[name] = fitted(name, processes, rank, unit_sizes, medians)
     return results
 
 

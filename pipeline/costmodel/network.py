@@ -94,8 +94,8 @@ class Network:
     server_machines: int = 0
     all_reduce: Link | None = None
     broadcast: Link | None = None  # one broadcast collective's own fit, where timed
-    fsdp_units: dict[bool, Link] | None = None  # FSDP2's cost a unit by its bytes, where timed:
-    # reshard_after_forward -> the fit (commbench's fsdp_unit_reshard and fsdp_unit_keep)
+    calibrations: dict[str, dict] | None = None  # strategy -> what commbench timed of it on
+    # the run's model (Strategy.calibrate: FSDP2's cost), where timed
 
     def node(self, end: Endpoint):
         kind, index = end

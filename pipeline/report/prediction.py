@@ -47,15 +47,15 @@ COLUMNS = ["run_id", "entry", "strategy", "workers", "processes", "compute_input
 
 def network_of(commbench: dict | None) -> Network | None:
     """This host's network as one commbench JSON measured it (None without one): each
-    process's point-to-point link, and all-reduce, broadcast and FSDP2's units where timed."""
+    process's point-to-point link, all-reduce and broadcast where timed, and what it timed of
+    strategies on the model (`calibrations`)."""
     if not commbench:
         return None
     links = {name: Link(p["alpha_s"], p["beta_s_per_byte"])
              for name, p in commbench["primitives"].items()}
-    fsdp_units = {reshard: links[name] for reshard, name in
-                  ((True, "fsdp_unit_reshard"), (False, "fsdp_unit_keep")) if name in links}
     return Network(intra=links["send_recv"], all_reduce=links.get("all_reduce"),
-                   broadcast=links.get("broadcast"), fsdp_units=fsdp_units or None)
+                   broadcast=links.get("broadcast"),
+                   calibrations=(commbench.get("calibrations") or {}).get("strategies"))
 
 
 def single_inputs(runs: list[dict]) -> list[dict]:
@@ -134,9 +134,7 @@ def predict_run(summary: RunSummary, single: dict, network: Network | None,
     from pipeline.strategies import lookup  # imports torch: only when a prediction is made
 
     strategy = lookup(summary.strategy)
-    model_cfg = (summary.provenance.get("params") or {}).get("model")
-    run = {**(summary.provenance.get("run") or {}), "workers": summary.workers,
-           **strategy.cost_inputs(lambda: meta_model(model_cfg))}
+    run = {**(summary.provenance.get("run") or {}), "workers": summary.workers}
     per_worker = summary.images_per_worker
     compute = single["compute"] * per_worker * shared
     grad_bytes = summary.ranks[0].gradient_bytes
@@ -147,17 +145,6 @@ def predict_run(summary: RunSummary, single: dict, network: Network | None,
     return Iteration(compute=compute, data=single["data"] * per_worker,
                      optimizer=single["optimizer"], communication=communication,
                      images=summary.global_batch, wait=wait)
-
-
-def meta_model(model_cfg: dict | None):
-    """The detector of a run's model params on the meta device (structure only), or None."""
-    if not model_cfg:
-        return None
-    import torch
-
-    from ..detection.model import build_model
-    with torch.device("meta"):
-        return build_model(dict(model_cfg, backbone_weights=None), num_classes=2)
 
 
 def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFrame:
@@ -197,13 +184,19 @@ DECIMALS = {"shared_compute_factor": 3, "measured_images_per_second": 2,
 
 
 def link_rows(commbench: dict[int, dict]) -> list[str]:
-    """One sentence per fitted primitive and process count, and one per shared-compute timing."""
+    """One sentence per fitted primitive and process count, one per strategy timed on the
+    model, and one per shared-compute timing."""
     links = [f"{n} processes, {name} over {found['backend']}: "
-             f"{'a unit' if name.startswith('fsdp_unit') else 'latency'} {prim['alpha_s'] * 1e6:.1f} us, "
+             f"latency {prim['alpha_s'] * 1e6:.1f} us, "
              f"{(prim['bandwidth_gbit_s'] or math.nan):.1f} Gbit/s (fit R² {prim['r2']:.3f}, worst "
              f"relative residual {max(map(abs, prim['relative_residuals'])):.2f})"
              for n, found in sorted(commbench.items()) for name, prim in found["primitives"].items()]
-    return links + [f"{n} processes computing at once: forward + backward of {shared['images']} "
+    timed = [f"{n} processes, {name} timed on the model (forward + backward of {found['calibrations']['images']} "
+             "images, every process at once): " + ", ".join(
+                 f"{key.removesuffix('_s')} {seconds * 1e3:.1f} ms" for key, seconds in by_setting.items())
+             for n, found in sorted(commbench.items())
+             for name, by_setting in ((found.get("calibrations") or {}).get("strategies") or {}).items()]
+    return links + timed + [f"{n} processes computing at once: forward + backward of {shared['images']} "
                     f"images {shared['alone_s'] * 1e3:.1f} ms alone, {shared['together_s'] * 1e3:.1f} ms "
                     f"together (x{shared['factor']:.3f})"
                     for n, found in sorted(commbench.items())

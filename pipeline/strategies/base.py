@@ -224,11 +224,13 @@ class Strategy:
         return None
 
     @classmethod
-    def cost_inputs(cls, model) -> dict:
-        """What the cost model needs of a run beyond its sweep entry, merged into the `run` its
-        `communication_seconds` is given; `model()` builds the run's model on the meta device
-        (its structure, no weights; None where its params are not recorded)."""
-        return {}
+    def calibrate(cls, timed) -> dict[str, float] | None:
+        """What the commbench stage times of this strategy on the preset's own model, where no
+        link model sees its cost, for its `communication_seconds` (`network.calibrations`):
+        `timed(wrap)` is the mean rank's median seconds of one forward + backward of the model
+        wrapped by `wrap(model)` (None: as it is), every process at once. None: nothing to time,
+        its links say it all."""
+        return None
 
     @classmethod
     def waits_for_slowest(cls, run: dict) -> bool:

@@ -223,23 +223,32 @@ class FSDP(TorchrunStrategy):
         return [ring(gathered)] * (2 if run.get("reshard_after_forward", True) else 1) + [ring(grad_bytes)]
 
     @classmethod
-    def cost_inputs(cls, model) -> dict:
-        """How many units `wrap` shards for this model (`shard_units`, and the root)."""
-        built = model()
-        return {} if built is None else {"shard_units": len(shard_units(built)) + 1}
+    def calibrate(cls, timed) -> dict[str, float]:
+        """The detector's forward + backward as it is (`plain_s`) and as `wrap` shards it,
+        resharding after forward (`reshard_s`) and keeping the weights gathered (`keep_s`):
+        FSDP2's cost on this machine, its gathers and reduce-scatters with what it does around
+        them (copies in and out of its buffers, hooks), which on CPU processes is most of it
+        (measured on 2: 42-54 ms an iteration resharding, 26-50 keeping, for the tiny detector's
+        9 units, where gloo's all-gather of a small message takes 0.65 ms). In fp32; it hardly
+        depends on the images (the same within the timing noise at 2, 4 and 8 a process)."""
+        found = {"plain_s": timed(None)}
+        for reshard, key in ((True, "reshard_s"), (False, "keep_s")):
+            strategy = cls({"reshard_after_forward": reshard}, {})
+            found[key] = timed(lambda model: strategy.wrap(model, Context()))
+        return found
 
     @classmethod
     def communication_seconds(cls, run: dict, grad_bytes: float, network, backward: float) -> float:
-        """Where commbench timed FSDP2 itself on this machine (`network.fsdp_units`), its cost
-        for each unit: alpha a unit plus beta a byte, summed over the run's units (their bytes
-        add up to M). FSDP2's gathers and reduce-scatters run inside forward and backward, and
-        on a CPU most of a unit's cost is FSDP2's own work around them (copies in and out,
-        hooks; pipeline/costmodel/links.py), which no link model of its rings sees.
-        Otherwise, the rings of `phases` one after the other."""
-        link = (network.fsdp_units or {}).get(run.get("reshard_after_forward", True))
-        if run["workers"] < 2 or link is None or not run.get("shard_units"):
+        """Where commbench timed FSDP2 on the run's model at its process count
+        (`network.calibrations`, `calibrate`), what it added to forward + backward: FSDP2's
+        gathers and reduce-scatters run inside them, and on a CPU most of their cost is FSDP2's
+        own work around them, which no link model of its rings sees. Otherwise (and for a
+        16-bit run, as the timing is fp32's), the rings of `phases` one after the other."""
+        timed = (network.calibrations or {}).get(cls.name)
+        if run["workers"] < 2 or not timed or run.get("precision", "fp32") != "fp32":
             return super().communication_seconds(run, grad_bytes, network, backward)
-        return link.seconds(grad_bytes, messages=run["shard_units"])
+        setting = "reshard_s" if run.get("reshard_after_forward", True) else "keep_s"
+        return max(0.0, timed[setting] - timed["plain_s"])
 
     @classmethod
     def memory_theory(cls, run: dict, grad_bytes: float) -> dict[str, float]:

@@ -7,7 +7,8 @@ feeds them). Measured here, with the run's own model, instead of assumed to be 1
 Rank 0 times a forward + backward alone while the other ranks wait at a barrier, then every rank
 times the same at once; the factor is the mean rank's median together over rank 0's median
 alone. The commbench stage (pipeline/commbench.py) runs it beside the links and keeps it in its
-JSON.
+JSON, and times with `together` what a strategy that asks for it (`Strategy.calibrate`: FSDP2)
+adds to the same step when it wraps the model.
 """
 from __future__ import annotations
 
@@ -23,12 +24,15 @@ NUM_CLASSES = 2  # the box predictor's last layer, negligible beside the rest of
 WARMUPS = 3
 
 
-def step_of(model_cfg: dict, images: int, device: torch.device):
+def step_of(model_cfg: dict, images: int, device: torch.device, wrap=None):
     """One training forward + backward of the run's detector (built without downloaded weights)
-    on `images` square images of the model's min_size, one box each, as a callable."""
+    on `images` square images of the model's min_size, one box each, as a callable; the model
+    wrapped by `wrap(model)` where given (a strategy's)."""
     torch.manual_seed(0)
     model = build_model(dict(model_cfg, backbone_weights=None), num_classes=NUM_CLASSES)
     model.to(device).train()
+    if wrap is not None:
+        model = wrap(model)
     side = model_cfg["min_size"]
     batch = [torch.rand(3, side, side, device=device) for _ in range(images)]
     box = torch.tensor([[side * 0.2, side * 0.2, side * 0.6, side * 0.7]], device=device)
@@ -48,18 +52,39 @@ def measure(model_cfg: dict, images: int, repeats: int, device: torch.device, ra
     step = step_of(model_cfg, images, device)
     for _ in range(WARMUPS):
         step()
-    alone, together = [], []
+    alone = []
     for _ in range(repeats):
         dist.barrier()
         if rank == 0:
             alone.append(seconds_of(step, device))
         dist.barrier()
+    alone_s = torch.tensor([statistics.median(alone) if rank == 0 else 0.0], dtype=torch.float64)
+    dist.all_reduce(alone_s)  # rank 0's, on every rank
+    together_s = together(step, repeats, device, processes, warmups=0)
+    return {"alone_s": float(alone_s), "together_s": together_s,
+            "factor": together_s / float(alone_s), "images": images, "repeats": repeats}
+
+
+def together(step, repeats: int, device: torch.device, processes: int, warmups: int = WARMUPS) -> float:
+    """The mean rank's median seconds of `step()` with every process running it at once
+    (after `warmups` untimed calls: the first allocate, and FSDP2's its buffers), the same on
+    every rank."""
+    for _ in range(warmups):
+        step()
+    samples = []
     for _ in range(repeats):
         dist.barrier()
-        together.append(seconds_of(step, device))
-    medians = torch.tensor([statistics.median(alone) if rank == 0 else 0.0,
-                            statistics.median(together) / processes], dtype=torch.float64)
-    dist.all_reduce(medians)  # rank 0's alone, the mean rank's together
-    alone_s, together_s = float(medians[0]), float(medians[1])
-    return {"alone_s": alone_s, "together_s": together_s, "factor": together_s / alone_s,
-            "images": images, "repeats": repeats}
+        samples.append(seconds_of(step, device))
+    mean = torch.tensor([statistics.median(samples) / processes], dtype=torch.float64)
+    dist.all_reduce(mean)
+    return float(mean)
+
+
+def calibrations(strategies, model_cfg: dict, images: int, repeats: int, device: torch.device,
+                 processes: int) -> dict:
+    """{images, repeats, strategies: name -> its timings} for each strategy whose `calibrate`
+    times itself on the model (pipeline/strategies/base.py), the same on every rank."""
+    def timed(wrap) -> float:
+        return together(step_of(model_cfg, images, device, wrap), repeats, device, processes)
+    return {"images": images, "repeats": repeats, "strategies": {
+        strategy.name: found for strategy in strategies if (found := strategy.calibrate(timed)) is not None}}

@@ -189,17 +189,22 @@ def test_the_compute_input_is_single_at_the_threads_of_the_runs_processes():
         "all_reduce": {"alpha_s": 0.0, "beta_s_per_byte": 0.0},
         "send_recv": {"alpha_s": 0.0, "beta_s_per_byte": 0.0}}}}
     measured = prediction_frame([two_threads, one_thread, run], commbench).iloc[0]
-    assert measured["compute_input"] == "single at 1 thread(s), measured"
+    assert measured["compute_input"] == "single at 1 thread(s), measured, per image of 8 a step"
     assert measured["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.15))
+    # a single run with the worker's 4 images a step is preferred: a step costs something of its own
+    four = summary("single", 1, 4, 1, 8.0, dict(split, compute=0.64))  # 0.16 s an image
+    matched = prediction_frame([two_threads, one_thread, four, run], commbench).iloc[0]
+    assert matched["compute_input"] == "single at 1 thread(s), measured, 4 images a step"
+    assert matched["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.16))
     # the model's work does not depend on the data mode: an in-memory run takes the same compute
     in_memory = dict(run, run_id="ddp-mem", summary=dict(run["summary"], data_mode="synthetic"))
     memory_single = dict(two_threads, summary=dict(two_threads["summary"], data_mode="synthetic"))
     both = prediction_frame([one_thread, memory_single, in_memory], commbench).iloc[0]
-    assert both["compute_input"] == "single at 1 thread(s), measured"
+    assert both["compute_input"] == "single at 1 thread(s), measured, per image of 8 a step"
     assert both["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.15))
     assert prediction_frame([one_thread, in_memory], commbench).empty  # no in-memory data wait
     scaled = prediction_frame([two_threads, run], commbench).iloc[0]  # no 1-thread single
-    assert scaled["compute_input"] == "single at 2 thread(s), scaled x2 (assumption)"
+    assert scaled["compute_input"] == "single at 2 thread(s), scaled x2 (assumption), per image of 8 a step"
     assert scaled["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.1 * 2))
 
 

@@ -5,8 +5,10 @@ by more than BOUND is flagged, not hidden. Everything predicted is labelled as a
 
 The compute input is `single`'s seconds per image. On a CPU the processes of one run share its
 cores, so it is taken from a `single` run with as many threads as each process had (the demo
-runs `single` with `threads: 1` for its 2-process runs); without one, single's time is scaled
-by the ratio of threads (an assumption, named per row). On GPUs each process has its own device.
+runs `single` with `threads: 1` and 4 images a step for its 2-process runs of 4 images a
+worker), and of those from one with as many images a step where there is one (a step costs
+something of its own); without one, single's time is scaled by the ratio of threads (an
+assumption, named per row). On GPUs each process has its own device.
 Either way `single` had the host to itself, and a run's processes share it: its compute is
 single's times the slowdown commbench measured with every process computing at once
 (pipeline/training/shared_compute.py), 1 where that was not measured.
@@ -28,7 +30,8 @@ ASSUMPTIONS = (
     "Predictions (cost model): data wait per image from the mean of the `single` runs in the "
     "same data mode; compute and optimizer from the `single` runs (on a CPU, those with the "
     "threads each of the run's processes had, as the processes share the cores; without one, "
-    "single's time scaled by its threads over theirs, an assumption named in the table), times "
+    "single's time scaled by its threads over theirs, an assumption named in the table; of "
+    "those, the runs with as many images a step as each process had, where there are any), times "
     "the slowdown of the model's forward + backward with all of the run's processes computing "
     "at once over one alone, which the commbench stage measured (single had the host to "
     "itself); the "
@@ -101,7 +104,10 @@ def compute_input(summary: RunSummary, singles: list[dict]) -> tuple[dict, str] 
     the cores, so the `single` runs with the threads each process had, in any data mode (the
     model's work does not depend on it); without one, single's time scaled by its threads
     over the run's (the stated assumption, which overstates the cost of fewer threads where
-    threads do not scale linearly)."""
+    threads do not scale linearly). Of those, the runs with as many images a step as each of
+    the run's processes has, where there are any: a step has a cost of its own besides its
+    images' (measured on the demo's detector at 1 thread: 108.5 ms for 4 images a step, 105.3
+    for half of a step of 8), which scaling another batch per image leaves out."""
     mode, threads = summary.data_mode, max(1, summary.threads or 1)
     same_mode = [row for row in singles if row["mode"] == mode]
     if not same_mode:
@@ -115,6 +121,11 @@ def compute_input(summary: RunSummary, singles: list[dict]) -> tuple[dict, str] 
         most = max(row["threads"] for row in same_mode)
         chosen = [row for row in same_mode if row["threads"] == most]
         scale, how = most / threads, f"single at {most} thread(s), scaled x{most / threads:.2g} (assumption)"
+    per_step = [row for row in chosen if row["images"] == summary.images_per_worker]
+    if per_step:
+        chosen, how = per_step, f"{how}, {summary.images_per_worker} images a step"
+    else:
+        how = f"{how}, per image of {'/'.join(sorted({str(row['images']) for row in chosen}))} a step"
     return ({"compute": fmean(row["compute"] for row in chosen) * scale,
              "compute_variance": fmean(row["compute_variance"] for row in chosen) * scale ** 2,
              "optimizer": fmean(row["optimizer"] for row in chosen) * scale,

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
             calibrations = shared_compute.calibrations(REGISTERED, cfg["model"], images, repeats,
                                                        member.device, member.processes)
         if member.rank == 0:
-            for name, found in (calibrations or {"strategies": {}})["strategies"].items():
+            for name, found in (calibrations or {}).get("strategies", {}).items():
                 log.info("%s on the model: %s", name, ", ".join(
                     f"{key} {seconds * 1e3:.1f} ms" for key, seconds in found.items()))
             if shared:

@@ -12,7 +12,10 @@ reason and the next item runs:
   strategies   every registered strategy at one process per GPU (NCCL), and one run for each
                value of each of its choice options (DDP's comm hooks, the server's placement);
                a run the GPUs do not allow is listed with the reason (dp needs 2 GPUs)
-  precision    fp32, bf16 and fp16, each with and without channels-last; and the time split off
+  precision    single in fp32, bf16 and fp16, each with and without channels-last, and the time
+               split off; every other strategy's own 16-bit path (FSDP2's MixedPrecisionPolicy
+               and sharded loss scaler, ZeRO's, DDP's and the server's autocast) in bf16 and
+               fp16 at one process per GPU, listed with its reason where it refuses one
   nvml         the utilisation sampler's GPU samples during those runs
   commbench    the NCCL links timed at the GPU count, and the model's compute alone and with
                every GPU's process at once (pipeline/commbench.py)
@@ -25,8 +28,9 @@ as the measured compute input. Without a GPU the command says so and runs the sa
 tiny sizes on CPU (gloo, 2 processes; the demo's tiny model in every item, the throughput
 table's included: R50-FPN's bf16 step took 33.6 s on 2 cores without native bf16, 17 times its
 fp32 step, and R50-FPN trains on CPU in the coco2017 workflow test): CI runs that smoke
-(tests/test_gpu_check.py), about 2.5 minutes on 2 cores. On one H100 about
-10 minutes by estimate (each of ~20 launches ~15 s of start-up plus its steps): not yet run there.
+(tests/test_gpu_check.py), about 3 minutes on 2 cores. On one H100 about
+12 minutes by estimate (each of ~30 launches ~15 s of start-up plus its steps): not yet run there;
+`--only` splits it into calls of a few items each.
 """
 from __future__ import annotations
 
@@ -102,7 +106,11 @@ def with_model(cfg: dict, sizes: Sizes, tiny: bool) -> dict:
 def train(cfg: dict, entry: dict, out: Path, steps: int) -> dict:
     """`steps` iterations of one run through the launcher, as the workflow's train job starts
     it; its summary, or an exception naming what failed."""
-    run = sweep.fill(entry, cfg)
+    try:
+        run = sweep.fill(entry, cfg, where="gpu check")
+    except params.ParamsError as refused:  # the strategy refuses the entry (ps in fp16): why
+        return {"run_id": f"{entry['strategy']} (refused)", "status": "skipped",
+                "reason": str(refused)}
     why = REGISTERED_BY_NAME[run["strategy"]](run, cfg["parallel"]).unavailable()
     if why:
         return {"run_id": sweep.run_id(run), "status": "skipped", "reason": why}
@@ -145,12 +153,17 @@ def row(summary: dict, **extra) -> dict:
             "device": summary.get("device"), "backend": summary.get("backend")}
 
 
+def workers_for(cls, processes: int) -> int:
+    """One worker per process, up to what the strategy can use."""
+    return min(processes, cls.max_workers or processes)
+
+
 def strategy_entries(processes: int) -> list[dict]:
     """Every registered strategy at `processes` workers (or its most), and one entry for each
     value of each of its choice options: the registry decides, nothing here lists them."""
     entries = []
     for cls in REGISTERED:
-        workers = min(processes, cls.max_workers or processes)
+        workers = workers_for(cls, processes)
         entries.append({"strategy": cls.name, "workers": workers})
         for key, option in cls.options.items():
             choices = option.schema.get("enum") or (
@@ -218,24 +231,33 @@ class Check:
         return {"runs": self._each([job(i, e) for i, e in enumerate(strategy_entries(self.processes))])}
 
     def precision(self) -> dict:
-        settings = [(p, cl, True) for p in PRECISIONS for cl in (False, True)] + [("fp32", False, False)]
+        """single's grid (each precision with and without channels-last; the time split off),
+        then every other strategy's own 16-bit path (FSDP2's MixedPrecisionPolicy and sharded
+        loss scaler, ZeRO's sharded step, DDP's and the server's autocast) in bf16 and fp16 at
+        the check's process count, skipped with the strategy's reason where it refuses one."""
+        single = [({"strategy": "single", "workers": 1, "precision": p}, cl, True)
+                  for p in PRECISIONS for cl in (False, True)]
+        single.append(({"strategy": "single", "workers": 1, "precision": "fp32"}, False, False))
+        others = [({"strategy": cls.name, "workers": workers_for(cls, self.processes),
+                    "precision": p}, False, True)
+                  for cls in REGISTERED if cls.name != "single" for p in PRECISIONS[1:]]
 
-        def job(i: int, precision: str, channels_last: bool, time_split: bool):
+        def job(i: int, entry: dict, channels_last: bool, time_split: bool):
             def run():
-                entry = {"strategy": "single", "workers": 1, "precision": precision}
                 summary = self._run(entry, f"precision-{i}", 2, self.sizes.iterations,
                                     self.sizes.tiny_model, channels_last=channels_last,
                                     time_split=time_split)
-                print(f"   {precision} channels_last={channels_last} time_split={time_split}: "
-                      f"{summary.get('status')}", flush=True)
-                return row(summary, precision=precision, channels_last=channels_last,
-                           time_split=time_split)
+                print(f"   {entry['strategy']} {entry['precision']} channels_last={channels_last} "
+                      f"time_split={time_split}: {summary.get('status')}", flush=True)
+                return row(summary, strategy=entry["strategy"], precision=entry["precision"],
+                           channels_last=channels_last, time_split=time_split)
             return run
-        # On the GPU one at a time, as timings need; in the CPU smoke two single-process runs
-        # at once (its timings mean nothing, its paths do). Multi-process runs never overlap:
-        # two gloo jobs on one host have been seen to cross their messages.
-        return {"runs": self._each([job(i, *setting) for i, setting in enumerate(settings)],
-                                   at_once=1 if self.gpus else 2)}
+        jobs = [job(i, *setting) for i, setting in enumerate(single + others)]
+        # On the GPU one at a time, as timings need; in the CPU smoke single's runs two at once
+        # (its timings mean nothing, its paths do). Multi-process runs never overlap: two gloo
+        # jobs on one host have been seen to cross their messages.
+        return {"runs": self._each(jobs[:len(single)], at_once=1 if self.gpus else 2)
+                + self._each(jobs[len(single):])}
 
     def nvml(self) -> dict:
         samples = [json.loads(line) for d in self.utilisation_dirs

@@ -55,13 +55,25 @@ def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
     assert runs["ddp-fp16-w2-b2-s0"]["bytes_sent_per_iter"] == pytest.approx(plain / 2, rel=1e-6)
     assert runs["ddp-bf16-w2-b2-s0"]["bytes_sent_per_iter"] == pytest.approx(plain / 2, rel=1e-6)
 
-    precision = items["precision"]["runs"]
+    precision = [r for r in items["precision"]["runs"] if r["strategy"] == "single"]
     assert [(r["precision"], r["channels_last"], r["time_split"]) for r in precision] == [
         ("fp32", False, True), ("fp32", True, True), ("bf16", False, True), ("bf16", True, True),
         ("fp16", False, True), ("fp16", True, True), ("fp32", False, False)]
     assert all(r["status"] == "ok" for r in precision), precision
     assert all(r["compute_share"] > 0 for r in precision[:-1])
     assert precision[-1]["compute_share"] is None  # the time split off: the data wait only
+    # every other strategy's own 16-bit path, on the detector through the launcher and loop
+    sixteen = {(r["strategy"], r["precision"]): r for r in items["precision"]["runs"]
+               if r["strategy"] != "single"}
+    assert set(sixteen) == {(cls.name, p) for cls in REGISTERED if cls.name != "single"
+                            for p in ("bf16", "fp16")}
+    for key in (("ddp", "bf16"), ("ddp", "fp16"), ("ps", "bf16"), ("zero", "bf16"), ("zero", "fp16"),
+                ("fsdp", "bf16"), ("fsdp", "fp16")):
+        assert sixteen[key]["status"] == "ok" and sixteen[key]["replicas_identical"], sixteen[key]
+    # FSDP2's MixedPrecisionPolicy gathers 16-bit weights: fewer bytes than its fp32 run
+    assert sixteen[("fsdp", "bf16")]["bytes_sent_per_iter"] < runs["fsdp-w2-b2-s0"]["bytes_sent_per_iter"]
+    assert sixteen[("ps", "fp16")]["status"] == "skipped" and "bf16" in sixteen[("ps", "fp16")]["reason"]
+    assert sixteen[("dp", "bf16")]["status"] == "skipped" and "GPUs" in sixteen[("dp", "bf16")]["reason"]
 
     assert "no GPU visible" in items["nvml"]["skipped"]
     assert items["commbench"]["links"]

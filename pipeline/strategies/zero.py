@@ -44,7 +44,8 @@ class Zero(DDP):
     theory_text = ("3(N-1)/N M per rank for ZeRO-1 (a ring all-reduce of the gradients, then a "
                    "broadcast of each rank's updated 1/N of the weights)")
     memory_text = ("the whole weights and gradients and 1/N of the momentum (2M + M/N), and DDP's "
-                   "M of gradient buckets")
+                   "M of gradient buckets; its partitions are whole tensors, so a model with one "
+                   "large tensor (the demo's box head) leaves more than 1/N on its busiest rank")
     bytes_counted = ("ZeRO-1's are DDP's, plus the bytes of the partitions its optimizer "
                      "broadcasts after each step, read from the optimizer's own partition.")
 

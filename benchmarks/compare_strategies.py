@@ -38,7 +38,15 @@ SWEEP = [
     {"strategy": "ps", "workers": 1, "images_per_worker": 8, "placement": "colocated"},
     {"strategy": "ps", "workers": 2, "images_per_worker": 4, "placement": "colocated"},
     {"strategy": "ps", "workers": 1, "images_per_worker": 8, "placement": "dedicated"},
+    {"strategy": "zero", "workers": 2, "images_per_worker": 4},
+    {"strategy": "fsdp", "workers": 2, "images_per_worker": 4},
+    {"strategy": "fsdp", "workers": 2, "images_per_worker": 4, "reshard_after_forward": False},
 ]
+
+
+def percent(share: float | None) -> str:
+    """A communication share; '-' where the strategy times none apart (fsdp: in compute)."""
+    return "-" if share is None else f"{100 * share:.1f}"
 
 
 def main() -> None:
@@ -67,14 +75,15 @@ def main() -> None:
             summaries[sweep.run_id(run)] = json.loads((out / "train_summary.json").read_text())
             print(f"pass {repeat + 1}: done {sweep.run_id(run)}", file=sys.stderr)
         passes.append(summaries)
-    rows = []
+    rows, single = [], sweep.run_id(sweep.fill(SWEEP[0], cfg))
     for run_id, first in passes[0].items():
         runs = [p[run_id] for p in passes if run_id in p]
-        speedups = [p[run_id]["images_per_second"] / p["single-w1-b8"]["images_per_second"]
-                    for p in passes if run_id in p and "single-w1-b8" in p]
+        speedups = [p[run_id]["images_per_second"] / p[single]["images_per_second"]
+                    for p in passes if run_id in p and single in p]
         rows.append({**first, "images_per_second": median(r["images_per_second"] for r in runs),
                      "speedup": median(speedups),
-                     "communication_share": median(r["communication_share"] for r in runs),
+                     "communication_share": (None if first["communication_share"] is None else
+                                             median(r["communication_share"] for r in runs)),
                      "sec_per_iter": {"p50": median(r["sec_per_iter"]["p50"] for r in runs)},
                      "replicas_identical": all(r["replicas_identical"] for r in runs)})
     header = (f"{'run':<24}{'procs':>6}{'threads':>8}{'img/s':>8}{'speed-up':>9}{'s/it p50':>9}"
@@ -88,7 +97,7 @@ def main() -> None:
         ratio = f"{measured / theory:.3f}" if theory else "-"
         print(f"{r['run_id']:<24}{r['processes']:>6}{r['threads']:>8}{r['images_per_second']:>8.1f}"
               f"{r['speedup']:>9.2f}{r['sec_per_iter']['p50']:>9.3f}"
-              f"{100 * r['communication_share']:>8.1f}{measured:>16.2f}{theory:>14.2f}{ratio:>7}"
+              f"{percent(r['communication_share']):>8}{measured:>16.2f}{theory:>14.2f}{ratio:>7}"
               f"{'yes' if r['replicas_identical'] else 'NO':>6}")
 
 

@@ -155,6 +155,34 @@ def test_every_multi_process_run_is_predicted_and_a_miss_is_flagged():
     assert unmeasured.iloc[0]["flag"] == "no commbench for this process count"
 
 
+def test_a_strategy_exchanging_inside_its_passes_shows_no_measured_communication():
+    """FSDP2 gathers and reduce-scatters inside forward and backward: the loop's split holds
+    that in compute, so its 0 s of communication is not shown as a measurement beside the
+    prediction, and the report's definition says so; DDP's timed wait is shown."""
+    from pipeline.report.findings import communication_definition
+    from pipeline.report.prediction import prediction_frame
+    from pipeline.strategies import REGISTERED
+
+    steps = {"compute": 0.8, "data": 0.02, "optimizer": 0.01, "communication": 0.0}
+    single = summary("single", 1, 8, 2, 10.0, steps)
+    ddp_run = summary("ddp", 2, 4, 1, 9.5, dict(steps, communication=0.01), comm_hook="none")
+    fsdp_run = summary("fsdp", 2, 4, 1, 8.0, steps, reshard_after_forward=True)
+    commbench = {2: {"processes": 2, "backend": "gloo", "primitives": {
+        "all_reduce": {"alpha_s": 1e-3, "beta_s_per_byte": 1e-9},
+        "send_recv": {"alpha_s": 1e-4, "beta_s_per_byte": 5e-10}}}}
+    frame = prediction_frame([single, ddp_run, fsdp_run], commbench).set_index("run_id")
+    assert frame.loc["ddp-w2", "measured_communication_s"] == pytest.approx(0.01)
+    assert math.isnan(frame.loc["fsdp-w2", "measured_communication_s"])
+    assert frame.loc["fsdp-w2", "predicted_communication_s"] > 0  # the model still states it
+
+    definition = communication_definition()
+    inside = [cls.label for cls in REGISTERED if cls.communication_timed is None]
+    assert set(inside) == {STRATEGIES["fsdp"].label, DP.label}
+    assert f"{' and '.join(inside)} exchange inside the forward and backward passes" in definition
+    assert all(f"{cls.label}: {cls.communication_timed}" in definition
+               for cls in REGISTERED if cls.communication_timed)
+
+
 def test_compute_slows_by_what_commbench_measured_with_every_process_at_once():
     """single had the host to itself; the run's processes share it: its compute is single's
     times commbench's shared-compute factor, and the report says what was measured."""

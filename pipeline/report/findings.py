@@ -92,6 +92,19 @@ def bytes_sentences() -> str:
             f"the theory, for M bytes of gradients: {theory}. How they are counted differs. {counted}")
 
 
+def communication_definition() -> str:
+    """What the time split's communication holds, strategy by strategy
+    (Strategy.communication_timed): the report's definition and the paper's."""
+    from pipeline.strategies import REGISTERED
+
+    timed = "; ".join(f"{cls.label}: {cls.communication_timed}" for cls in REGISTERED
+                      if cls.communication_timed)
+    inside = [cls.label for cls in REGISTERED if cls.communication_timed is None]
+    within = (f"; {' and '.join(inside)} exchange inside the forward and backward passes, so their "
+              "communication counts as compute and none is timed apart" if inside else "")
+    return f"communication = the strategy's own exchange ({timed}){within}"
+
+
 def memory_sentences() -> str:
     """What each strategy's busiest process holds by its analysis (Strategy.memory_text)."""
     from pipeline.strategies import REGISTERED
@@ -121,6 +134,7 @@ def numbers_tex(runs: list[dict], summary: pd.DataFrame, comparisons: pd.DataFra
            _macro("TorchVersion", _tex_escape(torch)),
            _macro("TorchvisionAP", f"{torchvision_ap:.3f}"),
            _macro("BytesCounted", _tex_escape(bytes_sentences())),
+           _macro("CommunicationTimed", _tex_escape(communication_definition())),
            "\\newcommand{\\published}[2]{\\csname published@#1@#2\\endcsname}\n",
            "\\newcommand{\\result}[2]{\\csname result@#1@#2\\endcsname}\n"]
     out += [f"\\expandafter\\def\\csname published@{method}@{key}\\endcsname{{{value}}}\n"

@@ -158,6 +158,18 @@ def predict_run(summary: RunSummary, single: dict, network: Network | None,
                      images=summary.global_batch, wait=wait)
 
 
+def measured_communication(summary: RunSummary) -> float:
+    """The run's communication seconds per iteration, as its time split timed them; NaN where
+    its strategy exchanges inside the forward and backward (Strategy.communication_timed None:
+    the split holds them in compute) or the split was off."""
+    from pipeline.strategies import lookup
+
+    split = summary.time_split
+    if lookup(summary.strategy).communication_timed is None or not split or split.communication is None:
+        return math.nan
+    return split.communication
+
+
 def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFrame:
     """One row per ok run with more than one process: predicted and measured images/s and
     communication seconds, their ratio, and a flag where the model misses by more than BOUND.
@@ -182,9 +194,7 @@ def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFra
                      "shared_compute_factor": shared,
                      "measured_images_per_second": measured,
                      "predicted_images_per_second": predicted.images_per_second, "ratio": ratio,
-                     "measured_communication_s": (s.time_split.communication
-                                                  if s.time_split and s.time_split.communication is not None
-                                                  else math.nan),
+                     "measured_communication_s": measured_communication(s),
                      "predicted_communication_s": predicted.communication, "flag": flag})
     return pd.DataFrame(rows, columns=COLUMNS)
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from .figures import FIGURES
-from .findings import (bytes_sentences, memory_sentences, data_mode_findings, scaling_findings,
-                       time_to_accuracy_findings)
+from .findings import (bytes_sentences, communication_definition, data_mode_findings,
+                       memory_sentences, scaling_findings, time_to_accuracy_findings)
 from .load import PROGRESS_DEFINITION, _read_input
 from .noise import NOISE_RULE
 from .tables import markdown_table
@@ -128,10 +128,7 @@ def report_sections(runs, summary, shown, published, preset, figure_ext, compare
             f"time per iteration = mean wall-clock seconds per training iteration, excluding the "
             f"first {' or '.join(warmup)} (warm-up) iterations of the run", PROGRESS_DEFINITION,
             "time split: data = waiting for the next batch; compute = forward and backward; "
-            "communication = the strategy's own exchange (parameter server: sending gradients "
-            "and receiving weights; DDP: the time backward waits for the last all-reduce bucket "
-            "once its gradients are ready, the rest of the all-reduce overlapping compute); "
-            "optimizer = the weight update",
+            f"{communication_definition()}; optimizer = the weight update",
             "AP, AP50, AP75 = COCO box average precision (pycocotools); a size-range AP of -1 "
             "(no objects of that size) is left empty in summary.csv"]},
         {"title": "Figures", "figures": [(name, f"figures/{name}.{figure_ext}", entry.caption)

@@ -119,6 +119,10 @@ class Strategy:
     bytes_counted = ""
     # What its busiest process holds, by memory_theory (the report's memory sentence)
     memory_text = "the whole weights, gradients and momentum, M each (3M)"
+    # What the time split's communication holds for its runs (the report's and paper's
+    # definition): "" where nothing is communicated; None where its exchanges run inside the
+    # forward and backward passes, so that the loop cannot time them apart from compute
+    communication_timed: str | None = ""
 
     @classmethod
     def is_baseline(cls, variant: str) -> bool:

@@ -92,6 +92,8 @@ class DDP(TorchrunStrategy):
                      "hands to the all-reduce, times the ring's 2(N-1)/N (not read from the network).")
     memory_text = ("the whole weights, gradients and momentum, M each (3M), and another M in its "
                    "gradient buckets (not counted as owned state)")
+    communication_timed = ("the time backward waits for the last all-reduce bucket once its "
+                           "gradients are ready, the rest of the all-reduce overlapping compute")
     RING = "DDP (ring all-reduce)"  # the curve the report's sentences compare with
 
     @classmethod

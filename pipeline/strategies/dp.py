@@ -86,6 +86,7 @@ class DataParallel(Strategy):
     # where the workflow runs (tests/test_strategies.py checks its step where GPUs exist).
     equivalence_entry = None
     theory_text = "(N-1)M replicated from and reduced to device 0 by DataParallel"
+    communication_timed = None  # replicate, scatter and gather happen inside forward and backward
     bytes_counted = "DataParallel's are counted from the size of the weights it replicates."
     DEVICE_0 = "DataParallel (device 0)"  # the curve the report's sentences compare with
 

@@ -93,6 +93,7 @@ class FSDP(TorchrunStrategy):
                    "2(N-1)/N M without")
     memory_text = ("1/N of the weights, gradients and momentum (3M/N), and while a block computes, "
                    "its whole weights (and gradients in the backward): at most the largest block")
+    communication_timed = None  # each unit's gathers and reduce-scatters run in its passes
     bytes_counted = ("FSDP's are the bytes of each unit's shards as a ring all-gather or "
                      "reduce-scatter moves them, counted when each unit gathers its weights "
                      "(seen sharded as it starts its forward, or resharded after it) and when "

@@ -88,6 +88,7 @@ class ParameterServer(TorchrunStrategy):
     equivalence_entry = {"workers": 2, "images_per_worker": 4}
     theory_text = ("2(N-1)M through a co-located server and 2NM through a dedicated one (split "
                    "over K server shards: 2(M + (N-2)M/K) and 2NM/K)")
+    communication_timed = "a worker's sending its gradients and receiving the updated weights"
     bytes_counted = ("The parameter server counts the bytes of the messages it really sends and "
                      "receives.")
     memory_text = ("the whole weights and gradients on every process, the momentum 1/K on each "

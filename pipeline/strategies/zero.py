@@ -46,6 +46,8 @@ class Zero(DDP):
     memory_text = ("the whole weights and gradients and 1/N of the momentum (2M + M/N), and DDP's "
                    "M of gradient buckets; its partitions are whole tensors, so a model with one "
                    "large tensor (the demo's box head) leaves more than 1/N on its busiest rank")
+    communication_timed = ("DDP's wait for the last all-reduce bucket (the broadcast of the "
+                           "updated weights is one call with the step: optimizer time)")
     bytes_counted = ("ZeRO-1's are DDP's, plus the bytes of the partitions its optimizer "
                      "broadcasts after each step, read from the optimizer's own partition.")
 

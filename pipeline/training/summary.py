@@ -120,8 +120,10 @@ def summary_of(log_path: Path, job, ranks: list[RankReport]) -> RunSummary:
                                          p50=float(np.percentile(times, 50)),
                                          p95=float(np.percentile(times, 95))),
         time_split=TimeSplit(**split), timing_excludes_first_iterations=WARMUP_ITERATIONS_EXCLUDED,
+        # None where the strategy exchanges inside forward and backward: no share was timed
         communication_share=(split["communication"] / float(times.mean())
-                             if "communication" in split else None),
+                             if "communication" in split
+                             and job.strategy.communication_timed is not None else None),
         ranks=ranks, replicas_identical=len({r.checksum for r in ranks}) == 1, **facts,
         epoch_loss=epoch_loss,
         final_loss=epoch_loss[-1] if epoch_loss else math.nan)

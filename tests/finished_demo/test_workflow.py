@@ -86,6 +86,12 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
     assert set(predicted) == {"ddp-w2-b2-s0", "ddp-w2-b2-s1", "ps-colocated-w2-b2-s0", "zero-w2-b2-s0",
                               "fsdp-w2-b2-s0"}
     assert all(float(row["predicted_images_per_second"]) > 0 for row in predicted.values())
+    # FSDP2 exchanges inside forward and backward: no communication of its own was timed, and
+    # neither the summary nor the prediction shows one; DDP's wait for its last bucket is timed
+    assert summary["fsdp-w2-b2-s0"]["communication_share"] == predicted["fsdp-w2-b2-s0"]["measured_communication_s"] == ""
+    assert float(summary["ddp-w2-b2-s0"]["communication_share"]) > 0
+    assert float(predicted["ddp-w2-b2-s0"]["measured_communication_s"]) > 0
+    assert "FSDP2 exchange inside the forward and backward passes" in report_md
     assert {round(float(row["shared_compute_factor"]), 3) for row in predicted.values()} == {round(shared["factor"], 3)}
     assert "Predicted against measured (cost model)" in report_md and "2 processes, all_reduce over gloo" in report_md
     assert "2 processes, fsdp timed on the model (forward + backward of 4 images" in report_md  # FSDP2's cost

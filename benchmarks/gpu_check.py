@@ -30,7 +30,8 @@ table's included: R50-FPN's bf16 step took 33.6 s on 2 cores without native bf16
 fp32 step, and R50-FPN trains on CPU in the coco2017 workflow test): CI runs that smoke
 (tests/test_gpu_check.py), about 3 minutes on 2 cores. On one H100 about
 12 minutes by estimate (each of ~30 launches ~15 s of start-up plus its steps): not yet run there;
-`--only` splits it into calls of a few items each.
+`--only` splits it into calls of a few items each (nvml reads the samples of the training
+items of its own call: `--only strategies nvml`).
 """
 from __future__ import annotations
 

@@ -7,15 +7,20 @@ import logging
 import pytest
 import torch
 from PIL import Image
+from torchvision.transforms import v2
 
 from pipeline.data.dataset import (
+    MIRROR,
     CocoDetection,
     DatasetError,
     annotation_path,
     build_manifest,
     clean_box,
+    collate,
+    to_model_input,
 )
 from pipeline.data.sampler import ShardedBatchSampler, aspect_ratio_groups
+from pipeline.training.train import to_device
 
 from .conftest import write_coco
 
@@ -25,7 +30,7 @@ def test_targets_match_annotations(small_dataset):
     document = json.loads(annotation_path(small_dataset, "val").read_text())
     for index in range(len(dataset)):
         image, target = dataset[index]
-        assert image.dtype == torch.float32 and 0 <= image.min() and image.max() <= 1
+        assert image.dtype == torch.uint8 and image.shape[0] == 3
         expected = [a for a in document["annotations"] if a["image_id"] == target["image_id"]]
         boxes = torch.tensor([[x, y, x + w, y + h] for x, y, w, h in (a["bbox"] for a in expected)])
         assert torch.equal(target["boxes"], boxes.reshape(-1, 4).float())
@@ -43,6 +48,33 @@ def test_horizontal_flip_moves_boxes_with_pixels(small_dataset):
     mirrored = target["boxes"][:, [2, 1, 0, 3]] * torch.tensor([-1, 1, -1, 1]) + torch.tensor([width, 0, width, 0])
     assert torch.allclose(target_f["boxes"], mirrored)
     assert torch.equal(target_f["labels"], target["labels"])
+
+
+def test_model_sees_the_float_loaders_pixels_bit_for_bit(small_dataset):
+    """The loader hands uint8 and `to_device` scales it: the model must see what the loader's
+    former float path gave (v2.ToImage + ToDtype(scale) on the PIL image, then the flip)."""
+    float_loader = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
+    dataset = CocoDetection(small_dataset, "train", train=True, horizontal_flip=0.5)
+    dataset.set_epoch(seed=0, epoch=0)
+    flipped = [i for i in range(len(dataset)) if dataset.flips(i)]
+    plain = [i for i in range(len(dataset)) if not dataset.flips(i)]
+    indices = flipped[:2] + plain[:2]
+    assert len(indices) == 4  # flipped and unflipped images both checked
+    loader = torch.utils.data.DataLoader(torch.utils.data.Subset(dataset, indices),
+                                         batch_size=len(indices), collate_fn=collate)
+    batch = next(iter(loader))
+    assert all(image.dtype == torch.uint8 for image in batch[0])
+    images, targets = to_device(*batch, torch.device("cpu"))
+    for index, image, target in zip(indices, images, targets):
+        expected, boxes = float_loader(dataset.load_image(index), dataset.target(index)["boxes"])
+        if index in flipped:
+            expected, boxes = MIRROR(expected, boxes)
+        assert image.dtype == torch.float32 and image.shape == expected.shape
+        # Bit for bit (torch.equal would let -0.0 pass for 0.0): the float32 words themselves.
+        assert torch.equal(image.contiguous().view(torch.int32), expected.contiguous().view(torch.int32))
+        assert torch.equal(target["boxes"], boxes.as_subclass(torch.Tensor))
+    already = torch.rand(3, 4, 5)
+    assert to_model_input(already, torch.device("cpu")) is already  # float passes through
 
 
 def test_clean_box():
@@ -185,7 +217,7 @@ def test_in_memory_data_has_the_shapes_and_targets_without_reading_images(small_
     for index in range(len(memory)):
         image, target = memory[index]
         source, _ = real.images[index % 3]
-        assert image.shape == (3, source["height"], source["width"]) and image.dtype == torch.float32
+        assert image.shape == (3, source["height"], source["width"]) and image.dtype == torch.uint8
         expected = real.target(index % 3)
         assert torch.equal(target["boxes"], expected["boxes"].as_subclass(torch.Tensor))
         assert torch.equal(target["labels"], expected["labels"])

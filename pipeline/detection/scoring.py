@@ -91,14 +91,14 @@ def to_coco_results(image_id: int, output: dict, score_threshold: float) -> list
 
 def predict(model, dataset, batch_size: int, device: torch.device,
             score_threshold: float) -> list[dict]:
-    from ..data.dataset import collate
+    from ..data.dataset import collate, to_model_input
 
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate)
     model.eval()
     detections = []
     with torch.no_grad():
         for images, targets in loader:
-            outputs = model([image.to(device) for image in images])
+            outputs = model([to_model_input(image, device) for image in images])  # uint8 in
             for target, output in zip(targets, outputs):
                 output = {k: v.cpu() for k, v in output.items()}
                 detections += to_coco_results(target["image_id"], output, score_threshold)

@@ -33,7 +33,7 @@ import torch
 from .. import strategies
 from ..config import cli
 from ..config.params import scaled_lr
-from ..data.dataset import CocoDetection, DatasetError, InMemory, collate
+from ..data.dataset import CocoDetection, DatasetError, InMemory, collate, to_model_input
 from ..data.sampler import ShardedBatchSampler, aspect_ratio_groups
 from ..detection import scoring
 from ..detection.model import build_model
@@ -110,7 +110,8 @@ class Progress:
 
 
 def to_device(images, targets, device):
-    images = [image.to(device, non_blocking=True) for image in images]
+    # The loader's uint8 images are copied as such and made float32 in [0, 1] on the device.
+    images = [to_model_input(image, device) for image in images]
     targets = [{k: (v.to(device) if torch.is_tensor(v) else v) for k, v in t.items()}
                for t in targets]
     return images, targets

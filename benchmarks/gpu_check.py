@@ -1,14 +1,20 @@
 """One offline command that checks every GPU path of the benchmark on this host and records
-the figures: a Markdown and a JSON bundle with their provenance.
+the figures: a Markdown and a JSON bundle with their provenance, rewritten as each run finishes
+(a sitting cut off by its time limit keeps every row it measured).
 
-    python benchmarks/gpu_check.py [--out gpu-check] [--results results]
+    python benchmarks/gpu_check.py [--out gpu-check] [--results results] [--quick] [--only ITEM...]
 
 It needs no internet and no dataset: the coco2017 preset's model (R50-FPN, frozen BatchNorm,
-3 trainable backbone stages; random backbone weights from a local file) trains on synthetic
-COCO-layout images at COCO's sizes (640 px, resized by the model to 800) through the project's
-own launcher and training loop. Each item runs on its own; a failure is recorded with its
-reason and the next item runs:
+3 trainable backbone stages) trains on synthetic COCO-layout images at COCO's sizes (640 px,
+resized by the model to 800) through the project's own launcher and training loop. Its backbone
+is a random ResNet-50 whose BatchNorm statistics were gathered on the check's own images
+(`calibrated_backbone`): with a random backbone's statistics (mean 0, variance 1) frozen, the
+detector diverged within a few steps on an H100. Each item runs on its own; a failure is
+recorded with its one-line reason (the failing rank's own error) and the next item runs:
 
+  overhead     every registered strategy at one process (nothing to communicate) in bf16,
+               beside single at the smallest and largest images per GPU: what wrapping and
+               measuring cost an iteration (milliseconds over single, ratio of images/s)
   strategies   every registered strategy at one process per GPU (NCCL), and one run for each
                value of each of its choice options (DDP's comm hooks, the server's placement);
                a run the GPUs do not allow is listed with the reason (dp needs 2 GPUs)
@@ -22,27 +28,33 @@ reason and the next item runs:
   throughput   R50-FPN at 2, 8 and 16 images per GPU, fp32 and bf16: images/s, the data wait's
                share of an iteration, SM utilisation and peak GPU memory in use (both NVML)
 
+`--quick` is what a short loan of one GPU covers: overhead, throughput (2 and 16 images per
+GPU) and nvml, 15 timed iterations a run: about 14 launches, each ~15 s of start-up plus its
+steps, by estimate 5-6 minutes on one H100 (not yet run there).
+
 The single-GPU run at the recipe's 2 images (fp32) is kept as results/runs/gpu-check/: set
 report.predict.compute.preset to gpu-check and the predicted scaling uses its time per image
 as the measured compute input. Without a GPU the command says so and runs the same items at
-tiny sizes on CPU (gloo, 2 processes; the demo's tiny model in every item, the throughput
-table's included: R50-FPN's bf16 step took 33.6 s on 2 cores without native bf16, 17 times its
-fp32 step, and R50-FPN trains on CPU in the coco2017 workflow test): CI runs that smoke
-(tests/test_gpu_check.py), about 3 minutes on 2 cores. On one H100 about
-12 minutes by estimate (each of ~30 launches ~15 s of start-up plus its steps): not yet run there;
-`--only` splits it into calls of a few items each (nvml reads the samples of the training
-items of its own call: `--only strategies nvml`).
+tiny sizes on CPU (gloo, 2 processes; the demo's tiny model in every item but the throughput
+table's fp32 rows, which train the real R50-FPN with the check's backbone at 64 px: R50-FPN's
+bf16 step is many times its fp32 step on CPUs without native bf16): CI runs that smoke
+(tests/test_gpu_check.py), about 4 minutes on 2 cores. The whole check on one H100 is about
+12 minutes by estimate (each of ~40 launches ~15 s of start-up plus its steps): `--only`
+splits it into calls of a few items each (nvml reads the samples of the training items of its
+own call: `--only strategies nvml`).
 """
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
 import json
+import math
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -51,6 +63,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.common import one_process_entry, strategy_entries, workers_for  # noqa: E402
 from pipeline.config import params  # noqa: E402
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.launch import command, evaluation_command  # noqa: E402
@@ -75,9 +88,14 @@ class Sizes:
 
 GPU = Sizes(image_size=640, min_size=800, iterations=20, batches=(2, 8, 16), table_iterations=30,
             tiny_model=False)
+# --quick: what a short loan of one GPU can cover (see QUICK_ITEMS), fewer timed iterations
+QUICK = Sizes(image_size=640, min_size=800, iterations=15, batches=(2, 16), table_iterations=15,
+              tiny_model=False)
 CPU_SMOKE = Sizes(image_size=64, min_size=64, iterations=2, batches=(2,), table_iterations=2,
                   tiny_model=True)
 WARMUP = 5  # iterations every summary leaves out of its timings
+ITEMS = ("overhead", "strategies", "precision", "nvml", "commbench", "throughput")
+QUICK_ITEMS = ("overhead", "throughput", "nvml")
 
 
 def base_config(sizes: Sizes, processes: int, data_root: Path, backbone: Path) -> dict:
@@ -93,6 +111,41 @@ def base_config(sizes: Sizes, processes: int, data_root: Path, backbone: Path) -
                         warmup_iters=0, print_every=10)
     cfg["eval"]["every_epochs"] = 0
     return cfg
+
+
+def calibrated_backbone(cfg: dict, images: int = 32, batch: int = 4) -> dict:
+    """A random ResNet-50 whose BatchNorm statistics are gathered on the check's own training
+    images, as the model sees them (normalised and resized by its transform).
+
+    The recipe freezes BatchNorm at the statistics the backbone comes with. Random weights come
+    with mean 0 and variance 1, so each residual stage amplifies its input (a layer4 output of
+    std ~40 on noise) and training diverges within a few steps on a GPU (non-finite losses
+    at 8-16 images per GPU, fp32 and bf16). Statistics averaged over real images make every
+    frozen BatchNorm normalise again: the backbone trains as a pretrained one would, with
+    ImageNet weights neither needed nor downloaded."""
+    import torch
+    from torchvision.models import resnet50
+    from torchvision.models.detection.transform import GeneralizedRCNNTransform
+    from torchvision.transforms.v2 import functional as F
+
+    from pipeline.data.dataset import CocoDetection
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    body = resnet50(weights=None).to(device)
+    for module in body.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.momentum = None  # a cumulative average over every batch, not the last few
+    transform = GeneralizedRCNNTransform(cfg["model"]["min_size"], cfg["model"]["max_size"],
+                                         image_mean=[0.485, 0.456, 0.406],
+                                         image_std=[0.229, 0.224, 0.225])  # FasterRCNN's own
+    dataset = CocoDetection(cfg["data"]["root"], "train", train=True)
+    body.train()
+    with torch.no_grad():
+        for first in range(0, min(images, len(dataset)), batch):
+            pictures = [F.to_dtype(F.to_image(dataset.load_image(i)), torch.float32, scale=True).to(device)
+                        for i in range(first, min(first + batch, images, len(dataset)))]
+            body(transform(pictures)[0].tensors)
+    return {name: value.cpu() for name, value in body.state_dict().items()}
 
 
 def with_model(cfg: dict, sizes: Sizes, tiny: bool) -> dict:
@@ -117,13 +170,37 @@ def train(cfg: dict, entry: dict, out: Path, steps: int) -> dict:
         return {"run_id": sweep.run_id(run), "status": "skipped", "reason": why}
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
-    result = subprocess.run(command(cfg, run, str(out)) + ["--max-steps", str(steps)], cwd=REPO, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(command(cfg, run, str(out)) + ["--max-steps", str(steps)], cwd=REPO,
+                            capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
-        raise RuntimeError(f"{sweep.run_id(run)} failed:\n{result.stderr[-1500:]}")
+        raise RunFailed(f"{sweep.run_id(run)}: {failure_line(result.stderr)}", result.stderr[-3000:])
     summary = json.loads((out / "train_summary.json").read_text())
     summary["wall_seconds"] = time.perf_counter() - started
+    summary["losses_finite"] = losses_finite(out / "iterations.jsonl")
     return summary
+
+
+class RunFailed(RuntimeError):
+    """A run that exited with an error: its one-line reason, and the end of its log."""
+
+    def __init__(self, reason: str, log: str):
+        super().__init__(reason)
+        self.log = log
+
+
+def failure_line(stderr: str) -> str:
+    """Why a run failed, in one line: the last `error: ...` line its stages print (the failing
+    rank's own error, pipeline/runtime/failure.py), else its last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or ["no output"])[-1]
+
+
+def losses_finite(iterations: Path) -> bool | None:
+    """Whether every recorded loss of a run is finite (None: no iteration recorded a loss)."""
+    losses = [json.loads(line).get("loss") for line in iterations.read_text().splitlines() if line]
+    losses = [loss for loss in losses if loss is not None]
+    return all(math.isfinite(loss) for loss in losses) if losses else None
 
 
 REGISTERED_BY_NAME = {cls.name: cls for cls in REGISTERED}
@@ -133,13 +210,16 @@ def row(summary: dict, **extra) -> dict:
     """The figures of one run that the bundle keeps."""
     if summary.get("status") != "ok":
         return {"run_id": summary["run_id"], "status": summary.get("status"),
-                "reason": summary.get("reason"), **extra}
+                "reason": summary.get("reason"), **extra,
+                **({"log": summary["log"]} if summary.get("log") else {})}
     ranks = summary.get("ranks") or []
     busiest = max(ranks, key=lambda r: r["bytes_per_iteration"]["sent"]) if ranks else None
     split = summary.get("time_split") or {}
     return {"run_id": summary["run_id"], "status": "ok", **extra,
             "images_per_second": summary["images_per_second"],
             "sec_per_iter": summary["sec_per_iter"]["mean"],
+            "losses_finite": summary.get("losses_finite"),
+            "model": summary.get("model"),
             "data_share": split.get("data", 0.0) / summary["sec_per_iter"]["mean"] if split else None,
             # the time split off leaves the data wait only
             "compute_share": split["compute"] / summary["sec_per_iter"]["mean"] if split.get("compute") else None,
@@ -154,53 +234,62 @@ def row(summary: dict, **extra) -> dict:
             "device": summary.get("device"), "backend": summary.get("backend")}
 
 
-def workers_for(cls, processes: int) -> int:
-    """One worker per process, up to what the strategy can use."""
-    return min(processes, cls.max_workers or processes)
-
-
-def strategy_entries(processes: int) -> list[dict]:
-    """Every registered strategy at `processes` workers (or its most), and one entry for each
-    value of each of its choice options: the registry decides, nothing here lists them."""
-    entries = []
-    for cls in REGISTERED:
-        workers = workers_for(cls, processes)
-        entries.append({"strategy": cls.name, "workers": workers})
-        for key, option in cls.options.items():
-            choices = option.schema.get("enum") or (
-                [True, False] if option.schema.get("type") == "boolean" else [])
-            for value in choices:
-                if value != option.default:
-                    entries.append({"strategy": cls.name, "workers": workers, key: value})
-    return entries
-
-
 class Check:
-    """The items, each recorded as done, skipped or failed (with its reason)."""
+    """The items, each recorded as done, skipped or failed (with its reason). The bundle is
+    rewritten as each run finishes, so a sitting cut off by its time limit still leaves every
+    row it measured (its item then reads "running")."""
 
-    def __init__(self, sizes: Sizes, work: Path, results: Path, gpus: int):
+    def __init__(self, sizes: Sizes, work: Path, results: Path, gpus: int, out: Path, mode: str):
         self.sizes, self.work, self.results, self.gpus = sizes, work, results, gpus
+        self.out, self.mode = out, mode
         self.processes = gpus if gpus else 2  # one per GPU; on CPU, 2 gloo processes
-        backbone = work / "resnet50-random.pth"
-        import torch
-        from torchvision.models import resnet50
-        torch.save(resnet50(weights=None).state_dict(), backbone)
-        self.cfg = base_config(sizes, self.processes, work / "data", backbone)
-        synthetic.generate(self.cfg["data"]["root"], self.cfg["data"]["synthetic"])
+        self.started = time.perf_counter()
         self.items: dict[str, dict] = {}
         self.utilisation_dirs: list[Path] = []
+        self.lock = threading.Lock()
+        import torch
+        self.device = torch.cuda.get_device_name(0) if gpus else "CPU"
+        self.provenance = provenance.collect({"sizes": sizes.__dict__}, world_size=self.processes)
+        backbone = work / "resnet50-calibrated.pth"
+        self.cfg = base_config(sizes, self.processes, work / "data", backbone)
+        synthetic.generate(self.cfg["data"]["root"], self.cfg["data"]["synthetic"])
+        torch.save(calibrated_backbone(self.cfg), backbone)
+
+    def bundle(self) -> dict:
+        return {"device": self.device, "gpus": self.gpus, "mode": self.mode,
+                "sizes": self.sizes.__dict__, "seconds": time.perf_counter() - self.started,
+                "items": self.items, "provenance": self.provenance}
+
+    def save(self) -> None:
+        """gpu_check.json and .md as they stand (each written whole, then renamed)."""
+        with self.lock:
+            bundle = json.loads(json.dumps(self.bundle()))
+            write_json(self.out / "gpu_check.json", bundle)
+            write_text(self.out / "gpu_check.md", markdown(bundle))
+
+    def add(self, name: str, found: dict) -> dict:
+        """One finished run's row, into the bundle at once."""
+        with self.lock:
+            self.items[name]["runs"].append(found)
+        self.save()
+        return found
 
     def item(self, name: str, body) -> None:
         started = time.perf_counter()
         print(f"== {name}", flush=True)
+        self.items[name] = {"status": "running", "runs": []}
+        self.save()
         try:
             found = body()
-            self.items[name] = {"status": "done", **found}
+            self.items[name].update(status="done", **found)
         except Exception as err:  # each failure is reported, and the check goes on
-            self.items[name] = {"status": "failed", "reason": f"{type(err).__name__}: {err}",
-                                "traceback": traceback.format_exc()[-3000:]}
+            self.items[name].update(status="failed", reason=f"{type(err).__name__}: {err}",
+                                    traceback=traceback.format_exc()[-3000:])
             print(f"   failed: {err}", flush=True)
         self.items[name]["seconds"] = round(time.perf_counter() - started, 1)
+        if not self.items[name]["runs"]:
+            del self.items[name]["runs"]
+        self.save()
 
     def _run(self, entry: dict, name: str, per_gpu: int, iterations: int, tiny: bool,
              **train_overrides) -> dict:
@@ -210,16 +299,43 @@ class Check:
         out = self.work / "runs" / name
         try:
             summary = train(cfg, entry, out, WARMUP + iterations)
+        except RunFailed as err:
+            return {"run_id": name, "status": "failed", "reason": str(err), "log": err.log}
         except Exception as err:
-            return {"run_id": name, "status": "failed", "reason": str(err)[-1500:]}
+            return {"run_id": name, "status": "failed", "reason": f"{type(err).__name__}: {err}"}
+        summary["model"] = cfg["model"]["arch"]
         if (out / "utilisation.jsonl").exists():
             self.utilisation_dirs.append(out)
         return summary
 
     def _each(self, jobs: list, at_once: int = 1) -> list:
-        """Run each job (a function of no arguments), `at_once` at a time."""
+        """Run each job (a function of no arguments), `at_once` at a time; their rows in order."""
         with concurrent.futures.ThreadPoolExecutor(at_once) as pool:
             return list(pool.map(lambda job: job(), jobs))
+
+    def overhead(self) -> dict:
+        """Every registered strategy at one process (nothing to communicate) in bf16 beside
+        single, at the table's smallest and largest images per GPU: what each wrapper and the
+        project's instrumentation cost an iteration, as milliseconds over single and a ratio
+        of images/s. Where a strategy's default cannot run on one process (ps's dedicated
+        server needs a second), its first option value that can is taken."""
+        rows = []
+        for per_gpu in dict.fromkeys((self.sizes.batches[0], self.sizes.batches[-1])):
+            single = None
+            for cls in REGISTERED:
+                entry = dict(one_process_entry(cls, self.cfg), precision="bf16")
+                name = f"overhead-{sweep.run_id(sweep.fill(dict(entry, images_per_worker=per_gpu), self.cfg))}"
+                found = row(self._run(entry, name, per_gpu, self.sizes.iterations,
+                                      self.sizes.tiny_model), images_per_gpu=per_gpu)
+                if cls.name == "single":
+                    single = found if found["status"] == "ok" else None
+                if single and found["status"] == "ok":
+                    found["ms_over_single"] = 1000 * (found["sec_per_iter"] - single["sec_per_iter"])
+                    found["ratio_to_single"] = found["images_per_second"] / single["images_per_second"]
+                print(f"   {found['run_id']}: {found['status']} "
+                      f"x{found.get('ratio_to_single', float('nan')):.3f} of single", flush=True)
+                rows.append(self.add("overhead", found))
+        return {"runs": rows}
 
     def strategies(self) -> dict:
         def job(i: int, entry: dict):
@@ -227,7 +343,7 @@ class Check:
                 summary = self._run(entry, f"strategy-{i}", 2, self.sizes.iterations,
                                     self.sizes.tiny_model)
                 print(f"   {summary['run_id']}: {summary.get('status')}", flush=True)
-                return row(summary, entry=entry)
+                return self.add("strategies", row(summary, entry=entry))
             return run
         return {"runs": self._each([job(i, e) for i, e in enumerate(strategy_entries(self.processes))])}
 
@@ -250,8 +366,9 @@ class Check:
                                     time_split=time_split)
                 print(f"   {entry['strategy']} {entry['precision']} channels_last={channels_last} "
                       f"time_split={time_split}: {summary.get('status')}", flush=True)
-                return row(summary, strategy=entry["strategy"], precision=entry["precision"],
-                           channels_last=channels_last, time_split=time_split)
+                return self.add("precision", row(
+                    summary, strategy=entry["strategy"], precision=entry["precision"],
+                    channels_last=channels_last, time_split=time_split))
             return run
         jobs = [job(i, *setting) for i, setting in enumerate(single + others)]
         # On the GPU one at a time, as timings need; in the CPU smoke single's runs two at once
@@ -286,23 +403,26 @@ class Check:
                            "--out", str(out)]
         result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
         if result.returncode != 0:
-            raise RuntimeError(result.stderr[-1500:])
+            raise RuntimeError(failure_line(result.stderr))
         return {"links": json.loads(out.read_text())}
 
     def throughput(self) -> dict:
+        """single at each images per GPU, fp32 and bf16. The CPU smoke trains the real R50-FPN
+        (with the check's own backbone) in its fp32 rows: the tiny model of every other item
+        would not see a backbone that diverges."""
         rows = []
         for per_gpu in self.sizes.batches:
             for precision in ("fp32", "bf16"):
                 entry = {"strategy": "single", "workers": 1, "precision": precision}
                 name = f"throughput-b{per_gpu}-{precision}"
-                summary = self._run(entry, name, per_gpu, self.sizes.table_iterations,
-                                    self.sizes.tiny_model)
+                tiny = self.sizes.tiny_model and precision != "fp32"
+                summary = self._run(entry, name, per_gpu, self.sizes.table_iterations, tiny)
                 found = row(summary, images_per_gpu=per_gpu, precision=precision)
                 found.update(self._gpu_figures(self.work / "runs" / name))
-                rows.append(found)
+                rows.append(self.add("throughput", found))
                 print(f"   {per_gpu} images/GPU {precision}: {found.get('images_per_second')}", flush=True)
                 if per_gpu == 2 and precision == "fp32" and summary.get("status") == "ok":
-                    self._keep_baseline(self.work / "runs" / name)
+                    self._keep_baseline(self.work / "runs" / name, tiny)
         return {"runs": rows}
 
     def _gpu_figures(self, out: Path) -> dict:
@@ -316,7 +436,7 @@ class Check:
         return {"sm_percent": statistics.median(g["util_percent"] for g in gpus),
                 "peak_gpu_memory_mb": max(g["memory_mb"] for g in gpus)}
 
-    def _keep_baseline(self, out: Path) -> None:
+    def _keep_baseline(self, out: Path, tiny: bool) -> None:
         """The recipe's single run, where report.predict.compute.preset: gpu-check finds it."""
         target = self.results / "runs" / "gpu-check" / BASELINE
         if target.exists():
@@ -325,12 +445,12 @@ class Check:
         shutil.copytree(out, target, ignore=shutil.ignore_patterns("state"))
         # Scored as the workflow scores a run (on the 2 synthetic validation images: the AP
         # means nothing), so that the report reads it as a completed run.
-        cfg = with_model(self.cfg, self.sizes, self.sizes.tiny_model)  # the model it trained
+        cfg = with_model(self.cfg, self.sizes, tiny)  # the model it trained
         run = sweep.fill({"strategy": "single", "workers": 1, "images_per_worker": 2}, cfg)
         argv = evaluation_command(cfg, run, str(target))
         result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
         if result.returncode != 0:
-            raise RuntimeError(f"evaluating {target} failed:\n{result.stderr[-1500:]}")
+            raise RuntimeError(f"evaluating {target} failed: {failure_line(result.stderr)}")
 
 
 def _cell(value) -> str:
@@ -344,12 +464,12 @@ def markdown(bundle: dict) -> str:
              f"{bundle['mode']}; torch {bundle['provenance']['packages'].get('torch')}, "
              f"git {bundle['provenance']['git_revision']}, {bundle['seconds']:.0f} s in all.", ""]
     for name, item in bundle["items"].items():
-        lines.append(f"## {name}: {item['status']} ({item['seconds']} s)")
+        lines.append(f"## {name}: {item['status']} ({item.get('seconds', '...')} s)")
         if item["status"] == "failed":
             lines += ["", f"    {item['reason'][-800:]}".replace("\n", "\n    ")]
         runs = item.get("runs", [])
         if runs:
-            columns = list(dict.fromkeys(k for run in runs for k in run if k != "entry"))
+            columns = list(dict.fromkeys(k for run in runs for k in run if k not in ("entry", "log")))
             lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
             lines += ["| " + " | ".join(_cell(run.get(k)) for k in columns) + " |" for run in runs]
             lines.append("")
@@ -368,32 +488,26 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="gpu-check", help="directory of gpu_check.md and .json")
     parser.add_argument("--results", default="results", help="where results/runs/gpu-check goes")
-    parser.add_argument("--only", nargs="+", choices=["strategies", "precision", "nvml", "commbench",
-                                                      "throughput"])
+    parser.add_argument("--only", nargs="+", choices=ITEMS)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a short loan of one GPU: {', '.join(QUICK_ITEMS)} at fewer iterations")
     args = parser.parse_args(argv)
     gpus = distributed.gpu_count()
-    sizes = GPU if gpus else CPU_SMOKE
+    sizes = (QUICK if args.quick else GPU) if gpus else CPU_SMOKE
+    items = args.only or (QUICK_ITEMS if args.quick else ITEMS)
     mode = (f"{gpus} GPU(s), one process per GPU over NCCL" if gpus else
             "no GPU visible: the CPU smoke (the same items at tiny sizes, 2 gloo processes)")
-    print(f"gpu check: {mode}", flush=True)
-    started = time.perf_counter()
+    mode += "; --quick" if args.quick else ""
+    print(f"gpu check: {mode}; writing {args.out} as each run finishes", flush=True)
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
-        check = Check(sizes, Path(work), Path(args.results), gpus)
-        for name in ("strategies", "precision", "nvml", "commbench", "throughput"):
-            if not args.only or name in args.only:
+        check = Check(sizes, Path(work), Path(args.results), gpus, Path(args.out), mode)
+        for name in ITEMS:  # in this order, whatever order --only names them in
+            if name in items:
                 check.item(name, getattr(check, name))
-    import torch
-    device = torch.cuda.get_device_name(0) if gpus else "CPU"
-    bundle = {"device": device, "gpus": gpus, "mode": mode, "sizes": sizes.__dict__,
-              "seconds": time.perf_counter() - started, "items": check.items,
-              "provenance": provenance.collect({"sizes": sizes.__dict__}, world_size=check.processes)}
-    out = Path(args.out)
-    write_json(out / "gpu_check.json", bundle)
-    write_text(out / "gpu_check.md", markdown(bundle))
     failed = [name for name, item in check.items.items() if item["status"] == "failed"]
     failed += [run["run_id"] for item in check.items.values() for run in item.get("runs", [])
                if run["status"] == "failed"]
-    print(f"wrote {out / 'gpu_check.md'} and gpu_check.json; "
+    print(f"wrote {Path(args.out) / 'gpu_check.md'} and gpu_check.json; "
           + (f"failed: {', '.join(failed)}" if failed else "every item done"), flush=True)
     return 1 if failed else 0
 

@@ -23,16 +23,9 @@ from pathlib import Path
 from . import strategies
 from .config import cli, stages
 from .detection.scoring import not_evaluated, record_not_evaluated
-from .runtime.record import RunSummary
-from .runtime import lifetime, provenance, slurm
+from .runtime import lifetime, slurm
 from .runtime.files import write_json, write_text
 from .strategies import sweep
-
-
-def skipped_summary(cfg: dict, run: dict, reason: str) -> dict:
-    """The train_summary.json of a run this machine cannot do: the record's skipped fields."""
-    return RunSummary(**sweep.identity(run), status="skipped", reason=reason,
-                      provenance=provenance.collect(stages.config_for(cfg, "train"), run=run)).to_json()
 
 
 def command(cfg: dict, run: dict, out: str, python: str = sys.executable,
@@ -98,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"skipping {sweep.run_id(run)}: {reason}", file=sys.stderr)
             out = Path(args.out)
             write_text(out / "iterations.jsonl", "")
-            write_json(out / "train_summary.json", skipped_summary(cfg, run, reason))
+            write_json(out / "train_summary.json", sweep.unfinished_summary(cfg, run, "skipped", reason))
             return
         argv = multi_node_command(cfg, run, args.out)
         sys.stdout.flush()

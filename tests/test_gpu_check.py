@@ -4,10 +4,22 @@ training loop, and writes its Markdown and JSON bundle with the provenance."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
+import torch
+from torchvision.models import resnet50
+from torchvision.models.detection.transform import GeneralizedRCNNTransform
+from torchvision.ops import FrozenBatchNorm2d
+from torchvision.transforms.v2 import functional as F
+
+from benchmarks import gpu_check
+from pipeline.data import synthetic
+from pipeline.data.dataset import CocoDetection
 
 from pipeline.report.load import load_run
 from pipeline.report.prediction import single_inputs
@@ -16,9 +28,67 @@ from pipeline.strategies import REGISTERED
 
 from .conftest import REPO
 
-pytestmark = pytest.mark.slow
+NO_GPU = pytest.mark.skipif(distributed.gpu_count() > 0,
+                            reason="a GPU is visible: this is the CPU smoke; run the check itself there")
 
 
+def layer4_std(state: dict, images: torch.Tensor) -> float:
+    """The spread of a frozen-BatchNorm ResNet-50's last stage on `images`, as the recipe's
+    detector builds its backbone from `state`."""
+    body = resnet50(weights=None, norm_layer=FrozenBatchNorm2d)
+    body.load_state_dict(state)
+    with torch.no_grad():
+        x = body.maxpool(body.relu(body.bn1(body.conv1(images))))
+        return body.layer4(body.layer3(body.layer2(body.layer1(x)))).std().item()
+
+
+def test_the_checks_backbone_keeps_its_activations_in_scale(tmp_path):
+    """The cause of the GPU check's non-finite losses on an H100, at a size CPUs afford: a random
+    ResNet-50's frozen statistics (mean 0, variance 1) let each stage amplify its input, so its
+    last stage comes out many times wider than one whose statistics came from the images."""
+    cfg = gpu_check.base_config(gpu_check.CPU_SMOKE, 1, tmp_path / "data", tmp_path / "b.pth")
+    synthetic.generate(cfg["data"]["root"], cfg["data"]["synthetic"])
+    calibrated = gpu_check.calibrated_backbone(cfg, images=8)
+    transform = GeneralizedRCNNTransform(64, 1333, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    dataset = CocoDetection(cfg["data"]["root"], "train", train=True)
+    held_out = [F.to_dtype(dataset[i][0], torch.float32, scale=True) for i in range(8, 12)]
+    images = transform(held_out)[0].tensors  # images the statistics were not gathered on
+    ours, random_statistics = layer4_std(calibrated, images), layer4_std(resnet50().state_dict(), images)
+    print(f"layer4 std: {ours:.2f} calibrated, {random_statistics:.2f} random")
+    assert 0.3 < ours < 4, ours
+    assert random_statistics > 3 * ours, (random_statistics, ours)
+
+
+@pytest.mark.slow
+@NO_GPU
+def test_a_quick_sitting_cut_off_keeps_the_rows_it_measured(tmp_path):
+    """--quick rewrites its bundle as each run finishes: killed mid-item (as a GPU loan's time
+    limit kills it), the bundle reads, with every finished row and the item still running."""
+    bundle = tmp_path / "bundle" / "gpu_check.json"
+    check = subprocess.Popen([sys.executable, "benchmarks/gpu_check.py", "--quick", "--out",
+                              str(bundle.parent), "--results", str(tmp_path / "results")],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and check.poll() is None:
+            if bundle.exists() and len(json.loads(bundle.read_text())["items"]["overhead"]["runs"]) >= 2:
+                break
+            time.sleep(0.5)
+    finally:
+        os.killpg(check.pid, signal.SIGKILL)
+        output = check.communicate()[0]
+    found = json.loads(bundle.read_text())
+    overhead = found["items"]["overhead"]
+    assert overhead["status"] == "running", output[-2000:]
+    assert [r["run_id"] for r in overhead["runs"][:2]] == ["single-w1-b2-amp-bf16-s0", "dp-w1-b2-amp-bf16-s0"]
+    assert overhead["runs"][0]["status"] == "ok" and overhead["runs"][0]["losses_finite"]
+    assert "throughput" not in found["items"]
+    text = (bundle.parent / "gpu_check.md").read_text()
+    assert "## overhead: running" in text and "single-w1-b2-amp-bf16-s0" in text
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(distributed.gpu_count() > 0,
                     reason="a GPU is visible: this is the CPU smoke; run the check itself there")
 def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
@@ -29,9 +99,22 @@ def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
     assert "no GPU visible: the CPU smoke" in result.stdout
     bundle = json.loads((tmp_path / "bundle" / "gpu_check.json").read_text())
     items = bundle["items"]
-    assert [items[name]["status"] for name in ("strategies", "precision", "nvml", "commbench",
-                                               "throughput")] == ["done"] * 5
+    assert [items[name]["status"] for name in ("overhead", "strategies", "precision", "nvml",
+                                               "commbench", "throughput")] == ["done"] * 6
     assert bundle["provenance"]["git_revision"] and bundle["provenance"]["packages"]["torch"]
+
+    # every row that trained has finite losses (the check's backbone does not diverge)
+    trained = [run for item in items.values() for run in item.get("runs", []) if run["status"] == "ok"]
+    assert trained and all(run["losses_finite"] for run in trained)
+
+    # each strategy at one process beside single: its cost of wrapping and measuring
+    overhead = {run["run_id"]: run for run in items["overhead"]["runs"]}
+    assert {run_id.split("-")[0] for run_id in overhead} == {cls.name for cls in REGISTERED}
+    assert overhead["single-w1-b2-amp-bf16-s0"]["ratio_to_single"] == 1
+    for run in overhead.values():
+        assert run["status"] == "ok" and run["ratio_to_single"] > 0 or (
+            run["status"] == "skipped" and run["reason"]), run
+    assert overhead["ps-colocated-w1-b2-amp-bf16-s0"]["status"] == "ok"  # one process: colocated
 
     runs = {run["run_id"]: run for run in items["strategies"]["runs"]}
     # every registered strategy is tried: run, or skipped with the reason the machine gives
@@ -81,6 +164,8 @@ def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
     assert [(r["images_per_gpu"], r["precision"]) for r in table] == [
         (2, "fp32"), (2, "bf16")]
     assert all(r["status"] == "ok" and 0 <= r["data_share"] < 1 for r in table), table
+    # the real R50-FPN with the check's own backbone, a few steps at 64 px: finite
+    assert table[0]["model"] == "fasterrcnn_resnet50_fpn" and table[0]["losses_finite"], table[0]
     # the recipe's single run, kept where report.predict.compute.preset: gpu-check reads it
     kept = tmp_path / "results" / "runs" / "gpu-check" / "single-w1-b2-s0" / "train_summary.json"
     assert json.loads(kept.read_text())["images_per_second"] > 0

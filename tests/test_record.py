@@ -68,7 +68,7 @@ FINISHED = {
     "utilisation": {"interval_s": 0.5, "samples": 415, "gpus": "no GPU in use"},
     "provenance": PROVENANCE,
 }
-# What launch.skipped_summary writes: the run's identity, status, reason and provenance.
+# What sweep.unfinished_summary writes for a skipped run: the run's identity, status, reason and provenance.
 SKIPPED = {key: FINISHED[key] for key in ("run_id", "entry", "strategy", "variant", "workers",
                                           "images_per_worker", "data_mode", "precision", "seed",
                                           "provenance")}
@@ -107,12 +107,12 @@ def test_a_skipped_runs_summary_reads_back_as_written():
 
 def test_the_launchers_skipped_summary_is_the_record():
     from pipeline.config.params import load_resolved
-    from pipeline.launch import skipped_summary
+    from pipeline.strategies.sweep import unfinished_summary
     from pipeline.strategies import sweep
 
     cfg = load_resolved(REPO / "params.yaml")
     run = next(iter(sweep.runs(cfg).values()))
-    written = skipped_summary(cfg, run, "needs 2 GPUs, found 0")
+    written = unfinished_summary(cfg, run, "skipped", "needs 2 GPUs, found 0")
     assert set(written) == set(SKIPPED)
     assert written["status"] == "skipped" and written["run_id"] == sweep.run_id(run)
     assert RunSummary.from_json(json.loads(json.dumps(written))).to_json() == written

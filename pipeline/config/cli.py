@@ -8,15 +8,20 @@ with its job, and errors that end in one line naming the remedy instead of a tra
 `body(args)` does the stage's work; with `stage`, `args.cfg` is that stage's config with its
 knobs (pipeline/config/stages.py). An exception of `errors` ends the process with
 "error: <message>"; `explain(err, args)` may turn any other exception into such a message
-(or return None to let it raise).
+(or return None to let it raise). Under torchrun, the failing process also leaves that line
+for the launcher to name it (pipeline/runtime/failure.py). An error with an `outcome` (a
+diverged training: the run's result) is recorded as the run's failed summary by the process
+that launched the run, which then ends with status 0, so that the workflow goes on: this
+process where it is its own launcher, else torchrun's (pipeline/runtime/elastic.py).
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Callable
 
-from ..runtime import lifetime
+from ..runtime import failure, lifetime
 from . import stages
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
@@ -42,9 +47,20 @@ def run_stage(description: str, body: Callable[[argparse.Namespace], object], *,
             args.cfg = stages.parsed_config(args, stage)
         return body(args)
     except errors as err:
-        raise SystemExit(f"error: {err}") from None
+        message, outcome = failure.message_of(err), getattr(err, "outcome", None)
+        failure.record(message, outcome)
+        if outcome and not failure.under_torchrun():
+            print(f"error: {message}\n{failure.write_outcome(outcome)}", file=sys.stderr)
+            return None
+        raise SystemExit(f"error: {message}") from None
+    except SystemExit as err:  # a stage's own "error: ..." exit
+        if isinstance(err.code, str):
+            failure.record(err.code.removeprefix("error: "))
+        raise
     except Exception as err:
         message = explain(err, args) if explain is not None else None
         if message is None:
+            failure.record(failure.describe(err))
             raise
+        failure.record(message)
         raise SystemExit(f"error: {message}") from err

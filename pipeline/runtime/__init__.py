@@ -2,7 +2,8 @@
 
     files.py        atomic writes, output errors that name the remedy, what the pipeline made
     distributed.py  process groups: start, finish, gather, lost peers, heartbeat
-    elastic.py      torchrun, naming the worker that died (what `python -m` starts)
+    elastic.py      torchrun, naming the rank that failed first and its own error (what `python -m` starts)
+    failure.py      why a run failed, in one line, from the failing process to whoever reads it
     lifetime.py     a job's processes die with it
     slurm.py        the allocation a multi-node run is inside
     stale_locks.py  Snakemake's locks left by a killed run

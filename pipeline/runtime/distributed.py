@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from . import compat, lazy
+from . import compat, failure, lazy
 
 torch = lazy.module("torch")
 dist = lazy.module("torch.distributed")
@@ -188,10 +188,11 @@ def lost_peers(err: BaseException) -> str | None:
     else:
         who = "the job's store is unreachable too: the first node (or its torchrun) is gone"
     first_line = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
-    return (f"rank {dist.get_rank()} lost the other processes of its run ({first_line}); {who}. "
-            "The run's last checkpoint is kept: rerun the same command to resume from it, or set "
-            "parallel.max_restarts to have torchrun restart the run by itself. A process that "
-            "hangs rather than dies is waited for at most parallel.timeout_s")
+    return failure.Consequence(
+        f"rank {dist.get_rank()} lost the other processes of its run ({first_line}); {who}. "
+        "The run's last checkpoint is kept: rerun the same command to resume from it, or set "
+        "parallel.max_restarts to have torchrun restart the run by itself. A process that "
+        "hangs rather than dies is waited for at most parallel.timeout_s")
 
 
 def attempt_store(rank: int, processes: int, timeout: datetime.timedelta) -> dist.Store:

@@ -1,12 +1,15 @@
-"""torchrun, saying which process died and what to do about it.
+"""torchrun, saying which process failed first, why, and what to do about it.
 
     python -m pipeline.runtime.elastic <torchrun's arguments>
 
 This is torchrun itself: torch.distributed.run's own argument parser and elastic agent, run in
 this process (it watches the workers, restarts them parallel.max_restarts times, tears the
 others down when one dies). It adds one thing: when the job fails for good, torchrun raises
-ChildFailedError with every failed rank's exit code or signal, and this turns that into one
-message naming the rank, how it ended and the remedy, after torchrun's own report.
+ChildFailedError with every failed rank's exit code or signal and the reason each wrote
+(pipeline/runtime/failure.py), and this ends with one line naming the rank that failed first
+and its own error (or, for a rank killed without a word, how it ended and the remedy), after
+torchrun's own report. Where that rank's failure is the run's result (its training diverged),
+this records the run as failed and exits 0, as a single-process run does: the workflow goes on.
 """
 from __future__ import annotations
 
@@ -16,27 +19,30 @@ import sys
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.run import parse_args, run
 
+from . import failure
+
 REMEDY = ("The run's last checkpoint is kept: rerun the same command to resume from it (a rank "
           "killed for memory needs fewer images per worker), or set parallel.max_restarts to "
           "have torchrun restart the run by itself")
 
 
-def how_it_ended(failure) -> str:
-    if failure.exitcode < 0:
-        return f"was killed by {failure.signal_name()}"
-    return f"exited with code {failure.exitcode}"
+def how_it_ended(failed) -> str:
+    if failed.exitcode < 0:
+        return f"was killed by {failed.signal_name()}"
+    return f"exited with code {failed.exitcode}"
 
 
 def message(err: ChildFailedError, max_restarts: int) -> str:
-    first_rank, first = err.get_first_failure()
+    first_rank, first = failure.first_cause(err.failures)
     others = sorted(rank for rank in err.failures if rank != first_rank)
-    text = (f"error: rank {first_rank} (pid {first.pid} on {socket.gethostname()}) {how_it_ended(first)}"
-            f" first; torchrun then stopped the run")
-    if others:
-        text += f" (and rank(s) {', '.join(map(str, others))})"
-    if max_restarts:
-        text += f" after {max_restarts} restart(s)"
-    return f"{text}. {REMEDY}."
+    where = f"rank {first_rank} (pid {first.pid} on {socket.gethostname()})"
+    restarts = f" after {max_restarts} restart(s)" if max_restarts else ""
+    stopped = f"; rank(s) {', '.join(map(str, others))} failed as well" if others else ""
+    own = failure.own_message(first)
+    if own:  # the rank's own reason carries its remedy
+        return f"error: {where}{restarts}: {own}{stopped}"
+    return (f"error: {where} {how_it_ended(first)} first{restarts}, without a reason of its own "
+            f"(killed, or out of memory){stopped}. {REMEDY}.")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -45,7 +51,12 @@ def main(argv: list[str] | None = None) -> None:
         run(args)
     except ChildFailedError as err:
         print(err.format_msg(), file=sys.stderr)
-        raise SystemExit(message(err, args.max_restarts)) from None
+        line = message(err, args.max_restarts)
+        outcome = failure.outcome_of(failure.first_cause(err.failures)[1])
+        if outcome:  # the run's result, not an interruption: recorded, and the job ends well
+            print(f"{line}\n{failure.write_outcome(outcome)}", file=sys.stderr)
+            return
+        raise SystemExit(line) from None
 
 
 if __name__ == "__main__":

@@ -20,7 +20,10 @@ import warnings
 import jsonschema
 
 from .. import strategies
+from ..config import stages
 from ..config.params import ParamsError, remedy
+from ..runtime import provenance
+from ..runtime.record import RunSummary
 
 COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "precision", "repeats")
 DATA_MODES = ("real", "synthetic")
@@ -140,6 +143,13 @@ def identity(run: dict) -> dict:
             "variant": variant(run), "workers": run["workers"],
             "images_per_worker": run["images_per_worker"], "data_mode": run["data_mode"],
             "precision": run.get("precision", "fp32"), "seed": run["seed"]}
+
+
+def unfinished_summary(cfg: dict, run: dict, status: str, reason: str) -> dict:
+    """The train_summary.json of a run that did not finish: `skipped` (this machine cannot run
+    it) or `failed` (its training diverged); identity, status, reason and provenance."""
+    return RunSummary(**identity(run), status=status, reason=reason,
+                      provenance=provenance.collect(stages.config_for(cfg, "train"), run=run)).to_json()
 
 
 def repeated(filled: dict) -> list[dict]:

@@ -16,7 +16,7 @@ import numpy as np
 from ..config import stages
 from ..runtime.record import (STRATEGY_REMEDY, Bytes, Checkpoints, Evaluation, Memory, RankReport,
                               RunSummary, SecondsPerIteration, StateBytes, TimeSplit, Utilisation)
-from ..runtime import distributed, provenance
+from ..runtime import distributed, failure, provenance
 from ..runtime.files import atomic_path, save_torch, write_json, write_text
 from ..strategies import sweep
 from ..strategies.base import gradient_bytes
@@ -67,6 +67,14 @@ def summarise(job, live_log: Path) -> dict | None:
     summary = record.to_json()
     write_json(job.out_dir / "train_summary.json", summary)
     return summary
+
+
+def failed_outcome(job, live_log: Path, reason: str) -> dict:
+    """What records a diverged run (pipeline/runtime/failure.py, write_outcome): a summary that
+    says `failed` and why, in one line, and the iterations logged until then. Its state/ stays:
+    a rerun with other settings starts over, and one unchanged meets the same loss again."""
+    return {"out": str(job.out_dir), "iterations": str(live_log),
+            "summary": sweep.unfinished_summary(job.cfg, job.run, "failed", failure.one_line(reason))}
 
 
 def rank_report(job) -> list[RankReport]:

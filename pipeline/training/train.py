@@ -46,7 +46,7 @@ from . import checkpoint
 from .checkpoint import CheckpointError, fingerprint
 from .monitor import Monitor
 from .precision import Precision
-from .summary import summarise
+from .summary import failed_outcome, summarise
 from .state import Moved, RandomState, Stopwatch, TrainState
 from .timing import IterationClock, Pending
 
@@ -57,6 +57,14 @@ LOSS_TERMS = ("loss_classifier", "loss_box_reg", "loss_objectness", "loss_rpn_bo
 
 class TrainingError(RuntimeError):
     """Training cannot go on; the message says where it stopped and what to change."""
+
+
+class Diverged(TrainingError):
+    """A non-finite loss: what these settings do (rerun as they are, they diverge again). Its
+    `outcome` records the run as failed, with this reason, so that the report lists it and
+    the workflow goes on (pipeline/config/cli.py, pipeline/runtime/failure.py)."""
+
+    outcome: dict | None = None
 
 
 def learning_rate(train: dict, base_lr: float, step: int, epoch: int) -> float:
@@ -133,7 +141,7 @@ def check_finite(record: dict, precision: Precision) -> None:
     iteration's record is finished, before any later checkpoint is written."""
     if "loss" in record and not math.isfinite(record["loss"]) and not precision.handles_overflow:
         values = {k: record[k] for k in LOSS_TERMS}
-        raise TrainingError(
+        raise Diverged(
             f"non-finite loss {values} at epoch {record['epoch']}, step {record['step']}; the last "
             "good checkpoint (if any) stays in the run's state/ directory. Lower train.base_lr or "
             "raise train.warmup_iters, and check the boxes of the data")
@@ -353,14 +361,19 @@ def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = Non
     progress = Progress(job.total_steps, state.step, cfg["train"]["print_every"], job.ctx.reports)
     job.model.train()
     live_log = job.state_dir / "iterations.jsonl"
-    with open(live_log if job.ctx.reports else os.devnull, "a") as log_file:
-        while state.epoch < cfg["train"]["epochs"] and state.step != max_steps:
-            run_epoch(job, log_file, progress, max_steps)
-            if state.step == max_steps:
-                break
-            evaluate_during_training(job)
-            state.epoch, state.batch = state.epoch + 1, 0
-            save_checkpoint(job)
+    try:
+        with open(live_log if job.ctx.reports else os.devnull, "a") as log_file:
+            while state.epoch < cfg["train"]["epochs"] and state.step != max_steps:
+                run_epoch(job, log_file, progress, max_steps)
+                if state.step == max_steps:
+                    break
+                evaluate_during_training(job)
+                state.epoch, state.batch = state.epoch + 1, 0
+                save_checkpoint(job)
+    except Diverged as err:
+        who = f"rank {job.ctx.rank}: " if job.ctx.processes > 1 else ""
+        err.outcome = failed_outcome(job, live_log, who + str(err))
+        raise
     progress.close()
     summary = summarise(job, live_log)
     if max_steps is None:
@@ -412,7 +425,7 @@ def main(argv: list[str] | None = None) -> None:
     cli.run_stage("Train one sweep entry (see module docstring).",
                   lambda args: train(args.cfg, json.loads(args.entry), args.out, args.max_steps),
                   arguments=arguments, stage="train", explain=explain_failure, argv=argv,
-                  errors=(TrainingError, CheckpointError, DatasetError, OutputError))
+                  errors=(TrainingError, CheckpointError, DatasetError, OutputError))  # one line each
 
 
 if __name__ == "__main__":

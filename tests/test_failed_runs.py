@@ -1,0 +1,118 @@
+"""A failed run says why in one line, wherever it is read: the failing rank's own error, not
+torchrun's summary, at the end of the job's log (the launcher's stderr, as the workflow's train
+rule writes it), and, for a run that diverged, in its train_summary.json and summary.csv."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+from pipeline.config.params import canonical
+from pipeline.data.dataset import CocoDetection
+from pipeline.data.sampler import ShardedBatchSampler, aspect_ratio_groups
+from pipeline.report.load import load_run, summary_frame
+from pipeline.runtime import failure
+from pipeline.strategies.sweep import runs
+
+from .conftest import REPO, small_config
+
+
+def launch(cfg: dict, run: dict, out: Path, stage: str = "train") -> tuple[int, list[str]]:
+    """The workflow's job: `pipeline.launch`, its output into a log; (status, the log's lines)."""
+    log = out.parent / f"{out.name}-{stage}.log"
+    with open(log, "w") as handle:
+        status = subprocess.run([sys.executable, "-m", "pipeline.launch", "--stage", stage,
+                                 "--config", canonical(cfg), "--entry", canonical(run), "--out", str(out)],
+                                cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, timeout=600).returncode
+    return status, [line for line in log.read_text().splitlines() if line.strip()]
+
+
+def ddp_run(cfg: dict) -> dict:
+    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "images_per_worker": 2}]
+    return next(iter(runs(cfg).values()))
+
+
+def failed_process(tmp_path: Path, rank: int, message: str | None, **kind) -> ProcessFailure:
+    """torchrun's record of a failed worker, with the error file `failure.record` wrote in it
+    (none for a worker killed without a word)."""
+    error_file = tmp_path / f"error-{rank}.json"
+    if message is not None:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(failure.ERROR_FILE, str(error_file))
+            failure.record(failure.Consequence(message) if kind.get("consequence") else message)
+    return ProcessFailure(local_rank=rank, pid=1000 + rank, exitcode=kind.get("exitcode", 1),
+                          error_file=str(error_file))
+
+
+def test_the_first_cause_is_a_ranks_own_error_then_a_killed_rank_never_a_lost_peer(tmp_path):
+    lost = failed_process(tmp_path, 0, "rank 0 lost the other processes of its run", consequence=True)
+    killed = failed_process(tmp_path, 1, None, exitcode=-9)
+    own = failed_process(tmp_path, 2, "x.jpg: cannot decode image 7\nTraceback ...")
+    assert failure.first_cause({0: lost, 1: killed, 2: own}) == (2, own)
+    assert failure.own_message(own) == "x.jpg: cannot decode image 7"  # one line
+    assert failure.first_cause({0: lost, 1: killed}) == (1, killed)
+    assert failure.own_message(killed) is None
+    assert failure.first_cause({0: lost}) == (0, lost)
+
+
+def test_a_loader_workers_error_is_said_as_the_worker_said_it():
+    wrapped = RuntimeError("Caught DatasetError in DataLoader worker process 0.\nOriginal Traceback "
+                           "(most recent call last):\n  File \"x.py\", line 1, in f\n"
+                           "pipeline.data.dataset.DatasetError: a.jpg: cannot decode image 3")
+    assert failure.message_of(wrapped) == "a.jpg: cannot decode image 3"
+    assert failure.message_of(ValueError("a: b")) == "a: b"
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_is_named_with_its_own_error(small_dataset, tmp_path):
+    """A truncated image in rank 1's first batch: rank 1 fails (in a loader worker), rank 0
+    waits in the all-reduce until torchrun stops it or it loses its peer. The log ends with
+    rank 1's own error, not torchrun's summary of exit codes."""
+    root = tmp_path / "data"
+    shutil.copytree(small_dataset, root)
+    cfg = small_config(root)
+    run = ddp_run(cfg)
+    dataset = CocoDetection(root, "train", train=True)
+    sampler = ShardedBatchSampler(len(dataset), 2, run["seed"], 1, 2,
+                                  aspect_ratio_groups(dataset.aspect_ratios(), cfg["data"]["aspect_ratio_groups"]))
+    sampler.set_epoch(0)
+    victim = dataset.image_dir / dataset.images[next(iter(sampler))[0]][0]["file_name"]
+    victim.write_bytes(victim.read_bytes()[:len(victim.read_bytes()) // 2])
+
+    status, lines = launch(cfg, run, tmp_path / "run")
+    assert status != 0
+    assert re.fullmatch(rf"error: rank 1 \(pid \d+ on .+\): {re.escape(str(victim))}: cannot decode "
+                        r"image \d+: the file is truncated.*", lines[-1]), lines[-8:]
+    assert "exited with code" not in lines[-1] and "Caught" not in lines[-1]
+    assert not (tmp_path / "run" / "train_summary.json").exists()  # a data error stops the job
+
+
+@pytest.mark.slow
+def test_a_diverged_run_is_recorded_as_failed_and_its_reason_reaches_summary_csv(small_dataset, tmp_path):
+    """Divergence is what the settings do: the run is recorded as failed, its job ends well
+    (the workflow goes on to the other runs and the report), and every reader says why."""
+    cfg = small_config(small_dataset, base_lr=1e6, warmup_iters=0)
+    run = ddp_run(cfg)
+    out = tmp_path / "run"
+    status, lines = launch(cfg, run, out)
+    assert status == 0, lines[-10:]
+    said = next(line for line in lines if line.startswith("error: rank"))
+    assert re.match(r"error: rank \d \(pid \d+ on .+\): non-finite loss \{", said), said
+    assert "Lower train.base_lr" in said and "exited with code" not in said
+    assert lines[-1].startswith("The run is recorded as failed in") and str(out) in lines[-1]
+
+    summary = json.loads((out / "train_summary.json").read_text())
+    assert summary["status"] == "failed" and summary["run_id"] == "ddp-w2-b2-s0"
+    assert re.match(r"rank \d: non-finite loss \{.*\} at epoch 0, step \d+;", summary["reason"])
+    assert "\n" not in summary["reason"] and not (out / "model_final.pt").exists()
+
+    assert launch(cfg, run, out, stage="evaluate")[0] == 0  # as the workflow scores it: not
+    assert json.loads((out / "metrics.json").read_text())["status"] == "failed"
+    row = summary_frame([load_run(out)], "demo").iloc[0]
+    assert row["status"] == "failed" and row["reason"] == summary["reason"]

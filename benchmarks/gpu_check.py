@@ -27,10 +27,13 @@ recorded with its one-line reason (the failing rank's own error) and the next it
                every GPU's process at once (pipeline/commbench.py)
   throughput   R50-FPN at 2, 8 and 16 images per GPU, fp32 and bf16: images/s, the data wait's
                share of an iteration, SM utilisation and peak GPU memory in use (both NVML)
+  sync         every registered strategy at one process, bf16, a few iterations with
+               train.sync_debug: a host-device synchronisation by the loop, the strategy or the
+               measuring fails the run naming it (on CPU it checks nothing: CUDA's only)
 
 `--quick` is what a short loan of one GPU covers: overhead, throughput (2 and 16 images per
-GPU) and nvml, 15 timed iterations a run: about 14 launches, each ~15 s of start-up plus its
-steps, by estimate 5-6 minutes on one H100 (not yet run there).
+GPU), nvml and sync, 15 timed iterations a run: about 19 launches, each ~15 s of start-up plus
+its steps, by estimate 6-7 minutes on one H100 (not yet run there).
 
 The single-GPU run at the recipe's 2 images (fp32) is kept as results/runs/gpu-check/: set
 report.predict.compute.preset to gpu-check and the predicted scaling uses its time per image
@@ -94,8 +97,8 @@ QUICK = Sizes(image_size=640, min_size=800, iterations=15, batches=(2, 16), tabl
 CPU_SMOKE = Sizes(image_size=64, min_size=64, iterations=2, batches=(2,), table_iterations=2,
                   tiny_model=True)
 WARMUP = 5  # iterations every summary leaves out of its timings
-ITEMS = ("overhead", "strategies", "precision", "nvml", "commbench", "throughput")
-QUICK_ITEMS = ("overhead", "throughput", "nvml")
+ITEMS = ("overhead", "strategies", "precision", "nvml", "commbench", "throughput", "sync")
+QUICK_ITEMS = ("overhead", "throughput", "nvml", "sync")
 
 
 def base_config(sizes: Sizes, processes: int, data_root: Path, backbone: Path) -> dict:
@@ -423,6 +426,19 @@ class Check:
                 print(f"   {per_gpu} images/GPU {precision}: {found.get('images_per_second')}", flush=True)
                 if per_gpu == 2 and precision == "fp32" and summary.get("status") == "ok":
                     self._keep_baseline(self.work / "runs" / name, tiny)
+        return {"runs": rows}
+
+    def sync(self) -> dict:
+        """Every registered strategy at one process, bf16, a few iterations under
+        train.sync_debug: a host-device synchronisation by the loop, the strategy or the
+        measuring fails the run, naming it (the detector's own forward is let off)."""
+        rows = []
+        for cls in REGISTERED:
+            entry = dict(one_process_entry(cls, self.cfg), precision="bf16")
+            summary = self._run(entry, f"sync-{cls.name}", 2, 3, self.sizes.tiny_model, sync_debug=True)
+            found = row(summary)
+            print(f"   {found['run_id']}: {found['status']} {found.get('reason') or ''}", flush=True)
+            rows.append(self.add("sync", found))
         return {"runs": rows}
 
     def _gpu_figures(self, out: Path) -> dict:

@@ -10,8 +10,9 @@ from pipeline.runtime import compat
 
 
 def test_ddp_buffer_sync_uses_the_keyword_this_torch_has():
-    (name, value), = compat.ddp_buffer_sync().items()
+    (name, value), = compat.ddp_buffer_sync(True).items()
     assert value is True and name in inspect.signature(DistributedDataParallel.__init__).parameters
+    assert compat.ddp_buffer_sync(False) == {name: False}
 
 
 def test_ddp_buffer_sync_on_a_torch_before_the_rename():
@@ -19,4 +20,4 @@ def test_ddp_buffer_sync_on_a_torch_before_the_rename():
         def __init__(self, module, device_ids=None, broadcast_buffers=True, process_group=None):
             pass
 
-    assert compat.ddp_buffer_sync(OlderDDP) == {"broadcast_buffers": True}
+    assert compat.ddp_buffer_sync(True, OlderDDP) == {"broadcast_buffers": True}

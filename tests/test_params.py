@@ -157,7 +157,8 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
              # checkpoints mid-epoch, a bound on waiting for a dead peer, elastic restarts
              "train": ["checkpoint_every", "precision", "channels_last",  # and mixed precision,
                        "warmup_iters",  # the reference's warm-up (auto) replaced 50 and 1000
-                       "time_split"],  # the per-phase timing can be switched off
+                       "time_split",  # the per-phase timing can be switched off
+                       "sync_debug"],  # a GPU run can check it synchronises nothing
              "parallel": ["timeout_s", "max_restarts"]}
     added["eval"].append("backend")  # COCOeval's implementation
 

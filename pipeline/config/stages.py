@@ -39,12 +39,12 @@ STAGES = {
     # knobs do not retrain anything.
     "train": Stage(("data", "model", "train", "parallel", "eval.every_epochs", "eval.batch_size"),
                    ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.training.train"),
-                   FAULT_KNOBS + ("train.checkpoint_every",)),
+                   FAULT_KNOBS + ("train.checkpoint_every", "train.sync_debug")),
     "evaluate": Stage(("data", "model", "parallel", "eval"),
                       ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.detection.evaluate"), FAULT_KNOBS),
     "equivalence": Stage(("data", "model", "train", "parallel"),
                          ("pipeline.equivalence", "pipeline.runtime.elastic", "pipeline.training.train"),
-                         FAULT_KNOBS + ("train.checkpoint_every",)),
+                         FAULT_KNOBS + ("train.checkpoint_every", "train.sync_debug")),
     # The machine's links for the cost model, and how much its processes slow each other's
     # compute (with the run's model): one job per process count the sweep runs
     "commbench": Stage(("parallel", "commbench", "model"), ("pipeline.runtime.elastic", "pipeline.commbench"),

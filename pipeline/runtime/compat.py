@@ -9,13 +9,13 @@ from . import lazy
 torch = lazy.module("torch")
 
 
-def ddp_buffer_sync(ddp_class=None) -> dict:
-    """DDP's keyword for broadcasting rank 0's buffers at every forward: `forward_sync_buffers`
+def ddp_buffer_sync(sync: bool, ddp_class=None) -> dict:
+    """DDP's keyword for broadcasting rank 0's buffers at every forward (or not): `forward_sync_buffers`
     in torch 2.14, `broadcast_buffers` before (a GPU host's torch 2.11 refused the new name)."""
     ddp_class = ddp_class or torch.nn.parallel.DistributedDataParallel
     parameters = inspect.signature(ddp_class.__init__).parameters
     name = "forward_sync_buffers" if "forward_sync_buffers" in parameters else "broadcast_buffers"
-    return {name: True}
+    return {name: sync}
 
 
 def _fsdp2(name: str):

@@ -88,6 +88,16 @@ def owned_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dic
                              for v in state.values() if torch.is_tensor(v) and v.dim() > 0)}
 
 
+def changing_buffers(model: torch.nn.Module) -> list:
+    """The buffers training changes, which replicas must share: BatchNorm's running statistics.
+    A frozen BatchNorm's (the pretrained backbone's) are constants, and integer batch counters
+    are the same everywhere: syncing them would move R50's 0.4 MB, and launch a copy per
+    tensor, every iteration for nothing."""
+    from torchvision.ops.misc import FrozenBatchNorm2d
+    return [b for module in model.modules() if not isinstance(module, FrozenBatchNorm2d)
+            for b in module.buffers(recurse=False) if b.is_floating_point()]
+
+
 def parameter_checksum(model: torch.nn.Module) -> str:
     """Of the parameters only: DDP ranks' BatchNorm buffers differ until the next forward pass
     copies rank 0's over them."""

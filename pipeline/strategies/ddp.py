@@ -4,8 +4,11 @@ Gradients are averaged by ring all-reduce while the backward pass runs: DDP grou
 buckets and hands each full bucket to a communication hook. Ours wraps the chosen hook
 (plain all-reduce, fp16/bf16 compression, or PowerSGD) to count the bytes on the wire and the
 time the backward pass waits for the last bucket. Every rank then steps its own optimizer on
-identical averaged gradients, so the replicas stay identical. BatchNorm buffers come from
-rank 0 at every forward (DDP's forward_sync_buffers), or SyncBatchNorm if configured.
+identical averaged gradients, so the replicas stay identical. BatchNorm running statistics come
+from rank 0 at every forward (DDP's forward_sync_buffers), or SyncBatchNorm if configured; a
+model whose only buffers are constants (the frozen BatchNorm of a pretrained backbone) syncs none.
+Gradients are views of DDP's buckets, as its documentation advises: no copy per parameter out
+of the bucket after each all-reduce.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import time
 
 from ..costmodel.network import Flow, Network
 from ..runtime import compat, distributed, lazy
-from .base import Context, Option, Traffic
+from .base import Context, Option, Traffic, changing_buffers
 from .torchrun import TorchrunStrategy
 
 torch = lazy.module("torch")
@@ -114,9 +117,11 @@ class DDP(TorchrunStrategy):
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         if self.parallel["sync_batchnorm"]:
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        # Rank 0's BatchNorm statistics at every forward, where the model has any that change;
+        # the gradients are views of DDP's buckets (not copied out of them after each all-reduce).
         wrapped = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-            **compat.ddp_buffer_sync())  # rank 0's BatchNorm buffers at every forward
+            gradient_as_bucket_view=True, **compat.ddp_buffer_sync(bool(changing_buffers(model))))
         kind = self.run.get("comm_hook", "none")
         state = None
         if kind == "powersgd":

@@ -35,6 +35,7 @@ a plain optimizer state keyed by parameter name, whatever the world size.
 from __future__ import annotations
 
 import copy
+from typing import NamedTuple
 
 from ..costmodel.network import Flow
 from ..runtime import compat, lazy
@@ -78,6 +79,15 @@ class Gathered:
             state_dict_api.set_model_state_dict(self.model, state, options=options)
         else:
             state_dict_api.set_optimizer_state_dict(self.model, self.optimizer, state, options=options)
+
+
+class UnitBytes(NamedTuple):
+    """What a rank sends (and receives) for one FSDP unit, from its shard sizes."""
+    gathered: int         # when its weights are all-gathered (forward; backward if resharded)
+    reduced: int          # when its gradients are reduce-scattered
+    probe: tuple | None   # (module, name) of a parameter of its own: FSDP2 registers a DTensor
+    #                       there while the unit is sharded, a plain tensor while it is gathered
+    has_gradients: bool
 
 
 class FSDP(TorchrunStrategy):
@@ -139,6 +149,9 @@ class FSDP(TorchrunStrategy):
         fully_shard(model, **self._policy(low))  # the root: kept gathered for the backward
         model.register_forward_pre_hook(self._count_gather, prepend=True)
         self.units.append(model)
+        # Shards never change size: each unit's bytes are counted once, here, and an iteration
+        # only adds them up (no walk over parameters, nothing read from the device).
+        self._bytes = {id(unit): self._unit_bytes(unit) for unit in self.units}
         return model
 
     def _policies(self):
@@ -162,6 +175,7 @@ class FSDP(TorchrunStrategy):
     _gathers = 0
     _world = 1
     _fp32: set = set()  # ids of the parameters gathered in fp32 in a 16-bit run (BatchNorm's)
+    _bytes: dict = {}   # id(unit) -> UnitBytes
 
     def _own(self, unit) -> list:
         """The parameters a unit gathers and reduces itself (with its BatchNorm companion):
@@ -171,18 +185,27 @@ class FSDP(TorchrunStrategy):
         inner = {id(p) for block in self.units[:-1] for p in block.parameters()}
         return [p for p in unit.parameters() if id(p) not in inner]
 
-    def _ring_bytes(self, unit, gather: bool) -> int:
-        """What a rank sends (and receives) when the unit's shards are all-gathered (at the
+    def _ring_bytes(self, own: list, gather: bool) -> int:
+        """What a rank sends (and receives) when a unit's shards (`own`) are all-gathered (at the
         weights' gathered dtype) or its gradients reduce-scattered (fp32) over a ring: (N-1) of
         its shards, padded as FSDP pads them."""
         low = GATHERED_BYTES.get(self.run.get("precision", "fp32")) if gather else None
         return (self._world - 1) * sum(
             p.to_local().numel() * (low if low and id(p) not in self._fp32 else p.element_size())
-            for p in self._own(unit) if hasattr(p, "to_local"))
+            for p in own if hasattr(p, "to_local"))
+
+    def _unit_bytes(self, unit) -> UnitBytes:
+        own = self._own(unit)
+        ids = {id(p) for p in own}
+        probe = next(((module, name) for module in unit.modules()
+                      for name, p in module.named_parameters(recurse=False) if id(p) in ids), None)
+        return UnitBytes(self._ring_bytes(own, gather=True), self._ring_bytes(own, gather=False),
+                         probe, any(p.requires_grad for p in own))
 
     def _count_gather(self, unit, args):
-        if self._world > 1 and any(hasattr(p, "to_local") for p in self._own(unit)):  # gathered now
-            self._gathers += self._ring_bytes(unit, gather=True)
+        counted = self._bytes[id(unit)]
+        if counted.probe and hasattr(getattr(*counted.probe), "to_local"):  # sharded: gathered now
+            self._gathers += counted.gathered
 
     def _count_regather(self, unit, args, output):
         self._count_gather(unit, args)  # resharded after its forward: the backward gathers again
@@ -195,9 +218,8 @@ class FSDP(TorchrunStrategy):
     def step(self, model, optimizer, ctx: Context) -> float:
         """The gradients were reduce-scattered during the backward (one per unit that has
         them); each rank steps its own shards: the weights are updated here, 1/N per rank."""
-        reduced = sum(self._ring_bytes(unit, gather=False) for unit in self.units
-                      if any(p.grad is not None for p in self._own(unit)))
-        moved = self._gathers + (reduced if self._world > 1 else 0)
+        reduced = sum(unit.reduced for unit in self._bytes.values() if unit.has_gradients)
+        moved = self._gathers + reduced
         self._traffic.sent += moved
         self._traffic.received += moved
         self._gathers = 0

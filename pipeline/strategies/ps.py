@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from ..costmodel.network import Flow
 from ..runtime import distributed, lazy
-from .base import Context, Option
+from .base import Context, Option, changing_buffers
 from .torchrun import TorchrunStrategy
 
 torch = lazy.module("torch")
@@ -146,13 +146,7 @@ class ParameterServer(TorchrunStrategy):
 
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         self.params = [p for p in model.parameters() if p.requires_grad]
-        # Float buffers (BatchNorm running statistics) travel with server 0's parameters; the
-        # integer batch counters are the same everywhere anyway, and a frozen BatchNorm's
-        # (the pretrained backbone's) are constants: sending them would move 0.4 MB of R50's
-        # every iteration for nothing.
-        from torchvision.ops.misc import FrozenBatchNorm2d
-        self.buffers = [b for module in model.modules() if not isinstance(module, FrozenBatchNorm2d)
-                        for b in module.buffers(recurse=False) if b.is_floating_point()]
+        self.buffers = changing_buffers(model)  # they travel with server 0's parameters
         self.owner = balanced_shards([p.numel() * p.element_size() for p in self.params], self.servers)
         self.shards = [[p for p, o in zip(self.params, self.owner) if o == s] for s in range(self.servers)]
         self.versions = torch.zeros(self.servers, device=ctx.device)  # of each shard's weights held (SSP)

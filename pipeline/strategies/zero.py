@@ -59,6 +59,8 @@ class Zero(DDP):
     def variant(cls, run: dict) -> str:
         return ""
 
+    _sizes: list[int] | None = None  # bytes of each rank's partition
+
     def optimizer(self, params, **sgd):
         # Every rank builds the whole SGD's parameter list, but holds state for its partition;
         # the parameters become views of one bucket a rank, broadcast whole (module docstring)
@@ -70,8 +72,9 @@ class Zero(DDP):
         weights are updated here, each rank its own 1/N (the broadcast's seconds count in the
         optimizer's phase: the two happen in one call)."""
         optimizer.step()
-        inner = getattr(optimizer, "_optimizer", optimizer)  # under fp16's scaler
-        sizes = partition_bytes(inner)
+        if self._sizes is None:  # the partitions never change: read once
+            self._sizes = partition_bytes(getattr(optimizer, "_optimizer", optimizer))  # under fp16's scaler
+        sizes = self._sizes
         # A broadcast: the owner sends its partition to each other rank, which receives it
         self._traffic.sent += sizes[ctx.rank] * (ctx.processes - 1)
         self._traffic.received += sum(sizes) - sizes[ctx.rank]

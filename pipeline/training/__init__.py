@@ -3,7 +3,10 @@
     train.py      the loop, shared by every strategy: setup, one iteration in phases, epochs
     state.py      the resumable position of a run (TrainState) and its stopwatch
     checkpoint.py named stateful parts saved and restored, never the loop's own object
-    timing.py     an iteration's phase split at one host synchronisation
+    timing.py     an iteration's phase split at one host synchronisation, and the GPU check
+                  that nothing else synchronises (train.sync_debug)
     precision.py  fp32, bf16 and fp16 autocast
     monitor.py    CPU, memory and GPU sampling while the loop runs
+    summary.py    the run summary from every rank's report; a diverged run's failed record
+    shared_compute.py  what commbench measures of the model's compute (used by pipeline/commbench.py)
 """

@@ -13,9 +13,11 @@ path runs, and is tested, on both.
 
 `train.time_split: false` records no marks at all (data wait and iteration time, which cost
 two clock reads, stay): the benchmark compares the two to show what measuring costs.
+`train.sync_debug` checks the claim on a GPU (`SyncCheck`).
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -95,3 +97,31 @@ class IterationClock:
                           time_optimizer=step - pending.communication)
         return record
 
+
+class SyncCheck:
+    """`train.sync_debug` on a GPU: from the `after`-th iteration on (allocator, cuDNN and
+    DDP's bucket rebuild settle first), each iteration runs under
+    torch.cuda.set_sync_debug_mode("error"), so that a host-device synchronisation by the
+    loop, the strategy or the measuring raises where it happens. The detector's own forward
+    is let off (hooks on `model`): torchvision's detection ops read sizes on the host, as they
+    must, and those are the same for every strategy. Off (or on a CPU), it does nothing."""
+
+    def __init__(self, model: torch.nn.Module, after: int, enabled: bool):
+        self.after, self.enabled, self.active = after, enabled, False
+        if enabled:
+            model.register_forward_pre_hook(lambda *_: self._mode("default"))
+            model.register_forward_hook(lambda *_: self._mode("error"))
+
+    def _mode(self, mode: str) -> None:
+        if self.active:
+            torch.cuda.set_sync_debug_mode(mode)
+
+    @contextlib.contextmanager
+    def iteration(self, step: int):
+        self.active = self.enabled and step >= self.after
+        self._mode("error")
+        try:
+            yield
+        finally:
+            self._mode("default")
+            self.active = False

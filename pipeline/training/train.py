@@ -48,10 +48,11 @@ from .monitor import Monitor
 from .precision import Precision
 from .summary import failed_outcome, summarise
 from .state import Moved, RandomState, Stopwatch, TrainState
-from .timing import IterationClock, Pending
+from .timing import IterationClock, Pending, SyncCheck
 
 log = logging.getLogger("train")
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"  # set by torchrun in its workers
+SYNC_CHECK_AFTER = 5  # iterations before train.sync_debug checks (warm-up work may synchronise)
 LOSS_TERMS = ("loss_classifier", "loss_box_reg", "loss_objectness", "loss_rpn_box_reg")
 
 
@@ -118,9 +119,11 @@ class Progress:
 
 
 def to_device(images, targets, device):
+    """The batch on the device, queued: the loader pins its tensors, so no copy waits for the
+    device (a blocking copy would drain its queue, once per tensor of every target)."""
     # The loader's uint8 images are copied as such and made float32 in [0, 1] on the device.
     images = [to_model_input(image, device) for image in images]
-    targets = [{k: (v.to(device) if torch.is_tensor(v) else v) for k, v in t.items()}
+    targets = [{k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in t.items()}
                for t in targets]
     return images, targets
 
@@ -170,6 +173,7 @@ class Job:
     state: TrainState = field(default_factory=TrainState)  # what a checkpoint resumes
     moved: Moved = field(default_factory=Moved)            # this process's bytes, every session's
     monitor: Monitor | None = None  # utilisation sampling while the loop runs
+    sync_check: SyncCheck | None = None  # train.sync_debug, set by setup (timing.py)
 
     def checkpoint_parts(self) -> dict:
         """The named stateful parts of the run's checkpoint (checkpoint.py)."""
@@ -254,6 +258,8 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
     checkpoint.restore(job.state_dir, job.fingerprint, run_dir, ctx.rank, ctx.reports,
                        job.checkpoint_parts(), job.rank_parts())
     job.state.begin_session(int(os.environ.get(RESTART_COUNT, 0)))
+    job.sync_check = SyncCheck(strategy.unwrap(model), SYNC_CHECK_AFTER,
+                               enabled=train_cfg["sync_debug"] and ctx.device.type == "cuda")
     log.info("rank %d (%s): %d images, %d per process x %d shards, lr %.4g, %d threads, %s, %s",
              ctx.rank, ctx.role, len(dataset), per_process, ctx.shards, base_lr, ctx.threads,
              ctx.device, ctx.backend)
@@ -319,14 +325,15 @@ def run_epoch(job: Job, log_file, progress: Progress, max_steps: int | None) -> 
                else itertools.repeat(None, len(job.sampler) - state.batch))
     stopwatch = Stopwatch(state)
     for batch in batches:
-        # -- the iteration: lr, batch to the device, forward and backward, the strategy's step
-        pending, losses = timed_iteration(job, batch, state.epoch, stopwatch)
-        state.batch += 1
-        now = time.perf_counter()
-        pending.record.update(time_iter=stopwatch.lap_seconds(now), elapsed=stopwatch.elapsed(now))
-        # -- its record is finished one iteration late, once its device work is done (timing.py)
-        previous = job.clock.push(pending, losses)
-        log_record(job, previous, log_file, progress)
+        with job.sync_check.iteration(state.step):  # train.sync_debug (timing.py)
+            # -- the iteration: lr, batch to the device, forward and backward, the strategy's step
+            pending, losses = timed_iteration(job, batch, state.epoch, stopwatch)
+            state.batch += 1
+            now = time.perf_counter()
+            pending.record.update(time_iter=stopwatch.lap_seconds(now), elapsed=stopwatch.elapsed(now))
+            # -- its record is finished one iteration late, once its device work is done (timing.py)
+            previous = job.clock.push(pending, losses)
+            log_record(job, previous, log_file, progress)
         if state.step == max_steps:
             break
         # -- a checkpoint now and then, out of the training time

@@ -236,10 +236,12 @@ class ParameterServer(TorchrunStrategy):
         total = sum(grads.values()) if remote else torch.zeros(0, device=ctx.device)
         if ctx.role == "server+worker":
             total = total + self._gradients(mine) if remote else self._gradients(mine)
-        self._apply(optimizer, mine, total / len(self.workers), buffers)
+        # The mean; one worker's gradient is its own mean (x / 1 is x: no pass over it)
+        self._apply(optimizer, mine, total / len(self.workers) if len(self.workers) > 1 else total, buffers)
         update = time.perf_counter() - start
-        state = self._flat(self._state(ctx.rank))
-        pending += [self._send(state, w, WEIGHTS) for w in remote]
+        if remote:  # with no other worker there is nobody to send the new values to
+            state = self._flat(self._state(ctx.rank))
+            pending += [self._send(state, w, WEIGHTS) for w in remote]
         return update
 
     def _apply(self, optimizer, mine: list, gradient: torch.Tensor, buffers: torch.Tensor | None) -> None:
@@ -247,7 +249,7 @@ class ParameterServer(TorchrunStrategy):
         for p in self.params:  # the optimizer steps what has a gradient: this shard only
             p.grad = None
         for p, piece in self._pieces(gradient, mine):
-            p.grad = piece.clone()
+            p.grad = piece  # a view of this step's own flat gradient: nothing else writes it
         optimizer.step()  # <- the parameter server updates the weights here, and only here
         if buffers is not None:
             self._unflatten(buffers, self.buffers)

@@ -292,6 +292,20 @@ def timed_iteration(job: Job, batch, epoch: int, stopwatch: Stopwatch) -> tuple[
                    backward_wait=traffic.backward_wait), losses
 
 
+def iterate(job: Job, batch, stopwatch: Stopwatch, log_file, progress: Progress) -> None:
+    """One iteration of the loop, from the batch in hand (its wait counted since the
+    stopwatch's lap) to the previous iteration's record checked and logged."""
+    state = job.state
+    with job.sync_check.iteration(state.step):  # train.sync_debug (timing.py)
+        # -- the iteration: lr, batch to the device, forward and backward, the strategy's step
+        pending, losses = timed_iteration(job, batch, state.epoch, stopwatch)
+        state.batch += 1
+        now = time.perf_counter()
+        pending.record.update(time_iter=stopwatch.lap_seconds(now), elapsed=stopwatch.elapsed(now))
+        # -- its record is finished one iteration late, once its device work is done (timing.py)
+        log_record(job, job.clock.push(pending, losses), log_file, progress)
+
+
 def log_record(job: Job, record: dict | None, log_file, progress: Progress) -> None:
     """A finished iteration: checked, then written to the iteration log."""
     if record is None:
@@ -325,15 +339,7 @@ def run_epoch(job: Job, log_file, progress: Progress, max_steps: int | None) -> 
                else itertools.repeat(None, len(job.sampler) - state.batch))
     stopwatch = Stopwatch(state)
     for batch in batches:
-        with job.sync_check.iteration(state.step):  # train.sync_debug (timing.py)
-            # -- the iteration: lr, batch to the device, forward and backward, the strategy's step
-            pending, losses = timed_iteration(job, batch, state.epoch, stopwatch)
-            state.batch += 1
-            now = time.perf_counter()
-            pending.record.update(time_iter=stopwatch.lap_seconds(now), elapsed=stopwatch.elapsed(now))
-            # -- its record is finished one iteration late, once its device work is done (timing.py)
-            previous = job.clock.push(pending, losses)
-            log_record(job, previous, log_file, progress)
+        iterate(job, batch, stopwatch, log_file, progress)
         if state.step == max_steps:
             break
         # -- a checkpoint now and then, out of the training time

@@ -54,11 +54,14 @@ def test_the_first_cause_is_a_ranks_own_error_then_a_killed_rank_never_a_lost_pe
     lost = failed_process(tmp_path, 0, "rank 0 lost the other processes of its run", consequence=True)
     killed = failed_process(tmp_path, 1, None, exitcode=-9)
     own = failed_process(tmp_path, 2, "x.jpg: cannot decode image 7\nTraceback ...")
-    assert failure.first_cause({0: lost, 1: killed, 2: own}) == (2, own)
+    assert failure.first_cause({0: lost, 1: killed, 2: own}, 1) == (2, own)
     assert failure.own_message(own) == "x.jpg: cannot decode image 7"  # one line
-    assert failure.first_cause({0: lost, 1: killed}) == (1, killed)
+    assert failure.first_cause({0: lost, 1: killed}, 0) == (1, killed)
     assert failure.own_message(killed) is None
-    assert failure.first_cause({0: lost}) == (0, lost)
+    assert failure.first_cause({0: lost}, 0) == (0, lost)
+    # rank 1 killed, then rank 0 stopped by torchrun (SIGTERM): torchrun saw rank 1 first
+    stopped = failed_process(tmp_path, 3, None, exitcode=-15)
+    assert failure.first_cause({0: stopped, 1: killed}, 1) == (1, killed)
 
 
 def test_a_loader_workers_error_is_said_as_the_worker_said_it():

@@ -53,8 +53,12 @@ def test_the_checks_backbone_keeps_its_activations_in_scale(tmp_path):
     dataset = CocoDetection(cfg["data"]["root"], "train", train=True)
     held_out = [F.to_dtype(dataset[i][0], torch.float32, scale=True) for i in range(8, 12)]
     images = transform(held_out)[0].tensors  # images the statistics were not gathered on
-    ours, random_statistics = layer4_std(calibrated, images), layer4_std(resnet50().state_dict(), images)
-    print(f"layer4 std: {ours:.2f} calibrated, {random_statistics:.2f} random")
+    # the same weights with a random backbone's statistics, as torchvision initialises them
+    uncalibrated = {name: (torch.zeros_like(value) if name.endswith("running_mean") else
+                           torch.ones_like(value) if name.endswith("running_var") else value)
+                    for name, value in calibrated.items()}
+    ours, random_statistics = layer4_std(calibrated, images), layer4_std(uncalibrated, images)
+    print(f"layer4 std: {ours:.2f} calibrated, {random_statistics:.2f} with mean 0, variance 1")
     assert 0.3 < ours < 4, ours
     assert random_statistics > 3 * ours, (random_statistics, ours)
 
@@ -171,9 +175,7 @@ def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
     (baseline,) = single_inputs([load_run(kept.parent)])  # as the report reads a compute run
     assert baseline["baseline"] and baseline["compute"] > 0
 
-    # every strategy through the loop with train.sync_debug (on CPU the knob checks nothing)
-    assert {run["run_id"].split("-")[0] for run in items["sync"]["runs"]} == {cls.name for cls in REGISTERED}
-    assert all(run["status"] == "ok" or run["reason"] for run in items["sync"]["runs"])
+    assert "CUDA synchronisations only" in items["sync"]["skipped"]  # tests/test_sync_free.py on a GPU
 
     text = (tmp_path / "bundle" / "gpu_check.md").read_text()
     assert text.startswith("# GPU check: CPU") and "## throughput: done" in text

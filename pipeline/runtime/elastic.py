@@ -33,7 +33,7 @@ def how_it_ended(failed) -> str:
 
 
 def message(err: ChildFailedError, max_restarts: int) -> str:
-    first_rank, first = failure.first_cause(err.failures)
+    first_rank, first = failure.first_cause(err.failures, err.get_first_failure()[0])
     others = sorted(rank for rank in err.failures if rank != first_rank)
     where = f"rank {first_rank} (pid {first.pid} on {socket.gethostname()})"
     restarts = f" after {max_restarts} restart(s)" if max_restarts else ""
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     except ChildFailedError as err:
         print(err.format_msg(), file=sys.stderr)
         line = message(err, args.max_restarts)
-        outcome = failure.outcome_of(failure.first_cause(err.failures)[1])
+        outcome = failure.outcome_of(failure.first_cause(err.failures, err.get_first_failure()[0])[1])
         if outcome:  # the run's result, not an interruption: recorded, and the job ends well
             print(f"{line}\n{failure.write_outcome(outcome)}", file=sys.stderr)
             return

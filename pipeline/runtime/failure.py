@@ -92,14 +92,15 @@ def record(message: str, outcome: dict | None = None) -> None:
         pass
 
 
-def first_cause(failures: dict) -> tuple[int, object]:
+def first_cause(failures: dict, torchruns_first: int) -> tuple[int, object]:
     """(rank, failure) to name, of torchrun's {rank: ProcessFailure}: the earliest that wrote
-    a reason of its own; else the lowest rank that ended without one (killed); else the
-    earliest that lost a peer."""
+    a reason of its own; else one that ended without a word (killed), torchrun's own first
+    (`torchruns_first`: the rank it saw fail first, not one it then stopped) before the
+    others; else the earliest that lost a peer."""
     def order(rank: int):
         data = _ours(failures[rank])
         if data is None:
-            return (1, 0.0, rank)
+            return (1, 0.0 if rank == torchruns_first else 1.0, rank)
         return (2 if data.get("consequence") else 0, data["time"], rank)
     rank = min(failures, key=order)
     return rank, failures[rank]

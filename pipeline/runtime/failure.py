@@ -51,7 +51,7 @@ def one_line(message: str) -> str:
     return lines[0] if lines else ""
 
 
-def write_outcome(outcome: dict) -> Path:
+def write_outcome(outcome: dict) -> str:
     """Record a run that failed as its outcome: `outcome["summary"]` as its train_summary.json
     (written last), what its iteration log held until then as iterations.jsonl; the message
     that says so, for the end of the log."""

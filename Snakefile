@@ -68,6 +68,16 @@ include: "rules/benchmark.smk"
 include: "rules/report.smk"
 
 
+# The last lines of a run (on a cluster, where each job's progress is in its log under
+# logs/train/): runs trained, skipped or failed with their reasons, where the report is.
+onsuccess:
+    last_words()
+
+
+onerror:
+    last_words()
+
+
 rule all:
     input:
         rules.report.output.summary,

@@ -227,7 +227,7 @@ echo "inside: ${inside_s} s"
 not_mine=$(find "$WORK/container"/{results,logs} ! -user "$(id -u)" | wc -l)
 unreadable=$(find "$WORK/container"/{results,logs} -type f ! -perm -044 | wc -l)
 files=$(find "$WORK/container"/{results,logs} -type f | wc -l)
-ls -ln "$WORK/container/results/summary.csv" "$WORK/container/results/paper/paper.pdf" \
+ls -ln "$WORK/container/results/summary/demo.csv" "$WORK/container/results/paper/demo/paper.pdf" \
     | sed "s|$WORK/||"
 echo "ownership: $files files under results/ and logs/; $not_mine not owned by $(id -un)" \
      "(uid $(id -u)); $unreadable not readable by group and others"

@@ -80,7 +80,7 @@ class Case:
         train.begin_epoch(self.job)
         self.batches = self._batches()
         self.stopwatch = train.Stopwatch(self.job.state)
-        self.progress = train.Progress(1, 0, 1, enabled=False)
+        self.progress = train.Progress(1, 0, 1, enabled=False, images_per_step=1)
         self.log = open(os.devnull, "w")
         self.ms: list[float] = []
 

@@ -1,6 +1,6 @@
 """How far one step of each multi-worker strategy lands from `single` on Faster R-CNN.
 
-    python -m pipeline.equivalence --config '<preset JSON>' --out results/equivalence.json
+    python -m pipeline.equivalence --config '<preset JSON>' --out results/equivalence/demo.json
 
 From the same initial weights and the same global batch (single: 8 images; ddp and ps: 2
 workers x 4, the same 8 images), each strategy takes one SGD step; we compare the weights.

@@ -23,8 +23,8 @@ from pathlib import Path
 from . import strategies
 from .config import cli, stages
 from .detection.scoring import not_evaluated, record_not_evaluated
-from .runtime import lifetime, slurm
-from .runtime.files import write_json, write_text
+from .runtime import lifetime, run_lock, slurm
+from .runtime.files import OutputError, write_json, write_text
 from .strategies import sweep
 
 
@@ -48,8 +48,11 @@ def evaluation_command(cfg: dict, run: dict, run_dir: str, python: str = sys.exe
 
 def multi_node_command(cfg: dict, run: dict, out: str) -> list[str]:
     """The training command for this node; for a run over several nodes, inside a SLURM
-    allocation: srun starting one torchrun on each node, meeting on the first node."""
-    nnodes = cfg["parallel"]["nnodes"]
+    allocation: srun starting one torchrun on each node, meeting on the first node.
+
+    The nodes are the strategy's (a single or DataParallel run spans one whatever
+    parallel.nnodes says), the same count pipeline/resources.py asks the scheduler for."""
+    nnodes = strategies.get(run, cfg["parallel"]).nodes()
     alloc = slurm.allocation() if nnodes > 1 else None
     if alloc is None:
         if nnodes > 1:
@@ -65,18 +68,36 @@ def multi_node_command(cfg: dict, run: dict, out: str) -> list[str]:
     return slurm.srun(alloc, nnodes) + command(cfg, run, out, rdzv_endpoint=endpoint)
 
 
+def log_to(path: str) -> None:
+    """This process's (and what it execs into) stdout and stderr, from here on, into `path`,
+    truncated: opened only by the job that holds the run, where a shell's `> log` would empty
+    the log of the job that does."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def main(argv: list[str] | None = None) -> None:
     def arguments(parser):
         stages.add_config_arguments(parser)
         parser.add_argument("--entry", required=True, help="the sweep entry as JSON")
         parser.add_argument("--out", required=True, help="run directory")
         parser.add_argument("--stage", choices=["train", "evaluate"], default="train")
+        parser.add_argument("--log", help="the job's log: stdout and stderr go there once the run "
+                                           "is locked (a refused job leaves the running one's log as it is)")
 
     def body(args):
         # Killed with its job: the rule's shell execs us, so our parent is Snakemake (or srun's
         # step daemon); the request survives the exec of torchrun below.
         lifetime.become_launcher()
         cfg, run = stages.parsed_config(args, args.stage), json.loads(args.entry)
+        # One job per run directory at a time; held by what we exec into, until the job ends.
+        run_lock.hold(args.out, args.stage)
+        if args.log:
+            log_to(args.log)
         if args.stage == "evaluate":
             # A run that is not scored (skipped, or trained on in-memory noise) is recorded
             # here: no torch, no evaluation processes to start for it.
@@ -98,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         os.execv(argv[0], argv)
 
     cli.run_stage("Launch one training run (see module docstring).", body, arguments=arguments,
-                  follows_parent=False, argv=argv)
+                  errors=(run_lock.RunBusyError, OutputError), follows_parent=False, argv=argv)
 
 
 if __name__ == "__main__":

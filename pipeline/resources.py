@@ -52,6 +52,12 @@ def resource_names(cfg: dict) -> list[str]:
     return list(job_resources(cfg, 1, 1, 0))
 
 
+def one_process_resources(cfg: dict) -> dict:
+    """A job of one process without GPUs (the data, report and paper rules): one process's CPUs
+    and memory, so a cluster's default memory per job does not decide whether it fits."""
+    return job_resources(cfg, 1, 1, 0)
+
+
 def run_resources(cfg: dict, run: dict, stage: str = "train") -> dict:
     """What one run's training (or evaluation) job asks a scheduler for: its nodes, processes
     per node, their CPUs and memory, GPUs where it uses them. `run` is a filled sweep entry (a

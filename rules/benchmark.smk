@@ -9,7 +9,7 @@ rule equivalence:
         manifest=rules.data.output.manifest,
         code=code("equivalence"),
     output:
-        "results/equivalence.json",
+        EQUIVALENCE,
     params:
         config=stage_params("equivalence"),
         strategies=",".join(sweep.swept(CFG)),  # the set, not the sweep: new seeds rerun nothing
@@ -18,9 +18,9 @@ rule equivalence:
     resources:
         **wired(lambda wildcards: equivalence_job()),
     log:
-        "logs/equivalence.log",
+        f"logs/equivalence/{PRESET}.log",
     benchmark:
-        "logs/benchmarks/equivalence.tsv"
+        f"logs/benchmarks/equivalence_{PRESET}.tsv"
     shell:
         "exec {params.python} -m pipeline.equivalence --config {params.config:q}"
         " --strategies {params.strategies} --out {output} > {log} 2>&1"

@@ -9,7 +9,7 @@ import sys
 from snakemake.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from pipeline import resources
+from pipeline import resources, strategies
 from pipeline.config import params as P
 from pipeline.config import stages
 from pipeline.report import paper
@@ -23,8 +23,12 @@ PRESET = CFG["preset"]
 DATA = CFG["data"]
 RUN_DIR = f"results/runs/{PRESET}/{{run}}"
 MANIFEST = f"data/{DATA['name']}.manifest.json"
-REPORT = "results/report"
-PAPER = "results/paper/paper.pdf"
+# What the report stage makes is per preset, like the runs: one preset's report never
+# overwrites another's.
+REPORT = f"results/report/{PRESET}"
+SUMMARY = f"results/summary/{PRESET}.csv"
+EQUIVALENCE = f"results/equivalence/{PRESET}.json"
+PAPER = f"results/paper/{PRESET}/paper.pdf"
 # The paper needs a LaTeX toolchain; without one the workflow says so and stops at the report.
 MISSING_TEX = paper.missing_tools()
 if MISSING_TEX:
@@ -36,6 +40,13 @@ def code(stage):
     """Snakemake tracks a rule's own code, not what it imports: the files each stage executes
     are derived from the imports of the module it runs (pipeline/config/stages.py)."""
     return stages.code_files(stage, fetch=stage == "data" and DATA["fetch"] is not None)
+
+
+def run_code(stage):
+    """The files one run's `stage` executes: its own strategy's module, not the others', so an
+    edit to one strategy reruns only its runs (an input function of the run wildcard)."""
+    return lambda wildcards: stages.code_files(
+        stage, left_out=strategies.not_run_by(RUNS[wildcards.run]["strategy"]))
 
 
 def stage_params(stage):
@@ -50,7 +61,8 @@ os.environ[stages.KNOBS_ENV] = stages.knobs_environment(CFG)
 
 
 # --- what each job asks a scheduler for (pipeline/resources.py) ------------------------------
-SCHEDULER = resources.scheduler(CFG)
+# The data, report and paper jobs: one process, no GPU.
+ONE_PROCESS = resources.one_process_resources(CFG)
 
 
 @functools.cache
@@ -106,3 +118,9 @@ def compute_runs(wildcards):
     if PREDICT_PRESET == PRESET:
         return []
     return sorted(glob.glob(f"results/runs/{PREDICT_PRESET}/single-w1-*/train_summary.json"))
+
+
+def last_words():
+    """What the workflow says when it ends (onsuccess, onerror in the Snakefile)."""
+    print(sweep.outcome({run: RUN_DIR.format(run=run) for run in RUNS}, f"{REPORT}/report.html"),
+          file=sys.stderr)

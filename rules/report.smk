@@ -13,13 +13,15 @@ rule report:
         metrics=expand(rules.evaluate.output.metrics, run=RUNS),
         code=code("report"),
     output:
-        summary="results/summary.csv",
-        html=f"{REPORT}/report.html",
+        summary=SUMMARY,
+        # report(): also in Snakemake's own report (snakemake --report), with the tables and figures
+        html=report(f"{REPORT}/report.html", category="Report"),
         files=expand(f"{REPORT}/{{name}}", name=[f for f in REPORT_FILES if f != "report.html"]),
-        tables=expand(f"{REPORT}/{{name}}.{{ext}}", name=TABLES, ext=["md", "csv", "tex"]),
+        tables=report(expand(f"{REPORT}/{{name}}.csv", name=TABLES), category="Tables"),
+        tables_other=expand(f"{REPORT}/{{name}}.{{ext}}", name=TABLES, ext=["md", "tex"]),
         # paper/paper.tex inputs numbers.tex, figures.tex, the .tex tables and the figures
-        figures=expand(f"{REPORT}/figures/{{name}}.{{ext}}", name=FIGURES,
-                       ext=CFG["report"]["figure_formats"]),
+        figures=report(expand(f"{REPORT}/figures/{{name}}.{{ext}}", name=FIGURES,
+                              ext=CFG["report"]["figure_formats"]), category="Figures"),
     params:
         report=P.canonical(CFG["report"]),
         preset=PRESET,
@@ -31,11 +33,11 @@ rule report:
         out=lambda wildcards, output: os.path.dirname(output.html),
         python=PYTHON,
     resources:
-        **SCHEDULER,
+        **ONE_PROCESS,
     log:
-        "logs/report.log",
+        f"logs/report/{PRESET}.log",
     benchmark:
-        "logs/benchmarks/report.tsv"
+        f"logs/benchmarks/report_{PRESET}.tsv"
     shell:
         "{params.python} -m pipeline.report --report-config {params.report:q} --preset {params.preset}"
         " --summary {output.summary} --equivalence {input.equivalence} --out-dir {params.out}"
@@ -45,18 +47,21 @@ rule report:
 rule paper:
     input:
         rules.report.output,
+        html=rules.report.output.html,
         source="paper/paper.tex",
         bibliography="paper/references.bib",
         code=code("paper"),
     output:
-        PAPER,
+        report(PAPER, category="Paper"),
     params:
         python=PYTHON,
+        report=lambda wildcards, input: os.path.dirname(input.html),
     resources:
-        **SCHEDULER,
+        **ONE_PROCESS,
     log:
-        "logs/paper.log",
+        f"logs/paper/{PRESET}.log",
     benchmark:
-        "logs/benchmarks/paper.tsv"
+        f"logs/benchmarks/paper_{PRESET}.tsv"
     shell:
-        "{params.python} -m pipeline.report.paper --source {input.source} --out {output} > {log} 2>&1"
+        "{params.python} -m pipeline.report.paper --source {input.source} --report-dir {params.report}"
+        " --out {output} > {log} 2>&1"

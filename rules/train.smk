@@ -1,11 +1,18 @@
 # One training and one evaluation job per run of the sweep (RUNS), each asking for what its
 # strategy needs (pipeline/resources.py).
+from pipeline.training import identity
+
+# Checkpoints no run of this sweep will resume (a run that left the sweep, or whose settings,
+# code or data changed) are named before anything runs: kept, or replaced when the run restarts.
+if workflow.is_main_process:
+    for _line in identity.superseded(CFG, RUNS, os.path.dirname(RUN_DIR), tree.recorded(MANIFEST)):
+        print(_line, file=sys.stderr)
 
 
 rule train:
     input:
         manifest=rules.data.output.manifest,
-        code=code("train"),
+        code=run_code("train"),
     output:
         # Written last; model_final.pt beside it exists only for runs that were not skipped.
         summary=f"{RUN_DIR}/train_summary.json",
@@ -23,16 +30,18 @@ rule train:
         f"logs/train/{PRESET}/{{run}}.log",
     benchmark:
         f"logs/benchmarks/train_{PRESET}_{{run}}.tsv"
+    # --log, not `> {log}`: the launcher opens the log once it holds the run's lock, so a second
+    # job refused on the same run (another Snakemake) does not empty the running job's log.
     shell:
         "exec {params.python} -m pipeline.launch --config {params.config:q}"
-        " --entry {params.run:q} --out {params.out} > {log} 2>&1"
+        " --entry {params.run:q} --out {params.out} --log {log}"
 
 
 rule evaluate:
     input:
         manifest=rules.data.output.manifest,
         summary=rules.train.output.summary,
-        code=code("evaluate"),
+        code=run_code("evaluate"),
     output:
         metrics=f"{RUN_DIR}/metrics.json",
         predictions=f"{RUN_DIR}/predictions.json",
@@ -50,4 +59,4 @@ rule evaluate:
         f"logs/benchmarks/evaluate_{PRESET}_{{run}}.tsv"
     shell:
         "exec {params.python} -m pipeline.launch --stage evaluate --config {params.config:q}"
-        " --entry {params.run:q} --out {params.out} > {log} 2>&1"
+        " --entry {params.run:q} --out {params.out} --log {log}"

@@ -3,13 +3,19 @@
 Every case checks that the message has the form `<file or key>: <what is wrong>; <remedy>`,
 naming the file, key or value and saying what to do, and that the failure touched nothing:
 what was written before (an earlier manifest or result, the dataset itself) keeps its bytes
-and mtime, and nothing new (half-written) appears. README's table of messages follows these.
+and mtime, and nothing new (half-written) appears.
+
+README's table of messages ("Bad input, and the message each gets") is checked against these
+cases: each case checks its row against the message it really produced (check_readme_row, at the
+end), and test_readme_table_has_a_row_for_each_case that rows and cases correspond one to one.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,18 +23,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
+import torch
+from PIL import Image, ImageDraw, ImageOps
+from torchvision.transforms.v2.functional import pil_to_tensor
 
 from pipeline.config import params
 from pipeline.config.params import canonical
+from pipeline.data import dataset as dataset_module
 from pipeline.data import prepare
 from pipeline.data.dataset import CocoDetection, DatasetError, annotation_path, build_manifest
+from pipeline.detection.model import build_model
+from pipeline.runtime import run_lock
 from pipeline.strategies import sweep
 from pipeline.training.train import train
 
 from .conftest import REPO, small_config, write_coco
 
-REFETCH = "re-fetch or regenerate the dataset"
 EARLIER = 1_500_000_000  # an mtime in the past: a rewrite with the same bytes still shows
 
 
@@ -78,6 +88,20 @@ def ann_file(root: Path) -> Path:
     return annotation_path(root, "train")
 
 
+def own(remedy: str):
+    """A remedy for a user's own tree, then the one for a tree the data stage made."""
+    return lambda r: (f"{remedy.format(ann=ann_file(r), root=r)}; for a dataset the data stage "
+                      f"fetched or generated, delete {r} and rerun the data stage to fetch or "
+                      "generate it again")
+
+
+UNDECODABLE = own("replace the file with a readable copy, or remove it: its entry in 'images' "
+                  "and its annotations in {ann}")
+RENUMBER = ("renumber the categories from 1 in 'categories' and in every annotation's "
+            "category_id (e.g. add 1 to each id if they start at 0), the same way in the train "
+            "and val annotation files")
+
+
 def image_file(root: Path) -> Path:
     return root / "train2017" / "1.jpg"
 
@@ -112,24 +136,38 @@ def duplicate_annotation_id(doc: dict) -> None:
     doc["annotations"][1]["id"] = 1
 
 
+def numbered_from_0(doc: dict) -> None:
+    """What some exporters write: the first category is 0."""
+    doc["categories"] = [{"id": 0, "name": "thing"}]
+    for ann in doc["annotations"]:
+        ann["category_id"] = 0
+
+
+def negative_category(doc: dict) -> None:
+    doc["annotations"][0]["category_id"] = -1
+
+
 # (id, damage, when, what, remedy); `what` and `remedy` are functions of the dataset root.
 # when: "load" fails when the dataset is opened; "decode" when the image is read (training
-# reads lazily; the data stage of a synthetic dataset decodes every image).
+# reads lazily; the data stage decodes every image first).
 DATA_CASES = [
     ("truncated-jpeg", truncate, "decode",
      lambda r: f"{image_file(r)}: cannot decode image 1: the file is truncated: its JPEG data "
-               "stops after", lambda r: REFETCH),
+               "stops after", UNDECODABLE),
     ("zero-byte-jpeg", lambda r: image_file(r).write_bytes(b""), "decode",
      lambda r: f"{image_file(r)}: cannot decode image 1: the file is empty (0 bytes)",
-     lambda r: REFETCH),
+     UNDECODABLE),
     ("png-named-jpg", as_png, "decode",
      lambda r: f"{image_file(r)}: holds PNG data although its name says JPEG",
      lambda r: f"re-encode it as JPEG, or rename it to 1.png and change its file_name in {ann_file(r)}"),
     ("size-differs-from-annotations", edit(lambda doc: doc["images"][0].update(width=100)), "decode",
-     lambda r: f"{image_file(r)}: is 64x48 but {ann_file(r)} says 100x48", lambda r: REFETCH),
+     lambda r: f"{image_file(r)}: is 64x48 but {ann_file(r)} says 100x48",
+     own("correct width and height of image 1 in {ann}, or replace the file with the image "
+         "they describe")),
     ("missing-image", lambda r: image_file(r).unlink(), "load",
      lambda r: f"{r / 'train2017'}: 1 image(s) listed in {ann_file(r)} are missing, e.g. ['1.jpg']",
-     lambda r: REFETCH),
+     own("add the files to {root}/train2017, or remove their entries in 'images' (and their "
+         "annotations) from {ann}")),
     ("negative-box-size", set_bbox([1, 1, -4, 5]), "load",
      lambda r: f"{ann_file(r)}: annotation 1 of image 1 (1.jpg): bbox [1, 1, -4, 5] has a "
                "negative width or height", lambda r: "fix or remove the annotation"),
@@ -145,6 +183,17 @@ DATA_CASES = [
     ("unknown-category", edit(lambda doc: doc["annotations"][0].update(category_id=7)), "load",
      lambda r: f"{ann_file(r)}: annotation 1 has category_id 7, which is not in 'categories'",
      lambda r: "add the category or fix the annotation's category_id"),
+    ("category-id-0", edit(numbered_from_0), "load",
+     lambda r: f"{ann_file(r)}: category id(s) 0 ('thing'), used by 2 annotation(s), are not "
+               "whole numbers from 1: torchvision's detector reserves label 0 for the background",
+     lambda r: RENUMBER),
+    ("negative-category-id", edit(negative_category), "load",
+     lambda r: f"{ann_file(r)}: category id(s) -1 (not in 'categories'), used by 1 annotation(s), "
+               "are not whole numbers from 1", lambda r: RENUMBER),
+    ("segmentation-without-bbox", edit(lambda doc: doc["annotations"][0].pop("bbox")), "load",
+     lambda r: f"{ann_file(r)}: annotations entry 1 lacks bbox",
+     own("give each such annotation a bbox [x, y, width, height] (its object's bounding box), "
+         "or remove it")),
     ("unknown-image", edit(lambda doc: doc["annotations"][0].update(image_id=99)), "load",
      lambda r: f"{ann_file(r)}: annotation 1 refers to image 99, which is not in 'images'",
      lambda r: "add the image or remove the annotation"),
@@ -155,21 +204,24 @@ DATA_CASES = [
      lambda r: f"{ann_file(r)}: annotation id 1 is used by 2 entries of 'annotations'",
      lambda r: "give each annotation its own id"),
     ("malformed-json", lambda r: ann_file(r).write_text('{"images": ['), "load",
-     lambda r: f"{ann_file(r)}: not valid JSON (Expecting value, line 1)", lambda r: REFETCH),
+     lambda r: f"{ann_file(r)}: not valid JSON (Expecting value, line 1)",
+     own("correct the JSON there, or restore the file")),
     ("json-list", lambda r: ann_file(r).write_text("[]"), "load",
      lambda r: f"{ann_file(r)}: is a JSON list, not a COCO annotation object (images, "
-               "annotations, categories)", lambda r: REFETCH),
+               "annotations, categories)",
+     own("write it as one object with the lists images, annotations and categories")),
     ("empty-annotation-file", lambda r: ann_file(r).write_bytes(b""), "load",
-     lambda r: f"{ann_file(r)}: is empty (0 bytes)", lambda r: REFETCH),
+     lambda r: f"{ann_file(r)}: is empty (0 bytes)",
+     own("restore it from your copy of the annotations")),
     ("missing-section", edit(lambda doc: doc.pop("annotations")), "load",
      lambda r: f"{ann_file(r)}: missing the 'annotations' list of a COCO annotation file",
-     lambda r: REFETCH),
+     own("add it (an empty list if it has no entries)")),
 ]
 
 
 @pytest.mark.parametrize("case", DATA_CASES, ids=[c[0] for c in DATA_CASES])
 def test_bad_data(case, tmp_path):
-    _, damage, when, what, remedy = case
+    case_id, damage, when, what, remedy = case
     root = tmp_path / "data" / "mine"
     good_dataset(root)
     damage(root)
@@ -177,14 +229,13 @@ def test_bad_data(case, tmp_path):
     write_earlier(manifest, '{"earlier": true}\n')
     before = snapshot(tmp_path)
 
-    # The data stage: it validates (and, for a synthetic dataset, decodes) before it writes.
+    # The data stage, as it runs for a dataset it did not make: it validates and decodes every
+    # image before it writes.
     with pytest.raises(DatasetError) as err:
-        build_manifest(root, decode_images=True)
+        prepare.prepare({"root": str(root), "synthetic": None, "fetch": None,
+                         "exif_orientation": "refuse"}, str(manifest))
     assert_message(str(err.value), what(root), remedy(root))
-    if when == "load":  # the data stage as it runs for a dataset it did not make
-        with pytest.raises(DatasetError) as err:
-            prepare.prepare({"root": str(root), "synthetic": None, "fetch": None}, str(manifest))
-        assert_message(str(err.value), what(root), remedy(root))
+    check_readme_row(case_id, str(err.value), root=root, ann=ann_file(root))
     # Training: the dataset opens, or fails, the same way; an image fails when it is read.
     if when == "load":
         with pytest.raises(DatasetError) as err:
@@ -211,20 +262,186 @@ BOX_WARNINGS = [
 
 @pytest.mark.parametrize("case", BOX_WARNINGS, ids=[c[0] for c in BOX_WARNINGS])
 def test_degenerate_boxes_are_skipped_with_a_warning(case, tmp_path, caplog):
-    _, bbox, skipped, clamped, warning = case
+    case_id, bbox, skipped, clamped, warning = case
     root = tmp_path / "data" / "mine"
     good_dataset(root)
     set_bbox(bbox)(root)
     before = snapshot(tmp_path)
     with caplog.at_level(logging.WARNING, logger="pipeline.data.dataset"):
         evaluation = CocoDetection(root, "train", train=False)
-        manifest = build_manifest(root, decode_images=True)
+        manifest = build_manifest(root)
     assert f"{ann_file(root)}: {warning}" in caplog.text
+    check_readme_row(case_id, caplog.text, root=root, ann=ann_file(root))
     assert evaluation.skipped == skipped and evaluation.clamped == clamped
     assert manifest["splits"]["train"]["skipped"] == skipped
     boxes = evaluation.target(0)["boxes"].tolist()
     assert boxes == ([[60, 40, 64, 48]] if clamped else [])
     assert snapshot(tmp_path) == before
+
+
+# --- images a viewer shows turned: EXIF orientation -----------------------------------------
+# A camera held sideways or upside down stores its pixels as they came off the sensor and an
+# EXIF tag saying how to turn them for display. Boxes drawn in a viewer then fit the turned
+# image, not the stored pixels, and nothing in the data says which a tree's boxes fit.
+
+BOX = [8, 6, 20, 12]  # x, y, width, height: the bright rectangle, where a viewer shows it
+# The stored pixels of an upright scene for each orientation (a viewer turns them back):
+# 3 is shown rotated 180; 6 is shown rotated 90 clockwise, so it is stored turned 90 the other way.
+STORED = {3: Image.Transpose.ROTATE_180, 6: Image.Transpose.ROTATE_90}
+EXIF_REMEDY = ("set data.exif_orientation: apply if the boxes were drawn on the images as a "
+               "viewer shows them, or ignore if they were drawn on the stored pixels")
+
+
+def exif_dataset(root: Path, orientation: int) -> None:
+    """good_dataset, with train image 1 a dark 64x48 scene with a bright rectangle, taken by a
+    camera held at `orientation`; its size and box as a viewer shows it."""
+    good_dataset(root)
+    scene = Image.new("RGB", (64, 48))
+    x, y, w, h = BOX
+    ImageDraw.Draw(scene).rectangle([x, y, x + w - 1, y + h - 1], fill=(255, 255, 255))
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    scene.transpose(STORED[orientation]).save(image_file(root), exif=exif, quality=95)
+    set_bbox(BOX)(root)
+
+
+def brightness(image: torch.Tensor, box: list[float]) -> tuple[float, float]:
+    """Mean pixel value inside the box (an edge pixel in) and outside it."""
+    x0, y0, x1, y1 = (int(v) for v in box)
+    pixels = image.float()
+    inside = pixels[:, y0 + 1:y1 - 1, x0 + 1:x1 - 1].mean().item()
+    box_sum = pixels[:, y0:y1, x0:x1].sum().item()
+    outside = (pixels.sum().item() - box_sum) / (pixels.numel() - 3 * (y1 - y0) * (x1 - x0))
+    return inside, outside
+
+
+def test_exif_orientation_is_refused_by_default(tmp_path):
+    root = tmp_path / "data" / "mine"
+    exif_dataset(root, 3)
+    before = snapshot(tmp_path)
+    with pytest.raises(DatasetError) as err:  # the data stage
+        prepare.prepare({"root": str(root), "synthetic": None, "fetch": None,
+                         "exif_orientation": "refuse"}, str(tmp_path / "data" / "m.json"))
+    what = (f"{root / 'train2017'}: 1 of the train split's 2 images have an EXIF orientation "
+            "other than 1, so a viewer shows them turned from their stored pixels (e.g. 1.jpg "
+            "(3: rotate 180))")
+    assert_message(str(err.value), what, EXIF_REMEDY)
+    check_readme_row("exif-orientation-refused", str(err.value), root=root, ann=ann_file(root))
+    # A tree changed after the data stage: training's loader refuses the image by name.
+    with pytest.raises(DatasetError) as err:
+        CocoDetection(root, "train", train=True)[0]
+    assert_message(str(err.value), f"{image_file(root)}: has EXIF orientation 3: rotate 180",
+                   EXIF_REMEDY)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("orientation", sorted(STORED))
+def test_exif_orientation_apply_reads_the_image_as_a_viewer_shows_it(orientation, tmp_path):
+    root = tmp_path / "mine"
+    exif_dataset(root, orientation)
+    manifest = build_manifest(root, exif_orientation="apply")  # sizes checked as shown: 64x48
+    assert manifest["exif_orientation"] == "apply"
+    assert manifest["splits"]["train"]["exif_oriented_images"] == 1
+    for train in (True, False):  # training and evaluation read it alike
+        image, target = CocoDetection(root, "train", train=train, exif_orientation="apply")[0]
+        assert image.shape == (3, 48, 64)
+        inside, outside = brightness(image, target["boxes"][0].tolist())
+        assert inside > 200 and outside < 20, (inside, outside)  # the box is on the rectangle
+        shown = ImageOps.exif_transpose(Image.open(image_file(root))).convert("RGB")
+        assert torch.equal(image, pil_to_tensor(shown))  # as PIL turns it for a viewer
+
+
+def test_exif_orientation_ignore_reads_the_stored_pixels_with_a_warning(tmp_path, caplog):
+    root = tmp_path / "mine"
+    exif_dataset(root, 3)
+    with caplog.at_level(logging.WARNING, logger="pipeline.data.dataset"):
+        manifest = build_manifest(root, exif_orientation="ignore")
+    assert (f"{root / 'train2017'}: 1 of the train split's 2 images have an EXIF orientation "
+            "other than 1") in caplog.text
+    assert "1.jpg (3: rotate 180)" in caplog.text
+    assert "ignore reads their stored pixels as they are" in caplog.text
+    assert manifest["splits"]["train"]["exif_oriented_images"] == 1
+    image, target = CocoDetection(root, "train", train=True, exif_orientation="ignore")[0]
+    assert torch.equal(image, pil_to_tensor(Image.open(image_file(root)).convert("RGB")))
+    inside, _ = brightness(image, target["boxes"][0].tolist())
+    assert inside < 20  # stored pixels: the rectangle is elsewhere, as the user was warned
+
+
+def test_a_quarter_turn_read_as_stored_names_exif_in_its_size_error(tmp_path):
+    """Stored 48x64, annotated (as shown) 64x48: the size error says the tag swaps them."""
+    root = tmp_path / "mine"
+    exif_dataset(root, 6)
+    with pytest.raises(DatasetError) as err:
+        build_manifest(root, exif_orientation="ignore")
+    assert_message(str(err.value), f"{image_file(root)}: is 48x64 but {ann_file(root)} says "
+                   "64x48 (its EXIF orientation 6: rotate 90 CW swaps width and height: "
+                   "data.exif_orientation: apply reads it as 64x48)",
+                   f"correct width and height of image 1 in {ann_file(root)}")
+    check_readme_row("exif-quarter-turn-read-as-stored", str(err.value), root=root,
+                     ann=ann_file(root))
+
+
+# --- images that do not decode, found by the data stage before any training -----------------
+
+def test_truncated_images_in_train_and_val_are_named_by_the_data_stage(tmp_path, monkeypatch,
+                                                                       caplog):
+    """Every image of both splits is decoded, in a pool of processes (forced here for 4
+    images), with progress on the log; every bad file is named, not only the first."""
+    monkeypatch.setattr(dataset_module, "DECODE_CHUNK", 1)
+    monkeypatch.setattr(dataset_module, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(dataset_module, "PROGRESS_EVERY_S", 0.0)
+    root = tmp_path / "data" / "mine"
+    good_dataset(root)
+    bad = {"train": root / "train2017" / "1.jpg", "val": root / "val2017" / "2.jpg"}
+    for path in bad.values():
+        path.write_bytes(path.read_bytes()[:600])
+    manifest = tmp_path / "data" / "mine.manifest.json"
+    write_earlier(manifest, '{"earlier": true}\n')
+    before = snapshot(tmp_path)
+    data_cfg = {"root": str(root), "synthetic": None, "fetch": None, "exif_orientation": "refuse"}
+    with caplog.at_level(logging.INFO, logger="pipeline.data.dataset"), \
+            pytest.raises(SystemExit) as exit:
+        prepare.main(["--config", json.dumps(data_cfg), "--manifest", str(manifest)])
+    message = str(exit.value.code)
+    assert message.startswith("error: ")
+    for split, path in bad.items():
+        source = annotation_path(root, split)
+        assert f"{source}: 1 of the {split} split's 2 images cannot be used" in message
+        assert_message(message, f"{path}: cannot decode image {path.stem}: the file is truncated: "
+                       "its JPEG data stops after 600 bytes",
+                       f"replace the file with a readable copy, or remove it: its entry in "
+                       f"'images' and its annotations in {source}")
+    assert f"{root / 'val2017'}: decoded 2/2 images" in caplog.text  # the progress line
+    check_readme_row("undecodable-images-in-both-splits", message, root=root, ann=ann_file(root))
+    assert snapshot(tmp_path) == before
+
+
+def test_the_evaluate_stage_ends_a_bad_image_in_one_line(tmp_path):
+    """A validation image cut short after the data stage checked the tree: the evaluate stage
+    ends with one line naming the file, as training does, not a traceback."""
+    root = tmp_path / "data" / "mine"
+    good_dataset(root)
+    build_manifest(root)  # the data stage passed it
+    bad = root / "val2017" / "2.jpg"
+    bad.write_bytes(bad.read_bytes()[:600])
+    cfg = small_config(root)
+    run_dir = tmp_path / "results" / "runs" / "demo" / "single-w1-b4-s0"
+    run_dir.mkdir(parents=True)
+    (run_dir / "train_summary.json").write_text(json.dumps({"status": "ok",
+                                                            "run_id": run_dir.name}))
+    model = build_model(cfg["model"], num_classes=2)
+    torch.save({"model": model.state_dict(), "num_classes": 2}, run_dir / "model_final.pt")
+    before = snapshot(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "pipeline.detection.evaluate", "--config",
+                             canonical(cfg), "--run-dir", str(run_dir)],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    error = result.stderr.strip().splitlines()[-1]
+    assert_message(error, f"error: {bad}: cannot decode image 2: the file is truncated",
+                   "replace the file with a readable copy, or remove it")
+    check_readme_row("image-damaged-after-the-data-stage", error, root=root)
+    assert snapshot(tmp_path) == before  # no predictions or metrics written
 
 
 # --- params.yaml: the real file, edited in memory, resolved as the Snakefile does ------------
@@ -310,7 +527,7 @@ PARAMS_CASES = [
 
 @pytest.mark.parametrize("case", PARAMS_CASES, ids=[c[0] for c in PARAMS_CASES])
 def test_bad_params(case, tmp_path, monkeypatch):
-    _, change, what, remedy = case
+    case_id, change, what, remedy = case
     monkeypatch.chdir(tmp_path)  # where the workflow would write
     write_earlier(tmp_path / "results" / "runs" / "demo" / "single-w1-b8-s0" / "train_summary.json",
                   '{"status": "ok"}\n')
@@ -320,6 +537,7 @@ def test_bad_params(case, tmp_path, monkeypatch):
     with pytest.raises(params.ParamsError) as err:
         sweep.runs(params.resolve(raw))  # as the Snakefile does, before any job
     assert_message(str(err.value), what, remedy)
+    check_readme_row(case_id, str(err.value))
     assert snapshot(tmp_path) == before
 
 
@@ -427,7 +645,156 @@ def test_bad_run_state(case, checkpointed, tmp_path):
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("error: "), result.stderr[-3000:]
     assert_message(error.removeprefix("error: "), what, remedy)
+    check_readme_row(case, error, run=out)
     if setup:  # what the namespace saw: the checkpoint intact, no temporary left beside it
         assert ".tmp" not in result.stdout and "checkpoint.pt" in result.stdout, result.stdout
     if case != "disk-full-writing-a-checkpoint":
         assert snapshot(out) == before
+
+
+# --- a run another process holds ------------------------------------------------------------
+
+HOLD_LOCK = """
+import sys, time
+from pipeline.runtime import run_lock
+run_lock.hold(sys.argv[1], "train")
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_process_on_a_run_is_refused(tmp_path, monkeypatch):
+    """A run another process trains (two workflows started at once on one results/): the second
+    is refused by the run directory's lock, naming the first, and changes nothing there
+    (pipeline/runtime/run_lock.py; the launcher's one-line error: tests/test_run_lock.py)."""
+    out = tmp_path / "results" / "runs" / "demo" / "single-w1-b4-s0"
+    first = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], cwd=REPO,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline().strip() == "held"
+        before = snapshot(tmp_path)
+        # Refused at once, not after the lock's patience for a job that is just ending.
+        monkeypatch.setattr(run_lock, "_lock", functools.partial(run_lock._lock, patience_s=0.0))
+        with pytest.raises(run_lock.RunBusyError) as err:
+            run_lock.hold(out, "train")
+        assert_message(str(err.value), f"another process (pid {first.pid}) is training this run "
+                       f"({out})", f"wait for it to end, or stop it (kill {first.pid}), then rerun")
+        check_readme_row("run-busy", str(err.value), run=out, pid=first.pid)
+        assert snapshot(tmp_path) == before
+    finally:
+        first.kill()
+        first.wait()
+        first.stdout.close()
+
+
+# --- README's table of these messages -------------------------------------------------------
+# README.md's section TABLE_SECTION has a table: | Bad input | Message (its key part) | Case |.
+# The Case cell names one case (or several) of this file by id, the Message cell shows as many
+# messages as code spans, in the same order. A case's test checks its span against the message
+# it really produced, right where it produced it (check_readme_row): with each placeholder
+# <name> replaced by that case's value for it (PLACEHOLDERS) and every run of whitespace read
+# as one space, the span must occur in the message, where `...` (and the spaces around it)
+# stands for any text. So no row can go stale without its case failing, independent of test
+# order or selection, and no case is run twice; the one test below (no case runs: milliseconds)
+# checks that each case has a row and each row a case. `pytest tests/test_bad_inputs.py` checks
+# the whole table.
+
+README = REPO / "README.md"
+TABLE_SECTION = "## Bad input, and the message each gets"
+PLACEHOLDERS = {  # what a case passes for each, as README's section says
+    "root": "the dataset's folder (data/coco2017)",
+    "ann": "its train annotations, <root>/annotations/instances_train2017.json",
+    "run": "the run's folder (results/runs/demo/single-w1-b4-s0)",
+    "pid": "the process that holds the run",
+}
+# The cases above with a test of their own (not an entry of a list of cases).
+ONE_OFF_CASES = ("exif-orientation-refused", "exif-quarter-turn-read-as-stored",
+                 "undecodable-images-in-both-splits", "image-damaged-after-the-data-stage",
+                 "run-busy")
+# Cases with no row of their own: their message has the form of the case named, its row's.
+SHOWN_BY = {"infinite-box": "nan-box", "wrong-type-nullable": "wrong-type",
+            "workers-not-a-number": "wrong-type", "nested-negative": "negative-epochs"}
+
+
+def all_cases() -> list[str]:
+    return ([case[0] for case in DATA_CASES + BOX_WARNINGS + PARAMS_CASES] + list(RUN_CASES)
+            + list(ONE_OFF_CASES))
+
+
+def readme_table() -> dict[str, tuple[str, str]]:
+    """Case id -> (its row's Bad input cell, the message shown for it), from README.md."""
+    text = README.read_text()
+    assert text.count(TABLE_SECTION + "\n") == 1, f"README.md has no section {TABLE_SECTION!r}"
+    section = text.split(TABLE_SECTION + "\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in section.splitlines() if line.startswith("|")]
+    assert len(lines) > 2 and set(lines[1]) <= set("|-: "), f"{TABLE_SECTION}: no table"
+    shown: dict[str, tuple[str, str]] = {}
+    for line in lines[2:]:
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        assert len(cells) == 3, (f"README.md, {TABLE_SECTION}: a row of {len(cells)} cells, not "
+                                 f"3 (bad input, message, case):\n  {line}")
+        label, messages, cases = cells[0], *(re.findall(r"`([^`]*)`", cell) for cell in cells[1:])
+        assert cases and len(messages) == len(cases), (
+            f"README.md, {TABLE_SECTION}: row {label!r} shows {len(messages)} message(s) (code "
+            f"spans) for {len(cases)} case(s) {cases}: one per case, in the same order")
+        for case, message in zip(cases, messages):
+            assert case not in shown, f"README.md, {TABLE_SECTION}: case {case!r} has two rows"
+            shown[case] = (label, message)
+    return shown
+
+
+def with_placeholders(message: str, values: dict) -> str:
+    """The message with each value written as its placeholder (for a row to copy)."""
+    for name, value in sorted(values.items(), key=lambda item: -len(str(item[1]))):
+        message = message.replace(str(value), f"<{name}>")
+    return message
+
+
+def shows(span: str, message: str, values: dict) -> bool:
+    """`span` (a Message cell's code span) occurs in `message`, as check_readme_row says."""
+    def put(match: re.Match) -> str:
+        name = match.group(1)
+        assert name in values, (f"{span!r}: <{name}> does not apply to this case (its "
+                                f"placeholders: {', '.join(f'<{n}>' for n in values) or 'none'})")
+        return str(values[name])
+
+    pieces = [" ".join(re.sub(r"<([a-z]+)>", put, piece).split()) for piece in span.split("...")]
+    pattern = ".*?".join(re.escape(piece) for piece in pieces)
+    return re.search(pattern, " ".join(message.split())) is not None
+
+
+def check_readme_row(case: str, message: str, **values) -> None:
+    """README's table shows the message `case` really produced, given its placeholders' values
+    (root=, ann=, run=, pid=: PLACEHOLDERS)."""
+    assert set(values) <= set(PLACEHOLDERS), set(values) - set(PLACEHOLDERS)
+    table = readme_table()
+    shown_as = SHOWN_BY.get(case, case)
+    if shown_as != case:  # shown by another case's row: not checked against this message
+        assert shown_as in table, f"README.md's table has no row for case {shown_as!r}"
+        return
+    assert case in table, (f"README.md's table ({TABLE_SECTION}) has no row for case {case!r}; "
+                           f"its message:\n  {with_placeholders(message, values)}")
+    label, span = table[case]
+    assert shows(span, message, values), (
+        f"README.md's row {label!r} shows, for case {case!r},\n  {span}\nwhich is not in the "
+        f"message it really produces:\n  {with_placeholders(message, values)}")
+
+
+def test_readme_table_has_a_row_for_each_case():
+    """Each case of this file has its row in README's table (or is SHOWN_BY another's), and
+    each row names cases of this file; every placeholder in the table is one of PLACEHOLDERS.
+    Whether each row shows its case's real message, the case's own test checks."""
+    cases = all_cases()
+    assert len(set(cases)) == len(cases), sorted({c for c in cases if cases.count(c) > 1})
+    assert set(SHOWN_BY) <= set(cases) and set(SHOWN_BY.values()) <= set(cases) - set(SHOWN_BY)
+    table = readme_table()
+    without_row = [c for c in cases if c not in table and c not in SHOWN_BY]
+    unknown = [c for c in table if c not in cases]
+    also_shown_by = [c for c in table if c in SHOWN_BY]
+    assert not (without_row or unknown or also_shown_by), (
+        f"cases with no row in README.md's table: {without_row}; cases the table names that "
+        f"this file does not have: {unknown}; cases with a row though SHOWN_BY another's row: "
+        f"{also_shown_by}")
+    for case, (label, span) in table.items():
+        unknown_names = set(re.findall(r"<([a-z]+)>", span)) - set(PLACEHOLDERS)
+        assert not unknown_names, f"row {label!r} ({case}): placeholders {unknown_names} unknown"

@@ -204,7 +204,7 @@ def test_extract_replaces_only_its_own_tree(served, tmp_path):
         with pytest.raises(FetchError) as refused:
             extract(paths, target, subset=2)
         assert str(target) in str(refused.value)
-        assert "move it away" in str(refused.value) and "remove data.fetch" in str(refused.value)
+        assert "move it away" in str(refused.value) and "uses a COCO 2017 layout at data.root as it is" in str(refused.value)
         assert (snapshot(target), snapshot(out)) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["coco2017", "link", "user"]
 
@@ -216,10 +216,15 @@ def test_free_space_is_checked_first(tmp_path):
 
 # ---- the real DVC and Snakemake path ------------------------------------------------------
 
-def run(command, cwd, **kwargs):
+def attempt(command, cwd, **kwargs) -> subprocess.CompletedProcess:
+    """Run `command` with this interpreter's bin first on PATH (DVC's stages run `python`)."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900, env=env,
-                            **kwargs)
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900, env=env,
+                          **kwargs)
+
+
+def run(command, cwd, **kwargs):
+    result = attempt(command, cwd, **kwargs)
     assert result.returncode == 0, f"{command}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result.stdout + result.stderr
 
@@ -232,12 +237,28 @@ def test_dvc_yaml_extracts_every_preset_that_fetches():
     fetching = [name for name, data in configs.items() if data["fetch"]]
     stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["coco_extract"]
     assert stage["foreach"] == fetching and "coco2017-quick" in fetching
-    assert stage["do"]["outs"] == [{"data/${item}": {"persist": True}}]
+    assert stage["do"]["outs"] == [{"data/${item}": {"cache": False, "persist": True}}]
     shared = ("base_url", "splits", "archives")
     for name in fetching:
         assert configs[name]["name"] == name and configs[name]["root"] == f"data/{name}"
         assert {k: configs[name]["fetch"][k] for k in shared} == {
             k: configs["coco2017"]["fetch"][k] for k in shared}
+
+
+def test_dvc_checks_out_nothing_but_the_archives():
+    """`dvc pull` and `dvc checkout` write only cached outputs, deleting (with --force) whatever
+    their paths hold first. The one cached output is the archives' directory, which the pipeline
+    owns; every dataset tree (data/synthetic, data/<preset>), where a user may put their own, is
+    uncached, and every output persists: `dvc repro` deletes none before its stage runs."""
+    outs = {}
+    for stage in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].values():
+        for out in stage.get("do", stage)["outs"]:
+            ((path, flags),) = out.items() if isinstance(out, dict) else [(out, {})]
+            outs[path] = flags
+    assert sorted(outs) == ["data/${item}", "data/archives/coco2017", "data/synthetic"]
+    assert [path for path, flags in outs.items() if flags.get("cache", True)] == [
+        "data/archives/coco2017"]
+    assert all(flags.get("persist") for flags in outs.values())
 
 
 def coco_repo(repo: Path, server, archives) -> None:
@@ -321,11 +342,79 @@ def test_a_users_directory_at_data_root_is_used_or_refused_never_deleted(served,
     assert (root / "notes.txt").read_bytes() == b"the user's own notes\n"
 
 
+def readme_dvc_commands() -> list[list[str]]:
+    """The DVC commands the README's "COCO 2017 through DVC" tells a user to run (but for
+    `dvc remote add`): in its shell block, each `dvc ...` between `&&`s, comments dropped."""
+    section = (REPO / "README.md").read_text().split("\n## COCO 2017 through DVC\n")[1]
+    block = section.split("\n## ")[0].split("```sh\n")[1].split("```")[0]
+    commands = []
+    for line in block.splitlines():
+        for part in line.split("#")[0].split("&&"):
+            words = part.split()
+            if words[:1] == ["dvc"] and words[1:3] != ["remote", "add"]:
+                commands.append(words[1:])
+    return commands
+
+
+# What DVC's own messages suggest besides: "Can't remove the following unsaved files without
+# confirmation. Use `--force` to force." (what `dvc pull` and `dvc checkout` said to a user's
+# tree while DVC cached it), and "Use `dvc push`" after a repro; and what a user tries next.
+DVC_SUGGESTS = [["pull"], ["pull", "--force"], ["checkout"], ["checkout", "--relink"],
+                ["checkout", "--force"], ["repro", "coco_extract@coco2017"],
+                ["repro", "--force", "coco_extract@coco2017-quick"], ["push"], ["status"]]
+
+
+@pytest.mark.slow
+def test_dvc_commands_leave_a_users_trees_alone(served, small_dataset, tmp_path):
+    """With dvc.lock pinning both extracted trees (a teammate's fetch) and the team remote
+    holding the data, a user's own trees in their place: a copy at data/coco2017-quick with a
+    file of the user's in it, a symlink at data/coco2017 to a copy elsewhere. Every DVC command
+    the README suggests, and every one DVC's messages suggest (--force included), leaves both
+    byte for byte as they were, the link a link; the extract stage refuses them, naming them."""
+    server, archives = served
+    repo = tmp_path / "repo"
+    coco_repo(repo, server, archives)
+    dvc = [sys.executable, "-m", "dvc"]
+    trees = {name: repo / "data" / name for name in ("coco2017-quick", "coco2017")}
+    run(dvc + ["repro"] + [f"coco_extract@{name}" for name in trees], repo)
+    run(dvc + ["remote", "add", "-d", "team", str(tmp_path / "team-remote")], repo)
+    run(dvc + ["push"], repo)
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
+    assert all(lock[f"coco_extract@{name}"]["outs"][0]["md5"] for name in trees)
+
+    elsewhere = tmp_path / "team" / "coco2017"
+    shutil.copytree(small_dataset, elsewhere, ignore=shutil.ignore_patterns(MARKER))
+    for tree in trees.values():
+        shutil.rmtree(tree)
+    shutil.copytree(elsewhere, trees["coco2017-quick"])
+    (trees["coco2017-quick"] / "notes.txt").write_bytes(b"the user's own notes\n")
+    trees["coco2017"].symlink_to(elsewhere)
+    before = {path: snapshot(path) for path in (*trees.values(), elsewhere)}
+    assert before[trees["coco2017"]] == {"link": str(elsewhere)}
+
+    commands = readme_dvc_commands() + DVC_SUGGESTS
+    assert ["pull", "coco_download"] in commands and ["checkout", "--relink"] in commands
+    for command in commands:
+        result = attempt(dvc + command, repo)
+        output = result.stdout + result.stderr
+        stage = next((word for word in command if word.startswith("coco_extract@")), None)
+        if command[0] == "repro" and stage:  # the user's tree is in the way: refused, named
+            name = stage.split("@")[1]
+            assert result.returncode != 0, output
+            assert (f"error: data/{name} already exists and was not made by this pipeline"
+                    in output and "so it was left untouched" in output), output
+        else:
+            assert result.returncode == 0, f"dvc {' '.join(command)}:\n{output}"
+        after = {path: snapshot(path) for path in before}
+        assert after == before, f"dvc {' '.join(command)} changed a user's tree:\n{output}"
+
+
 @pytest.mark.slow
 def test_the_coco_recipe_end_to_end_then_push_pull_without_retraining(served, tmp_path, monkeypatch):
     """The coco2017 path as a GPU user runs it, on CPU through the real workflow: DVC fetches
     and extracts the served archives, R50-FPN trains as single and ddp, is scored, reported
-    and written up; then DVC shares the data through a remote and nothing retrains."""
+    and written up; then DVC shares the archives through a remote, another copy extracts its
+    tree from them, and nothing retrains."""
     server, archives = served
     repo = tmp_path / "repo"
     coco_repo(repo, server, archives)
@@ -336,7 +425,9 @@ def test_the_coco_recipe_end_to_end_then_push_pull_without_retraining(served, tm
     run(snakemake, repo)  # data rule: dvc repro (download, verify, extract) -> train -> report
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
     assert lock["stages"]["coco_download"]["outs"][0]["md5"]  # the archives are pinned
-    rows = {row["run_id"]: row for row in csv.DictReader((repo / "results" / "summary.csv").open())}
+    assert lock["stages"]["coco_extract@coco2017"]["outs"][0]["md5"]  # the tree too, uncached
+    table = repo / "results" / "summary" / "coco2017.csv"  # results/<kind>/<preset>
+    rows = {row["run_id"]: row for row in csv.DictReader(table.open())}
     assert sorted(rows) == ["ddp-w2-b2-s0", "single-w1-b2-s0"]
     for run_id, row in rows.items():
         assert row["status"] == "ok" and row["replicas_identical"] == "True", run_id
@@ -354,30 +445,39 @@ def test_the_coco_recipe_end_to_end_then_push_pull_without_retraining(served, tm
         assert summary["iterations"] > 0
     assert [p.name for p in (tmp_path / "torch-home").rglob("*.pth")] == [
         next((server.directory / "weights").iterdir()).name]  # downloaded once, checked, cached
-    assert (repo / "results" / "report" / "report.html").is_file()
+    assert (repo / "results" / "report" / "coco2017" / "report.html").is_file()
     if not paper.missing_tools():
-        assert (repo / "results" / "paper" / "paper.pdf").stat().st_size > 0
+        assert (repo / "results" / "paper" / "coco2017" / "paper.pdf").stat().st_size > 0
     assert len(CocoDetection(repo / "data" / "coco2017", "val", train=False)) == 8
+    archive = repo / "data" / "archives" / "coco2017" / "val2017.zip"
+    assert archive.stat().st_nlink == 2  # the archives link to DVC's cache: one copy on disk
     image = next((repo / "data" / "coco2017" / "val2017").iterdir())
-    assert image.stat().st_nlink == 2  # the workspace links to DVC's cache: one copy on disk
+    assert image.stat().st_nlink == 1  # the tree is no DVC output to check out: a plain copy
+
+    def elsewhere() -> None:
+        """A machine with this project and its dvc.lock, but none of the data."""
+        for made in ("data/coco2017", "data/archives", ".dvc/cache"):
+            shutil.rmtree(repo / made)
 
     remote = tmp_path / "team-remote"
     run(dvc + ["remote", "add", "-d", "team", str(remote)], repo)
     run(dvc + ["push"], repo)
-    shutil.rmtree(repo / "data" / "coco2017")
-    shutil.rmtree(repo / "data" / "archives")
-    shutil.rmtree(repo / ".dvc" / "cache")
+    assert len([p for p in remote.rglob("*") if p.is_file()]) == 4  # the 3 archives and their list
+    elsewhere()
     served_before = len(server.requests)
-    run(dvc + ["pull", "coco_extract@coco2017"], repo)
+    run(dvc + ["pull", "coco_download"], repo)  # as the README says
+    run(dvc + ["repro", "coco_extract@coco2017"], repo)
     assert len(server.requests) == served_before  # from the remote, not the internet
     assert len(CocoDetection(repo / "data" / "coco2017", "train", train=True)) > 0
     assert "Nothing to be done" in run(snakemake + ["--dry-run"], repo)  # new file times: no retraining
 
     # The data rule itself prefers the remote once one is configured.
-    shutil.rmtree(repo / "data" / "coco2017")
+    elsewhere()
     data_cfg = load_resolved(repo / "params.yaml", "coco2017")["data"]  # as the Snakefile passes it
     data_cfg["fetch"]["remote"] = str(remote)
     output = run([sys.executable, "-m", "pipeline.data.prepare", "--config", json.dumps(data_cfg),
                   "--manifest", "data/coco2017.manifest.json"], repo)
-    assert f"pulled from {remote}" in output
+    assert f"extracted from the archives (pulled from {remote})" in output
     assert len(server.requests) == served_before
+    assert archive.stat().st_nlink == 2 and len(CocoDetection(repo / "data" / "coco2017", "val",
+                                                              train=False)) == 8

@@ -53,28 +53,28 @@ def test_a_new_strategy_is_its_module_and_a_registry_entry(tmp_path):
     result = snakemake(tmp_path)
     assert jobs(result) == {"all": 1, "data": 1, "train": 2, "evaluate": 2, "equivalence": 1,
                             "commbench": 1, "report": 1, **PAPER_JOB}
-    rows = {row["run_id"]: row for row in csv.DictReader((tmp_path / "results" / "summary.csv").open())}
+    rows = {row["run_id"]: row for row in csv.DictReader((tmp_path / "results" / "summary" / "demo.csv").open())}
     new = rows["allgather-w2-b2-s0"]
     assert new["status"] == "ok" and new["replicas_identical"] == "True" and new["processes"] == "2"
     assert 0 <= float(new["AP"]) <= 1
     assert float(new["busiest_rank_bytes_per_iter"]) == pytest.approx(
         float(new["busiest_rank_theory_bytes_per_iter"]), rel=1e-6)
-    report = (tmp_path / "results" / "report" / "report.md").read_text()
+    report = (tmp_path / "results" / "report" / "demo" / "report.md").read_text()
     assert "allgather-w2-b2: gradient all-gather, 2 workers" in report  # its sweep entry's row
     # First-class from its own module: its bytes sentences in the report and the paper, its
     # place in the one-step equivalence check, its measured run predicted by its own phases,
     # and its predicted-scaling curve
     assert "(N-1)M each way per rank for a gradient all-gather" in report
     assert "counts the bytes of the tensors it gathers" in report
-    numbers = (tmp_path / "results" / "report" / "numbers.tex").read_text()
+    numbers = (tmp_path / "results" / "report" / "demo" / "numbers.tex").read_text()
     assert "counts the bytes of the tensors it gathers" in numbers
-    equivalence = json.loads((tmp_path / "results" / "equivalence.json").read_text())
+    equivalence = json.loads((tmp_path / "results" / "equivalence" / "demo.json").read_text())
     assert "allgather-w2-b4-s0" in equivalence["strategies"]
     predicted = {row["run_id"]: row for row in
-                 csv.DictReader((tmp_path / "results" / "report" / "prediction.csv").open())}
+                 csv.DictReader((tmp_path / "results" / "report" / "demo" / "prediction.csv").open())}
     assert float(predicted["allgather-w2-b2-s0"]["predicted_images_per_second"]) > 0
     curves = {row["model"] for row in
-              csv.DictReader((tmp_path / "results" / "report" / "predicted_scaling_points.csv").open())}
+              csv.DictReader((tmp_path / "results" / "report" / "demo" / "predicted_scaling_points.csv").open())}
     assert "gradient all-gather" in curves
     metrics = json.loads((tmp_path / "results" / "runs" / "demo" / "allgather-w2-b2-s0" /
                           "metrics.json").read_text())

@@ -153,7 +153,9 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
     but for what changed on purpose since, each named here."""
     before = json.loads((REPO / "tests" / "data" / "presets_before_extends.json").read_text())
     resolved = params.validate(raw)
-    added = {"data": ["mode"], "eval": ["every_epochs"],  # data modes, time-to-accuracy
+    added = {"data": ["mode",  # data modes
+                      "exif_orientation"],  # images a viewer shows turned: refused, or read as said
+             "eval": ["every_epochs"],  # time-to-accuracy
              # checkpoints mid-epoch, a bound on waiting for a dead peer, elastic restarts
              "train": ["checkpoint_every", "precision", "channels_last",  # and mixed precision,
                        "warmup_iters",  # the reference's warm-up (auto) replaced 50 and 1000

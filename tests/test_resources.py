@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline import resources
+from pipeline import launch, resources
 from pipeline.config import params
 from pipeline.runtime import distributed
 from pipeline.strategies import STRATEGIES, sweep
@@ -69,6 +69,31 @@ def test_a_single_run_is_one_process():
     cfg = preset("demo")
     job = resources.run_resources(cfg, first_run(cfg, "single", 1))
     assert (job["nodes"], job["processes"], job["tasks"], job["gpu"]) == (1, 1, 1, 0)
+
+
+@pytest.mark.parametrize("name", sorted(params.load(REPO / "params.yaml")["presets"]))
+def test_at_two_nodes_every_run_starts_on_the_nodes_its_job_asks_for(name, monkeypatch, capsys):
+    """parallel.nnodes: 2 in any shipped preset: a one-node strategy (single, dp) asks for one
+    node and its launcher starts it there, with no srun over two nodes and no "node 1 of 2";
+    a torchrun strategy asks for two and its launcher says it spans two."""
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.delenv("SLURM_JOBID", raising=False)
+    cfg = preset(name, nnodes=2)
+    for run_id, run in sweep.runs(cfg).items():
+        nodes = resources.run_resources(cfg, run)["nodes"]
+        argv = launch.multi_node_command(cfg, run, "out")
+        said = capsys.readouterr().err
+        assert ("node 1 of 2" in said) == (nodes == 2), (run_id, said)
+        assert ("--nnodes=2" in argv) == (nodes == 2), (run_id, argv)
+        if run["strategy"] in ("single", "dp"):
+            assert nodes == 1 and argv[1:3] == ["-m", "pipeline.training.train"], (run_id, argv)
+
+
+def test_the_data_report_and_paper_jobs_ask_for_one_process_memory():
+    cfg = preset("coco2017")
+    job = resources.one_process_resources(cfg)
+    assert (job["nodes"], job["tasks"], job["gpu"]) == (1, 1, 0)
+    assert job["mem_mb"] == cfg["resources"]["memory_mb_per_process"] > 0
 
 
 def test_over_two_nodes_one_task_per_node_and_the_job_starts_its_own_srun():

@@ -1,7 +1,8 @@
 """The workflow on a real SLURM cluster (tests/slurm_cluster.py: a controller and two slurmd
 nodes on this host) through `--profile profiles/slurm`, Snakemake's SLURM executor plugin:
-the tiny demo end to end; a 2-node ddp and a 2-node ps run (one torchrun per node via srun,
-rendezvous on the first node) whose losses equal the 1-node runs'; and a training job killed by
+the tiny demo end to end; a preset at parallel.nnodes 2 whose ddp and ps runs span 2 nodes (one
+torchrun per node via srun, rendezvous on the first node) and whose single run asks for and runs
+on one, all with the losses of the 1-node runs; and a training job killed by
 the scheduler after its first checkpoint, retried by Snakemake, resuming to the same iterations
 as an uninterrupted run."""
 from __future__ import annotations
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.slow
 TWO_WORKERS = [{"strategy": "ddp", "workers": 2, "images_per_worker": 2},
                {"strategy": "ps", "workers": 2, "images_per_worker": 2}]
 SINGLE = "single-w1-b4-s0"
+EQUIVALENCE = "results/equivalence/{preset}.json"
 MULTI = ["ddp-w2-b2-s0", "ps-colocated-w2-b2-s0"]
 # The profile as users run it, with status checks every 2 s instead of every 40 s and more
 # (tests/slurm_snakemake.py keeps the plugin from backing off).
@@ -41,7 +43,9 @@ def slurm_params(raw: dict) -> dict:
     # node, 1 on one node and 2 on each of two, and other thread counts round differently.
     demo["train"].update(epochs=3, threads=1)
     demo["sweep"] = [{"strategy": "single", "workers": 1}] + TWO_WORKERS
-    raw["presets"]["twonode"] = {"extends": "demo", "parallel": {"nnodes": 2}, "sweep": TWO_WORKERS}
+    # Every shipped preset starts its sweep with `single`: at nnodes 2 it still runs on one node.
+    raw["presets"]["twonode"] = {"extends": "demo", "parallel": {"nnodes": 2},
+                                 "sweep": demo["sweep"]}
     raw["presets"]["killed"] = {"extends": "demo", "sweep": [{"strategy": "single", "workers": 1}]}
     return raw
 
@@ -98,21 +102,34 @@ def test_demo_runs_end_to_end_on_slurm(workdir, cluster):
         assert done["status"] == "ok" and done["replicas_identical"], run
         metrics = json.loads((workdir / "results" / "runs" / "demo" / run / "metrics.json").read_text())
         assert 0 <= metrics["AP"] <= 1
-    assert (workdir / "results" / "report" / "report.html").is_file()
+    assert (workdir / "results" / "report" / "demo" / "report.html").is_file()
     # One-node jobs: one task with the run's CPUs and memory.
     calls = [c for c in sbatch_calls(result) if re.search(r"rule_(train|evaluate)_", c)]
     assert len(calls) == 6 and all("--nodes=1" in c and "--ntasks=1" in c for c in calls), calls
     assert any("--cpus-per-task=2" in c and "--mem 4096" in c for c in calls), calls
+    # Every submitted job asks for memory; the data rule runs where Snakemake does (the login
+    # node: fetching needs the internet).
+    assert all(re.search(r"--mem \d+", c) for c in sbatch_calls(result)), sbatch_calls(result)
+    assert not [c for c in sbatch_calls(result) if "rule_data" in c]
+    assert re.search(r"localrule data:", result.stdout + result.stderr)
 
 
 def test_two_node_runs_match_one_node_runs(workdir, cluster):
     # Training and the equivalence rule (both start processes); evaluation is on one node.
-    targets = [f"results/runs/twonode/{run}/train_summary.json" for run in MULTI]
+    targets = [f"results/runs/twonode/{run}/train_summary.json" for run in [SINGLE] + MULTI]
     result = snakemake(workdir, cluster, "--config", "preset=twonode", "--",
-                       *targets, "results/equivalence.json")
+                       *targets, EQUIVALENCE.format(preset="twonode"))
     two_node_calls = [c for c in sbatch_calls(result) if "--nodes=2" in c]
     assert len(two_node_calls) == 2, sbatch_calls(result)  # the ddp and the ps training
     assert all("--ntasks=2" in c and "--cpus-per-task=1" in c for c in two_node_calls)
+    # single at nnodes 2: one node asked for, and run there (no srun over two nodes)
+    (single_call,) = [c for c in sbatch_calls(result) if f"train_wildcards_{SINGLE}" in c
+                      or (SINGLE in c and "rule_train" in c)]
+    assert "--nodes=1" in single_call, single_call
+    single = summary(workdir, "twonode", SINGLE)
+    assert single["status"] == "ok" and single["processes"] == 1
+    assert [r["loss"] for r in iterations(workdir, "twonode", SINGLE)] == pytest.approx(
+        [r["loss"] for r in iterations(workdir, "demo", SINGLE)], rel=1e-5)
     for run in MULTI:
         done = summary(workdir, "twonode", run)
         assert done["status"] == "ok" and done["replicas_identical"] and done["processes"] == 2
@@ -123,7 +140,7 @@ def test_two_node_runs_match_one_node_runs(workdir, cluster):
         for a, b in zip(one, two):
             assert a["loss"] == pytest.approx(b["loss"], rel=1e-5), run
     # The equivalence rule ran on its one node (it would wait forever for a second one).
-    assert json.loads((workdir / "results" / "equivalence.json").read_text())["strategies"]
+    assert json.loads((workdir / EQUIVALENCE.format(preset="twonode")).read_text())["strategies"]
 
 
 def train_job_ids() -> list[str]:

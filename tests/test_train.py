@@ -7,14 +7,17 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
+from pipeline import strategies
 from pipeline.config import stages
 from pipeline.config.params import canonical
 from pipeline.strategies.sweep import runs
-from pipeline.training.checkpoint import fingerprint
+from pipeline.training import identity
+from pipeline.training.identity import fingerprint
 from pipeline.training.train import learning_rate, train
 
 from .conftest import REPO, small_config
@@ -140,6 +143,15 @@ def test_checkpoint_identity_covers_parallel_and_code(small_dataset):
     code = stages.code_files("train")
     assert "pipeline/training/train.py" in code and "pipeline/strategies/ddp.py" in code
     assert "pipeline/config/params.py" in code and "pipeline/detection/evaluate.py" not in code
+    # One run's code: its own strategy's module and what it builds on, not the others'.
+    single, zero = (stages.code_files("train", left_out=strategies.not_run_by(name))
+                    for name in ("single", "zero"))
+    assert "pipeline/strategies/single.py" in single and "pipeline/training/train.py" in single
+    assert not {"pipeline/strategies/ddp.py", "pipeline/strategies/torchrun.py"} & set(single)
+    assert {"pipeline/strategies/zero.py", "pipeline/strategies/ddp.py"} <= set(zero)
+    assert "pipeline/strategies/fsdp.py" not in zero
+    assert (stages.code_digest("train", strategies.not_run_by("single"))
+            != stages.code_digest("train", strategies.not_run_by("zero")))
 
 
 def test_diverging_loss_stops_with_a_clear_error_and_records_the_run_as_failed(small_dataset, tmp_path):
@@ -251,3 +263,29 @@ def test_warmup_auto_is_the_reference_trainers():
     assert warmup_iterations({"warmup_iters": "auto"}, 31) == 30      # the demo: 31 steps an epoch
     assert warmup_iterations({"warmup_iters": "auto"}, 7329) == 1000  # COCO at 16 images a step
     assert warmup_iterations({"warmup_iters": 7}, 31) == 7
+
+
+def test_checkpoints_no_run_will_resume_are_named_before_anything_runs(small_dataset, tmp_path):
+    """The workflow names, while it plans, each checkpoint that this sweep will not resume: a
+    run that left the sweep (kept) and one whose settings changed (replaced); a checkpoint of
+    the run as it is now goes unmentioned."""
+    cfg = small_config(small_dataset)
+    run_id, run = next(iter(runs(cfg).items()))
+
+    def checkpoint(name: str, fingerprint_: str | None) -> Path:
+        state = tmp_path / name / "state"
+        state.mkdir(parents=True)
+        (state / "checkpoint.pt").write_bytes(b"")
+        if fingerprint_:
+            (state / "checkpoint.json").write_text(json.dumps({"fingerprint": fingerprint_}))
+        return state / "checkpoint.pt"
+
+    current = checkpoint(run_id, fingerprint(cfg, run))
+    assert identity.superseded(cfg, {run_id: run}, tmp_path) == []
+    gone = checkpoint("ddp-w8-b8-s0", "0123")
+    lines = identity.superseded(cfg, {run_id: run}, tmp_path)
+    assert lines == [f"{gone}: an unfinished run that is not in this sweep; it is kept (delete "
+                     f"{gone.parent.parent} when you no longer need it)"]
+    changed = dict(cfg, parallel=dict(cfg["parallel"], powersgd_rank=cfg["parallel"]["powersgd_rank"] + 1))
+    lines = identity.superseded(changed, {run_id: run}, tmp_path)
+    assert f"{current}: written with other settings, code or data than the run has now" in lines[1]

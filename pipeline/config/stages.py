@@ -2,9 +2,10 @@
 and, derived from that module's imports, which source files it executes.
 
 The Snakefile declares `code_files(stage)` as each rule's inputs (so editing any module a stage
-executes reruns that stage and what follows), passes `config_for(cfg, stage)` as its params, and
-training fingerprints its checkpoints with `code_digest("train")`: the rerun decision and the
-resume decision read the same list, so they cannot disagree.
+executes reruns that stage and what follows; a run's training and evaluation, only its own
+strategy's modules), passes `config_for(cfg, stage)` as its params, and training fingerprints its
+checkpoints with `code_digest("train", ...)`: the rerun decision and the resume decision
+read the same list, so they cannot disagree.
 """
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ import ast
 import hashlib
 import json
 import os
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from . import params
 
 PACKAGE = "pipeline"
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds pipeline/
@@ -100,15 +104,53 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """--config (what the stage's results depend on) and --knobs (how it runs), as JSON."""
     parser.add_argument("--config", required=True, help="the stage's part of the resolved preset, as JSON")
     parser.add_argument("--knobs", help=f"the stage's knobs (pipeline/config/stages.py), as JSON; "
-                                        f"default: from ${KNOBS_ENV}, set by the workflow")
+                                        f"default: from ${KNOBS_ENV}, set by the workflow, else those in "
+                                        f"--config, else params.yaml's default preset's")
 
 
 def parsed_config(args: argparse.Namespace, stage: str) -> dict:
     """The stage's config with its knobs: --knobs, else the workflow's environment, else those
-    already in --config (a whole resolved preset carries them)."""
-    knobs = (json.loads(args.knobs) if args.knobs
-             else json.loads(os.environ.get(KNOBS_ENV, "{}")).get(stage, {}))
-    return with_knobs(json.loads(args.config), knobs)
+    already in --config (a whole resolved preset carries them), else, for a command copied from
+    `snakemake -p` into a shell that lacks the workflow's environment, those of params.yaml's
+    default preset in the working directory (`default_knobs`)."""
+    config = json.loads(args.config)
+    if args.knobs:
+        return with_knobs(config, json.loads(args.knobs))
+    if KNOBS_ENV in os.environ:
+        return with_knobs(config, json.loads(os.environ[KNOBS_ENV]).get(stage, {}))
+    missing = [name for name in STAGES[stage].knobs
+               if name.partition(".")[2] not in config.get(name.partition(".")[0], {})]
+    if not missing:
+        return config
+    return with_knobs(config, default_knobs(stage, missing))
+
+
+def default_knobs(stage: str, names: list[str], path: str | Path = "params.yaml") -> dict:
+    """The knobs `names` of `stage` from the default preset of `path` (the working directory's
+    params.yaml), said in one line on stderr (once per run: by its first process only).
+
+    Knobs never change a stage's results (that is why they are not its params, and why
+    changing one reruns nothing), so taking the default preset's, whichever preset the command
+    was printed for, computes the same outputs; only how the stage outlives a fault (its
+    timeouts, restarts, checkpoint interval) may differ from the workflow's."""
+    where = f"--knobs '<JSON>' or ${KNOBS_ENV} (the workflow sets it; `snakemake -p` does not print it)"
+    if not Path(path).is_file():
+        raise SystemExit(f"error: the {stage} stage's knobs ({', '.join(names)}) are neither in "
+                         f"--config nor given: pass {where}, or run from the directory that "
+                         f"holds params.yaml to use its default preset's")
+    try:
+        cfg = params.load_resolved(path)
+    except params.ParamsError as err:
+        raise SystemExit(f"error: {err} (read for the {stage} stage's knobs; or pass {where})") from None
+    knobs: dict = {}
+    for name in names:
+        section, _, key = name.partition(".")
+        knobs.setdefault(section, {})[key] = cfg[section][key]
+    if os.environ.get("RANK", "0") == "0":
+        print(f"{KNOBS_ENV} is not set and no --knobs given: the {stage} stage takes its knobs "
+              f"from {path}'s default preset ({cfg['preset']}): {json.dumps(knobs, sort_keys=True)}",
+              file=sys.stderr, flush=True)
+    return knobs
 
 
 def _module_file(module: str) -> Path | None:
@@ -122,9 +164,16 @@ def _module_file(module: str) -> Path | None:
     return None
 
 
-def _imports(path: Path, module: str) -> set[str]:
+def _imports(path: Path, module: str) -> frozenset[str]:
     """Every pipeline module `path` imports, at any depth of its code (a function-level import
-    runs too), with relative imports resolved against `module`."""
+    runs too), with relative imports resolved against `module`; each file parsed once while it
+    is unchanged (a dry run of the demo asks for every run's files: it took 12 of 18 s)."""
+    stat = path.stat()
+    return _parsed_imports(path, module, stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=None)
+def _parsed_imports(path: Path, module: str, mtime_ns: int, size: int) -> frozenset[str]:
     is_package = path.name == "__init__.py"
     package_parts = module.split(".") if is_package else module.split(".")[:-1]
     found = set()
@@ -138,7 +187,7 @@ def _imports(path: Path, module: str) -> set[str]:
                 base = ".".join(parent + ([base] if base else []))
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)  # `from . import x`
-    return {name for name in found if _module_file(name) is not None}
+    return frozenset(name for name in found if _module_file(name) is not None)
 
 
 def _with_parents(module: str) -> list[str]:
@@ -147,32 +196,41 @@ def _with_parents(module: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-@lru_cache(maxsize=None)
-def module_files(*entry_modules: str) -> tuple[str, ...]:
-    """The source files (relative to the repository) that running `entry_modules` executes:
-    the modules themselves, a package's __main__, and their pipeline imports, transitively."""
+def executed_modules(entry_modules: tuple[str, ...], left_out: frozenset[str]) -> dict[str, Path]:
+    """module -> file of every pipeline module running `entry_modules` executes: the modules
+    themselves, a package's __main__, and their pipeline imports, transitively, except those in
+    `left_out` (and what only they import)."""
     pending = [m for entry in entry_modules for m in _with_parents(entry)]
     pending += [f"{m}.__main__" for m in entry_modules if _module_file(f"{m}.__main__")]
     seen: dict[str, Path] = {}
     while pending:
         module = pending.pop()
         path = _module_file(module)
-        if module in seen or path is None:
+        if module in seen or module in left_out or path is None:
             continue
         seen[module] = path
         for imported in _imports(path, module):
             pending += _with_parents(imported)
-    return tuple(sorted(str(p.relative_to(ROOT)) for p in set(seen.values())))
+    return seen
 
 
-def code_files(stage: str, fetch: bool = False) -> list[str]:
+@lru_cache(maxsize=None)
+def module_files(*entry_modules: str, left_out: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The source files (relative to the repository) that running `entry_modules` executes,
+    `left_out` modules aside (executed_modules)."""
+    return tuple(sorted(str(p.relative_to(ROOT)) for p in set(executed_modules(entry_modules, left_out).values())))
+
+
+def code_files(stage: str, fetch: bool = False, left_out: frozenset[str] = frozenset()) -> list[str]:
+    """What `stage` executes, but the `left_out` modules: for one run's stage, the strategies it
+    does not run (pipeline/strategies/__init__.py: not_run_by)."""
     modules = STAGES[stage].modules + (FETCH_MODULES if fetch else ())
-    return list(module_files(*modules))
+    return list(module_files(*modules, left_out=left_out))
 
 
-def code_digest(stage: str) -> str:
+def code_digest(stage: str, left_out: frozenset[str] = frozenset()) -> str:
     """SHA-256 over the bytes of every file the stage executes (any edit counts)."""
     digest = hashlib.sha256()
-    for name in code_files(stage):
+    for name in code_files(stage, left_out=left_out):
         digest.update(name.encode() + b"\0" + (ROOT / name).read_bytes() + b"\0")
     return digest.hexdigest()[:16]

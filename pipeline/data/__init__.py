@@ -3,6 +3,7 @@
     synthetic.py   the embedded dataset the demo generates (COCO 2017 layout)
     coco_fetch.py  COCO 2017 downloaded and checked (what dvc.yaml's stages run)
     prepare.py     the data stage: either of the above, checked, and its manifest
+    tree.py        a tree's signature and identity: data that changed is noticed; no torch
     dataset.py     COCO-layout annotations read and validated; the training Dataset
     sampler.py     each process's shard of every batch, aspect-ratio grouped
 """

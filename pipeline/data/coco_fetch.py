@@ -40,8 +40,9 @@ ANNOTATIONS = "annotations"
 SPLIT_ARCHIVES = {"train": "train2017", "val": "val2017"}
 CHUNK = 1 << 20
 SAFETY_MARGIN = 1.05  # extracted size plus 5% for file-system overhead
-FOREIGN_OUT_REMEDY = ("move it away to extract COCO 2017 there, or point data.root at it and "
-                      "remove data.fetch to use it as it is")
+FOREIGN_OUT_REMEDY = ("move it away to extract COCO 2017 there; or, if it is your own COCO 2017, "
+                      "leave it: the workflow's data stage uses a COCO 2017 layout at data.root as "
+                      "it is, without DVC (run snakemake, not dvc repro)")
 
 
 class FetchError(RuntimeError):

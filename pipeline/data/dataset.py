@@ -8,31 +8,62 @@ Follows torchvision's references/detection recipe for what it skips, and logs ea
   * training drops images left without a box; evaluation keeps every image.
 Anything else wrong is an error naming the file and what to do: a missing, empty, truncated or
 mislabelled (PNG named .jpg) image, malformed or non-COCO JSON, duplicate ids, dangling
-references, a box no recipe can mean (negative size, NaN or infinite), an empty split.
+references, a category id below 1 (torchvision's label 0 is the background), a box no recipe
+can mean (negative size, NaN or infinite), an empty split. Each remedy fits a user's own tree
+first, then one the data stage fetched or generated.
 
-`build_manifest` validates both splits; the data stage (pipeline/data/prepare.py) writes it.
+An image whose EXIF orientation is not 1 is shown by a viewer turned from its stored pixels,
+and nothing says which of the two its boxes were drawn on: `data.exif_orientation` says
+(refuse, the default; apply; ignore), and `ImageReader` reads every image that way, for
+training, evaluation and the data stage alike.
+
+`build_manifest` is the data stage's check (pipeline/data/prepare.py writes the manifest): both
+splits load and every image decodes, in a pool of processes, before any training starts.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
+import multiprocessing
+import os
+import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from .tree import SPLIT_DIRS, annotation_path, file_sha256
+
 log = logging.getLogger(__name__)
 MIRROR = v2.RandomHorizontalFlip(p=1.0)  # the image and its boxes, together
-SPLIT_DIRS = {"train": "train2017", "val": "val2017"}
 REQUIRED_KEYS = {"images": ("id", "file_name", "width", "height"),
                  "annotations": ("id", "image_id", "category_id", "bbox"),
                  "categories": ("id", "name")}
-REFETCH = "re-fetch or regenerate the dataset"
+# What PIL raises for bytes it cannot decode (UnidentifiedImageError and "image file is
+# truncated" are OSErrors; a broken PNG chunk is a SyntaxError; a decompression bomb has its own).
+DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
+EXIF_ORIENTATION = 0x0112  # the EXIF/TIFF tag; 1 (or absent): the stored pixels are upright
+# Orientation -> what a viewer does to the stored pixels (ExifTool's names) and the PIL
+# transpose that does it (PIL's ImageOps.exif_transpose table); other values mean 1.
+ORIENTATIONS = {2: ("mirror horizontal", Image.Transpose.FLIP_LEFT_RIGHT),
+                3: ("rotate 180", Image.Transpose.ROTATE_180),
+                4: ("mirror vertical", Image.Transpose.FLIP_TOP_BOTTOM),
+                5: ("mirror horizontal and rotate 270 CW", Image.Transpose.TRANSPOSE),
+                6: ("rotate 90 CW", Image.Transpose.ROTATE_270),
+                7: ("mirror horizontal and rotate 90 CW", Image.Transpose.TRANSVERSE),
+                8: ("rotate 270 CW", Image.Transpose.ROTATE_90)}
+EXIF_MODES = ("refuse", "apply", "ignore")
+EXIF_REMEDY = ("set data.exif_orientation: apply if the boxes were drawn on the images as a "
+               "viewer shows them, or ignore if they were drawn on the stored pixels; or rewrite "
+               "the images upright (orientation 1), their boxes to match")
+SHOWN = 10  # unusable images named one per line in the data stage's error; the rest counted
+DECODE_CHUNK = 64  # images per task of the data stage's pool: few round trips, even shares
+PROGRESS_EVERY_S = 10.0  # the data stage's progress line while it decodes
 # What an image's name promises, as PIL names formats. MPO is how PIL opens a JPEG that holds
 # several pictures (some cameras write them); it decodes as the JPEG it is.
 FORMATS = {".jpg": ("JPEG", "MPO"), ".jpeg": ("JPEG", "MPO"), ".png": ("PNG",)}
@@ -45,8 +76,18 @@ class DatasetError(ValueError):
     """The dataset on disk is unusable; the message names the file and the remedy."""
 
 
-def annotation_path(root: str | Path, split: str) -> Path:
-    return Path(root) / "annotations" / f"instances_{SPLIT_DIRS[split]}.json"
+class ExifOrientationError(DatasetError):
+    """An image with an EXIF orientation other than 1, read under data.exif_orientation: refuse."""
+
+    def __init__(self, message: str, orientation: int):
+        super().__init__(message)
+        self.orientation = orientation
+
+
+def remedy(own: str, root: str | Path) -> str:
+    """What to do: `own` for a user's own tree, then for a tree the data stage made."""
+    return (f"{own}; for a dataset the data stage fetched or generated, delete {root} and rerun "
+            "the data stage to fetch or generate it again")
 
 
 def load_annotations(root: str | Path, split: str) -> dict:
@@ -58,32 +99,45 @@ def load_annotations(root: str | Path, split: str) -> dict:
                            f"(annotations/, train2017/, val2017/) under {root}")
     text = path.read_text()
     if not text:
-        raise DatasetError(f"{path}: is empty (0 bytes); {REFETCH}")
+        raise DatasetError(f"{path}: is empty (0 bytes); "
+                           f"{remedy('restore it from your copy of the annotations', root)}")
     try:
         document = json.loads(text)
     except json.JSONDecodeError as err:
         raise DatasetError(f"{path}: not valid JSON ({err.msg}, line {err.lineno}); "
-                           f"{REFETCH}") from err
+                           f"{remedy('correct the JSON there, or restore the file', root)}") from err
     if not isinstance(document, dict):
+        own = "write it as one object with the lists images, annotations and categories"
         raise DatasetError(f"{path}: is {JSON_KINDS.get(type(document), 'not an object')}, not a "
-                           f"COCO annotation object (images, annotations, categories); {REFETCH}")
+                           f"COCO annotation object (images, annotations, categories); "
+                           f"{remedy(own, root)}")
     for section, keys in REQUIRED_KEYS.items():
-        _check_entries(path, section, document.get(section), keys)
+        _check_entries(path, root, section, document.get(section), keys)
     _check_unique_ids(path, document)
     return document
 
 
-def _check_entries(path: Path, section: str, entries, keys: tuple[str, ...]) -> None:
+def _check_entries(path: Path, root, section: str, entries, keys: tuple[str, ...]) -> None:
     if not isinstance(entries, list):
         raise DatasetError(f"{path}: missing the '{section}' list of a COCO annotation file; "
-                           f"{REFETCH}")
+                           f"{remedy('add it (an empty list if it has no entries)', root)}")
     for entry in entries:
         if not isinstance(entry, dict):
-            raise DatasetError(f"{path}: {section} holds {entry!r}, not an object; {REFETCH}")
-        missing = [k for k in keys if k not in entry]
-        if missing:
-            raise DatasetError(f"{path}: {section} entry {entry.get('id', '?')} lacks "
-                               f"{', '.join(missing)}; {REFETCH}")
+            own = f"make it an object with {', '.join(keys)}, or remove it"
+            raise DatasetError(f"{path}: {section} holds {entry!r}, not an object; "
+                               f"{remedy(own, root)}")
+    lacking = [entry for entry in entries if any(k not in entry for k in keys)]
+    if not lacking:
+        return
+    missing = [k for k in keys if k not in lacking[0]]
+    more = (f" (and {len(lacking) - 1} more of its entries lack some of {', '.join(keys)})"
+            if len(lacking) > 1 else "")
+    # An annotation exported with a segmentation only (a mask tool's) has no box to learn from.
+    own = ("give each such annotation a bbox [x, y, width, height] (its object's bounding box), "
+           "or remove it" if "bbox" in missing else
+           f"add {', '.join(missing)} to each such entry, or remove it")
+    raise DatasetError(f"{path}: {section} entry {lacking[0].get('id', '?')} lacks "
+                       f"{', '.join(missing)}{more}; {remedy(own, root)}")
 
 
 def _check_unique_ids(path: Path, document: dict) -> None:
@@ -141,20 +195,108 @@ def _why_undecodable(path: Path, err: Exception) -> str:
     return str(err)
 
 
+def orientation_name(orientation: int) -> str:
+    return f"{orientation}: {ORIENTATIONS[orientation][0]}"
+
+
+@dataclass(frozen=True)
+class ImageReader:
+    """How a split's images are read: by training and evaluation (through CocoDetection) and by
+    the data stage's check (`build_manifest`) alike, so what the data stage passed is what
+    training reads. Small, so the data stage's pool sends it with each image."""
+
+    root: Path
+    split: str
+    exif_orientation: str = "refuse"
+
+    def __post_init__(self):
+        if self.exif_orientation not in EXIF_MODES:
+            raise ValueError(f"exif_orientation: {self.exif_orientation!r} is not one of "
+                             f"{', '.join(EXIF_MODES)}")
+
+    @property
+    def source(self) -> Path:
+        return annotation_path(self.root, self.split)
+
+    @property
+    def image_dir(self) -> Path:
+        return self.root / SPLIT_DIRS[self.split]
+
+    def read(self, info: dict) -> tuple[Image.Image, int]:
+        """Image `info` (its entry in 'images') as RGB and its EXIF orientation: the stored
+        pixels, or with `apply` the pixels as a viewer shows them; the size checked against
+        the annotations'. DatasetError naming the file and the remedy where it cannot be."""
+        path = self.image_dir / info["file_name"]
+        image, orientation = self._decode(path, info)
+        if orientation != 1 and self.exif_orientation == "refuse":
+            raise ExifOrientationError(
+                f"{path}: has EXIF orientation {orientation_name(orientation)}, so a viewer shows "
+                f"it turned from its stored pixels, and data.exif_orientation is refuse; "
+                f"{EXIF_REMEDY}", orientation)
+        if orientation != 1 and self.exif_orientation == "apply":
+            image = image.transpose(ORIENTATIONS[orientation][1])
+        self._check_size(path, info, image.size, orientation)
+        return image, orientation
+
+    def _decode(self, path: Path, info: dict) -> tuple[Image.Image, int]:
+        try:
+            with Image.open(path) as handle:
+                self._check_format(path, handle.format)
+                image = handle.convert("RGB")  # decodes it all: a truncated file fails here
+                # read after the pixels: a PNG's eXIf chunk may follow them
+                orientation = handle.getexif().get(EXIF_ORIENTATION, 1)
+        except DatasetError:
+            raise
+        except DECODE_ERRORS as err:
+            own = (f"replace the file with a readable copy, or remove it: its entry in 'images' "
+                   f"and its annotations in {self.source}")
+            raise DatasetError(f"{path}: cannot decode image {info['id']}: "
+                               f"{_why_undecodable(path, err)}; {remedy(own, self.root)}") from err
+        # EXIF defines 1 to 8; anything else means 1, as it does to PIL and to viewers
+        return image, orientation if orientation in range(2, 9) else 1
+
+    def _check_format(self, path: Path, found: str | None) -> None:
+        """The header names the format (no decoding): data that is not what its name says is
+        refused, since other tools (and a re-encode to JPEG) trust the extension."""
+        expected = FORMATS.get(path.suffix.lower())
+        if expected and found not in expected:
+            extension = EXTENSIONS.get(found, f".{str(found).lower()}")
+            raise DatasetError(f"{path}: holds {found} data although its name says "
+                               f"{expected[0]}; re-encode it as {expected[0]}, or rename it to "
+                               f"{path.stem}{extension} and change its file_name in {self.source}")
+
+    def _check_size(self, path: Path, info: dict, size: tuple[int, int], orientation: int) -> None:
+        if size == (info["width"], info["height"]):
+            return
+        hint = ""
+        if orientation in (5, 6, 7, 8) and size == (info["height"], info["width"]):
+            other = "ignore" if self.exif_orientation == "apply" else "apply"
+            hint = (f" (its EXIF orientation {orientation_name(orientation)} swaps width and "
+                    f"height: data.exif_orientation: {other} reads it as "
+                    f"{info['width']}x{info['height']})")
+        own = (f"correct width and height of image {info['id']} in {self.source}, or replace "
+               "the file with the image they describe")
+        raise DatasetError(f"{path}: is {size[0]}x{size[1]} but {self.source} says "
+                           f"{info['width']}x{info['height']}{hint}; {remedy(own, self.root)}")
+
+
 class CocoDetection(torch.utils.data.Dataset):
     """(uint8 image tensor (C, H, W), target dict) pairs in torchvision's detection format; the
     model takes each image through `to_model_input` (float32 in [0, 1], made on its device).
 
     Labels are COCO category ids as they stand (torchvision's recipe): the model has
-    max(category id) + 1 classes, 0 being background.
+    max(category id) + 1 classes, 0 being background. Images are read by `ImageReader`, with
+    their EXIF orientation as `exif_orientation` says.
     """
 
-    def __init__(self, root: str | Path, split: str, train: bool, horizontal_flip: float = 0.0):
+    def __init__(self, root: str | Path, split: str, train: bool, horizontal_flip: float = 0.0,
+                 exif_orientation: str = "refuse"):
         self.root, self.split, self.train = Path(root), split, train
-        self.image_dir = self.root / SPLIT_DIRS[split]
+        self.reader = ImageReader(self.root, split, exif_orientation)
+        self.image_dir, self.source = self.reader.image_dir, self.reader.source
         document = load_annotations(root, split)
-        self.source = annotation_path(root, split)
         self.categories = {c["id"]: c["name"] for c in document["categories"]}
+        self._check_category_ids(document)
         self.num_classes = max(self.categories, default=0) + 1
         self.skipped = Counter()
         self.clamped = 0
@@ -175,6 +317,26 @@ class CocoDetection(torch.utils.data.Dataset):
         self.horizontal_flip = horizontal_flip if train else 0.0
         self.augmentation_seed = 0  # set per epoch by the training loop (`set_epoch`)
 
+    def _check_category_ids(self, document: dict) -> None:
+        """Labels are the category ids, and torchvision's detector reserves label 0 for the
+        background: a category 0 (some exporters number from 0) would be learnt as background
+        and never predicted (AP 0, silently); a negative one is no label at all."""
+        used = Counter(ann["category_id"] for ann in document["annotations"])
+        bad = {i for i in [*self.categories, *used]
+               if not (isinstance(i, int) and not isinstance(i, bool) and i >= 1)}
+        if not bad:
+            return
+        named = ", ".join(f"{i} ({self.categories[i]!r})" if i in self.categories
+                          else f"{i} (not in 'categories')"
+                          for i in sorted(bad, key=lambda i: (type(i).__name__, i)))
+        raise DatasetError(
+            f"{self.source}: category id(s) {named}, used by {sum(used[i] for i in bad)} "
+            "annotation(s), are not whole numbers from 1: torchvision's detector reserves label "
+            "0 for the background (a category 0 would be learnt as background and never "
+            "predicted) and has no negative labels; renumber the categories from 1 in "
+            "'categories' and in every annotation's category_id (e.g. add 1 to each id if they "
+            "start at 0), the same way in the train and val annotation files")
+
     def _annotations_by_image(self, document: dict) -> dict[int, list[dict]]:
         by_image = {img["id"]: [] for img in document["images"]}
         for ann in document["annotations"]:
@@ -194,12 +356,15 @@ class CocoDetection(torch.utils.data.Dataset):
         missing = [img["file_name"] for img, _ in self.images
                    if not (self.image_dir / img["file_name"]).is_file()]
         if missing:
+            own = (f"add the files to {self.image_dir}, or remove their entries in 'images' (and "
+                   f"their annotations) from {self.source}")
             raise DatasetError(f"{self.image_dir}: {len(missing)} image(s) listed in {self.source} "
-                               f"are missing, e.g. {missing[:3]}; {REFETCH}")
+                               f"are missing, e.g. {missing[:3]}; {remedy(own, self.root)}")
         if not self.images:
             why = " (every image lacks a valid non-crowd box)" if self.train else ""
+            own = f"add images{' with boxes' if self.train else ''} to it and to {self.image_dir}"
             raise DatasetError(f"{self.source}: no usable images in the {self.split} split{why}; "
-                               f"{REFETCH}")
+                               f"{remedy(own, self.root)}")
 
     def _skip(self, reason: str, example: str) -> None:
         self.skipped[reason] += 1
@@ -257,29 +422,7 @@ class CocoDetection(torch.utils.data.Dataset):
         return [img["id"] for img, _ in self.images]
 
     def load_image(self, index: int) -> Image.Image:
-        img, _ = self.images[index]
-        path = self.image_dir / img["file_name"]
-        try:
-            with Image.open(path) as handle:
-                self._check_format(path, handle.format)
-                image = handle.convert("RGB")
-        except (UnidentifiedImageError, OSError) as err:
-            raise DatasetError(f"{path}: cannot decode image {img['id']}: "
-                               f"{_why_undecodable(path, err)}; {REFETCH}") from err
-        if image.size != (img["width"], img["height"]):
-            raise DatasetError(f"{path}: is {image.size[0]}x{image.size[1]} but {self.source} says "
-                               f"{img['width']}x{img['height']}; {REFETCH}")
-        return image
-
-    def _check_format(self, path: Path, found: str | None) -> None:
-        """The header names the format (no decoding): data that is not what its name says is
-        refused, since other tools (and a re-encode to JPEG) trust the extension."""
-        expected = FORMATS.get(path.suffix.lower())
-        if expected and found not in expected:
-            extension = EXTENSIONS.get(found, f".{str(found).lower()}")
-            raise DatasetError(f"{path}: holds {found} data although its name says "
-                               f"{expected[0]}; re-encode it as {expected[0]}, or rename it to "
-                               f"{path.stem}{extension} and change its file_name in {self.source}")
+        return self.reader.read(self.images[index][0])[0]
 
     def target(self, index: int) -> dict:
         """The annotations of image `index` in torchvision's detection format (no decoding)."""
@@ -361,25 +504,124 @@ def collate(batch):
     return tuple(zip(*batch))
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def build_manifest(root: str | Path, decode_images: bool, splits=tuple(SPLIT_DIRS)) -> dict:
-    """Check the splits load; summarise them. Decoding every image is for small datasets."""
-    manifest = {"root": str(root), "splits": {}}
-    for split in splits:
-        dataset = CocoDetection(root, split, train=False)
-        if decode_images:
-            for index in range(len(dataset)):
-                dataset.load_image(index)
-        n_boxes = sum(len(t) for _, t in dataset.images)
-        manifest["splits"][split] = {
-            "annotation_file": str(dataset.source), "sha256": _sha256(dataset.source),
-            "images": len(dataset), "boxes": n_boxes, "num_classes": dataset.num_classes,
-            "skipped": dict(dataset.skipped)}
+def build_manifest(root: str | Path, splits=tuple(SPLIT_DIRS),
+                   exif_orientation: str = "refuse") -> dict:
+    """The data stage's check and summary of the splits: each loads, and every image of each
+    decodes as training and evaluation will read it, so that a bad image is found here rather
+    than hours into training. What is wrong, in every split, is one DatasetError that names
+    each file (up to SHOWN per split) and what to do."""
+    datasets = [CocoDetection(root, split, train=False, exif_orientation=exif_orientation)
+                for split in splits]
+    manifest = {"root": str(root), "exif_orientation": exif_orientation, "splits": {}}
+    problems = []
+    for dataset in datasets:
+        unusable, oriented = inspect_images(dataset)
+        problems += _unusable_problem(dataset, unusable) + _orientation_problem(dataset, oriented)
+        manifest["splits"][dataset.split] = {
+            "annotation_file": str(dataset.source), "sha256": file_sha256(dataset.source),
+            "images": len(dataset), "boxes": sum(len(t) for _, t in dataset.images),
+            "num_classes": dataset.num_classes, "skipped": dict(dataset.skipped),
+            # how many images a viewer shows turned from their stored pixels, and what was done
+            "exif_oriented_images": len(oriented)}
+    if problems:
+        raise DatasetError("\n".join(problems))
     return manifest
+
+
+def inspect_images(dataset: CocoDetection) -> tuple[list[str], list[tuple[str, int]]]:
+    """Decode every image of `dataset` as its reader reads them: (what is wrong with each
+    unusable one, (file name, EXIF orientation) of each whose orientation is not 1)."""
+    infos = [info for info, _ in dataset.images]
+    results = _inspect_all([(dataset.reader, info) for info in infos], str(dataset.image_dir))
+    unusable = [problem for problem, _ in results if problem is not None]
+    oriented = [(info["file_name"], orientation)
+                for info, (_, orientation) in zip(infos, results) if orientation != 1]
+    return unusable, oriented
+
+
+def _inspect(task: tuple[ImageReader, dict]) -> tuple[str | None, int]:
+    """One image as the data stage checks it: (what is wrong with it, or None; its EXIF
+    orientation)."""
+    reader, info = task
+    try:
+        return None, reader.read(info)[1]
+    except ExifOrientationError as err:  # counted and reported for the split as a whole
+        return None, err.orientation
+    except DatasetError as err:
+        return str(err), 1
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (a SLURM job's share, not the whole node's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _inspect_all(tasks: list, what: str) -> list[tuple[str | None, int]]:
+    """`_inspect` of each task, in order, in a pool of processes (PIL decodes a COCO image in
+    a few ms: its 123k images take minutes on one core), logging progress about every
+    PROGRESS_EVERY_S."""
+    workers = min(_usable_cores(), math.ceil(len(tasks) / DECODE_CHUNK))
+    progress = _Progress(what, len(tasks))
+    if workers <= 1:  # a small dataset: no processes to start
+        return [progress.advance(_inspect(task)) for task in tasks]
+    with multiprocessing.Pool(workers) as pool:
+        return [progress.advance(result)
+                for result in pool.imap(_inspect, tasks, chunksize=DECODE_CHUNK)]
+
+
+class _Progress:
+    """The data stage's progress line on its log (stderr): done/total, images/s, time left."""
+
+    def __init__(self, what: str, total: int):
+        self.what, self.total, self.done = what, total, 0
+        self.start = self.shown = time.monotonic()
+
+    def advance(self, result):
+        self.done += 1
+        now = time.monotonic()
+        if now - self.shown >= PROGRESS_EVERY_S or self.done == self.total:
+            self.shown = now
+            rate = self.done / max(now - self.start, 1e-9)
+            left = (self.total - self.done) / rate
+            log.info("%s: decoded %d/%d images, %.0f images/s, %s", self.what, self.done,
+                     self.total, rate, f"about {_duration(left)} left" if left else
+                     f"in {_duration(now - self.start)}")
+        return result
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def _unusable_problem(dataset: CocoDetection, unusable: list[str]) -> list[str]:
+    if not unusable:
+        return []
+    lines = [f"{dataset.source}: {len(unusable)} of the {dataset.split} split's {len(dataset)} "
+             "images cannot be used; each, and what to do:"]
+    lines += [f"  {problem}" for problem in unusable[:SHOWN]]
+    if len(unusable) > SHOWN:
+        lines.append(f"  ... and {len(unusable) - SHOWN} more (the first {SHOWN} shown)")
+    return ["\n".join(lines)]
+
+
+def _orientation_problem(dataset: CocoDetection, oriented: list[tuple[str, int]]) -> list[str]:
+    """Images a viewer shows turned from their stored pixels: refused, or how each was read."""
+    if not oriented:
+        return []
+    mode = dataset.reader.exif_orientation
+    what = (f"{dataset.image_dir}: {len(oriented)} of the {dataset.split} split's "
+            f"{len(dataset)} images have an EXIF orientation other than 1, so a viewer shows "
+            "them turned from their stored pixels (e.g. "
+            + ", ".join(f"{name} ({orientation_name(o)})" for name, o in oriented[:5]) + ")")
+    if mode == "refuse":
+        return [f"{what}, and which of the two their boxes were drawn on cannot be told; "
+                f"{EXIF_REMEDY}"]
+    if mode == "apply":
+        log.info("%s; data.exif_orientation: apply reads them as a viewer shows them", what)
+    else:
+        log.warning("%s; data.exif_orientation: ignore reads their stored pixels as they are, "
+                    "so their boxes must have been drawn on those", what)
+    return []

@@ -4,13 +4,13 @@
     python -m pipeline.data.prepare --params params.yaml --preset demo --manifest ...   (dvc.yaml)
 
 The synthetic dataset is generated (deterministically) in place. A dataset with `data.fetch`
-(COCO 2017) is brought by DVC: `dvc pull` from data.fetch.remote when that holds it, otherwise
-dvc.yaml's download and extract stages (then pushed to the remote, if one is set). But when
+(COCO 2017) is brought by DVC: the verified archives are pulled from data.fetch.remote when that
+holds them, else downloaded (then pushed to the remote, if one is set), and dvc.yaml's extract
+stage makes the tree from them (DVC never caches that tree: see fetch_with_dvc). But when
 data.root already holds a COCO 2017 layout that the pipeline did not make (a mount, a symlink,
-a team copy), that is used as it is and DVC never runs: `dvc repro` and `dvc checkout` delete
-whatever an output directory holds before they write it. Any other dataset must already be in
-the COCO 2017 layout under data.root. The manifest (annotation checksums, counts, skips) is
-what training depends on.
+a team copy), that is used as it is and DVC never runs (its extract stage would refuse to write
+over it, untouched). Any other dataset must already be in the COCO 2017 layout under
+data.root. The manifest (annotation checksums, counts, skips) is what training depends on.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..config import cli, params
 from ..runtime.files import ForeignDirectoryError, made_by_pipeline, write_json
-from . import synthetic
+from . import synthetic, tree
 from .dataset import SPLIT_DIRS, DatasetError, annotation_path, build_manifest
 
 
@@ -42,35 +42,55 @@ def dvc(*args: str, cwd: str | Path | None = None) -> subprocess.CompletedProces
     return subprocess.run(command, env=env, capture_output=True, text=True, cwd=cwd)
 
 
+DOWNLOAD_STAGE = "coco_download"  # dvc.yaml's stage whose output, the archives, DVC caches
+
+
 def fetch_with_dvc(name: str, root: str | Path, fetch: dict) -> str:
-    """Pull the prepared data from the team remote if it has it, else fetch and extract it."""
+    """Extract the dataset from the verified archives: pulled from the team remote when it has
+    them, else downloaded; then shared. Only the archives go through DVC's cache and remote:
+    dvc.yaml leaves data/<name> uncached, so no `dvc pull` or `dvc checkout` ever writes over
+    it, and the extract command replaces only a tree it made."""
     remote, stage = fetch["remote"], extract_stage(name)
     if Path(root) != Path("data") / name:
         raise DatasetError(f"data.root is {root}, but dvc.yaml's {stage} extracts into data/{name}: "
                            f"set data.root to data/{name}, or put a COCO 2017 copy at {root} to "
                            "use it without downloading")
-    if remote:
-        added = dvc("remote", "add", "--local", "--force", "--default", "team", remote)
-        if added.returncode != 0:
-            raise DatasetError(f"data.fetch.remote: DVC refused {remote!r}: {added.stderr.strip()}")
-        if dvc("pull", stage).returncode == 0:
-            return "pulled from " + remote
+    pulled = bool(remote) and pull_archives(remote)
+    # Extraction, preceded by the download unless the pulled archives match dvc.lock.
     reproduced = dvc("repro", stage)
     if reproduced.returncode != 0:
         raise DatasetError(f"dvc repro {stage} failed:\n{reproduced.stdout[-2000:]}"
                            f"{reproduced.stderr[-2000:]}\n(a preset of your own that fetches "
                            "needs its name in the foreach list of dvc.yaml's coco_extract)")
-    # repro leaves the workspace a copy of what it put in the cache; relinking makes the two one
-    # file wherever cache.type allows links (half the disk for 40 GB of COCO).
-    relinked = dvc("checkout", "--relink", "coco_download", stage)
+    # repro leaves the downloaded archives a copy of what it put in the cache; relinking makes
+    # the two one file wherever cache.type allows links (19 GB less for COCO). Pulled archives
+    # are links already.
+    relinked = dvc("checkout", "--relink", DOWNLOAD_STAGE)
     if relinked.returncode != 0:
-        logging.warning("dvc checkout --relink failed (the data stays as copies): %s",
-                        relinked.stderr.strip())
-    if remote:
-        pushed = dvc("push", stage)
+        logging.warning("dvc checkout --relink %s failed (the archives stay as copies): %s",
+                        DOWNLOAD_STAGE, relinked.stderr.strip())
+    if remote:  # also after a pull: a no-op then, unless the remote lacked part of them
+        pushed = dvc("push", DOWNLOAD_STAGE)
         if pushed.returncode != 0:
-            logging.warning("could not push to %s: %s", remote, pushed.stderr.strip())
-    return "fetched and extracted"
+            logging.warning("could not push the archives to %s: %s", remote, pushed.stderr.strip())
+    source = f"pulled from {remote}" if pulled else "downloaded unless already there and verified"
+    return f"extracted from the archives ({source})"
+
+
+def pull_archives(remote: str) -> bool:
+    """Make `remote` the project's default DVC remote (this clone only) and pull the archives
+    dvc.lock pins from it: False when it lacks them, dvc.lock pins none, or something of the
+    user's is in the archives' directory (DVC then refuses without --force, which this never
+    passes)."""
+    added = dvc("remote", "add", "--local", "--force", "--default", "team", remote)
+    if added.returncode != 0:
+        raise DatasetError(f"data.fetch.remote: DVC refused {remote!r}: {added.stderr.strip()}")
+    pulled = dvc("pull", DOWNLOAD_STAGE)
+    if pulled.returncode != 0:
+        logging.info("the archives were not pulled from %s, so they are downloaded (the data "
+                     "stage never runs DVC with --force: anything DVC names here is kept): %s",
+                     remote, pulled.stderr.strip()[-1000:])
+    return pulled.returncode == 0
 
 
 def missing_coco_layout(root: str | Path, splits) -> list[str]:
@@ -107,9 +127,25 @@ def prepare(data_cfg: dict, manifest_path: str) -> dict:
         how = fetch_unless_present(data_cfg["name"], data_cfg["root"], data_cfg["fetch"])
         logging.info("%s %s", data_cfg["root"], how)
         splits = tuple(data_cfg["fetch"]["splits"])
-    manifest = build_manifest(data_cfg["root"], decode_images=small, splits=splits)
+    if not small:
+        refuse_missing_splits(data_cfg["root"], splits)
+    manifest = build_manifest(data_cfg["root"], splits, data_cfg["exif_orientation"])
+    # What the workflow compares with the tree each time it plans (rules/data.smk), and the
+    # data's identity in every checkpoint trained on it (pipeline/data/tree.py).
+    manifest["files"] = tree.signature(data_cfg["root"])
+    manifest["identity"] = tree.identity(manifest["files"])
     write_json(manifest_path, manifest)
     return manifest
+
+
+def refuse_missing_splits(root: str | Path, splits) -> None:
+    """A tree that lacks a split it must have (its annotations or its image folder) is refused
+    by name, not read as a smaller dataset: a split that disappeared since the last run too."""
+    missing = missing_coco_layout(root, splits)
+    if missing:
+        raise DatasetError(f"{root}: lacks {', '.join(missing)} of the COCO 2017 layout the "
+                           f"dataset needs (splits: {', '.join(splits)}); put them back, or point "
+                           "data.root at a complete copy")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from ..config import cli, stages
-from ..data.dataset import CocoDetection, annotation_path
+from ..data.dataset import CocoDetection, DatasetError, annotation_path
 from ..runtime import distributed, lifetime, provenance
 from ..runtime.files import write_json
 from .model import build_model
@@ -36,7 +36,8 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
     model.load_state_dict(checkpoint["model"])
     model.roi_heads.detections_per_img = cfg["eval"]["max_detections"]
     model.to(device)
-    dataset = CocoDetection(cfg["data"]["root"], "val", train=False)
+    dataset = CocoDetection(cfg["data"]["root"], "val", train=False,
+                            exif_orientation=cfg["data"]["exif_orientation"])
     start = time.perf_counter()
     share = torch.utils.data.Subset(dataset, range(rank, len(dataset), world))
     detections = predict(model, share, cfg["eval"]["batch_size"], device,
@@ -73,8 +74,11 @@ def main(argv: list[str] | None = None) -> None:
         if record is not None:
             print(json.dumps({k: round(record[k], 4) for k in METRICS}))
 
+    # A dataset that changed since the data stage checked it (an image rewritten or cut short)
+    # ends the stage in one line naming the file, as it ends training.
     cli.run_stage("COCO bbox evaluation of one trained run.", body, stage="evaluate", argv=argv,
-                  arguments=lambda parser: parser.add_argument("--run-dir", required=True))
+                  arguments=lambda parser: parser.add_argument("--run-dir", required=True),
+                  errors=(DatasetError,))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ Data flow, one module per step:
     build.py    build_report: the steps above in order; __main__.py is its command line
 
 Writes:
-  SUMMARY (results/summary.csv)  one row per training run, skipped and failed runs included
+  SUMMARY (results/summary/<preset>.csv) one row per training run, skipped and failed runs included
   OUT_DIR/traffic.csv            bytes per iteration of each rank of each completed run
   OUT_DIR/table1.{md,csv,tex}    AP at IoU .5:.95, .5 and .75: published DP and DDP beside our runs
   OUT_DIR/table2.{md,csv,tex}    time per iteration and training progress per epoch, same layout

@@ -1,7 +1,7 @@
 """The report stage's command line (what it writes: the package docstring).
 
     python -m pipeline.report --report-config '<report section JSON>' --preset NAME \\
-        --summary results/summary.csv --out-dir results/report [--equivalence FILE] \\
+        --summary results/summary/demo.csv --out-dir results/report/demo [--equivalence FILE] \\
         [--commbench FILE]... [--compute-run DIR]... RUN_DIR [RUN_DIR ...]
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument("--preset", required=True)
         parser.add_argument("--summary", required=True, help="CSV with one row per run")
         parser.add_argument("--out-dir", required=True)
-        parser.add_argument("--equivalence", help="results/equivalence.json (pipeline.equivalence)")
+        parser.add_argument("--equivalence", help="results/equivalence/<preset>.json (pipeline.equivalence)")
         parser.add_argument("--commbench", action="append", default=[], metavar="FILE",
                             help="a commbench stage's file (the cost model's links); once per file")
         parser.add_argument("--compute-run", action="append", default=[], metavar="DIR",

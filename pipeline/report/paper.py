@@ -1,14 +1,16 @@
 """The paper stage: compile paper/paper.tex with latexmk into one PDF, atomically.
 
-    python -m pipeline.report.paper --source paper/paper.tex --out results/paper/paper.pdf
+    python -m pipeline.report.paper --source paper/paper.tex --report-dir results/report/demo \
+        --out results/paper/demo/paper.pdf
 
-paper.tex inputs what the report stage wrote under results/report/ (numbers.tex, the .tex
-tables, figures.tex and the PDF figures). The build runs in a scratch directory beside the
-output, so a failed build leaves the previous PDF as it was; the LaTeX log of a failure is
+paper.tex inputs what the report stage wrote in the preset's report directory (numbers.tex, the
+.tex tables, figures.tex and the PDF figures): latexmk defines \reportdir for it. The build runs
+in a scratch directory beside the output, so a failed build leaves the previous PDF as it was; the LaTeX log of a failure is
 kept beside the output (paper.failed.log) and its first error is printed.
 """
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -22,7 +24,7 @@ from ..runtime.files import atomic_path
 TOOLS = ("latexmk", "pdflatex", "bibtex")
 INSTALL = ("install a LaTeX toolchain: apt-get install latexmk texlive-latex-recommended "
            "texlive-latex-extra texlive-fonts-recommended lmodern (see README.md); the HTML "
-           "report, results/report/report.html, has every table and figure without it")
+           "report, results/report/<preset>/report.html, has every table and figure without it")
 
 
 def missing_tools() -> list[str]:
@@ -35,15 +37,18 @@ def first_error(log: str) -> str:
     return match.group(0) if match else log[-1500:]
 
 
-def build(source: Path, out: Path) -> None:
+def build(source: Path, report_dir: Path, out: Path) -> None:
     missing = missing_tools()
     if missing:
         raise SystemExit(f"error: cannot build {out}: {', '.join(missing)} not found; {INSTALL}")
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".paper-build-", dir=out.parent) as scratch:
-        # From the paper's directory, so that its relative paths (../results/report) resolve.
+        # From the paper's directory (its bibliography is beside it), with the report
+        # directory relative to it: TeX reads paths with spaces badly, relative ones are short.
+        reportdir = os.path.relpath(report_dir.resolve(), source.parent.resolve())
         done = subprocess.run(
             ["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error",
+             f"-usepretex=\\def\\reportdir{{{reportdir}}}",
              f"-outdir={Path(scratch).resolve()}", source.name],
             cwd=source.parent, capture_output=True, text=True)
         pdf = Path(scratch) / f"{source.stem}.pdf"
@@ -62,10 +67,12 @@ def build(source: Path, out: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     def arguments(parser):
         parser.add_argument("--source", required=True, help="paper/paper.tex")
-        parser.add_argument("--out", required=True, help="results/paper/paper.pdf")
+        parser.add_argument("--report-dir", required=True, help="results/report/<preset>")
+        parser.add_argument("--out", required=True, help="results/paper/<preset>/paper.pdf")
 
     cli.run_stage("Compile the paper with latexmk (module docstring).",
-                  lambda args: build(Path(args.source), Path(args.out)), arguments=arguments,
+                  lambda args: build(Path(args.source), Path(args.report_dir), Path(args.out)),
+                  arguments=arguments,
                   argv=argv)
 
 

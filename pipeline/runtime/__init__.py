@@ -7,6 +7,7 @@
     lifetime.py     a job's processes die with it
     slurm.py        the allocation a multi-node run is inside
     stale_locks.py  Snakemake's locks left by a killed run
+    run_lock.py     one process at a time trains or evaluates a run (a lock on its directory)
     compat.py       the torch versions the pipeline runs on (2.4 to the lock's)
     provenance.py   what every result carries: git revision, packages, hardware
     record.py       the run record (train_summary.json): typed, upgraded from older run folders

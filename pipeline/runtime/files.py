@@ -2,7 +2,15 @@
 
 Outputs get the modes a plain open() or mkdir() would give them (0o666 or 0o777 less the umask):
 tempfile makes its files 0600 and its directories 0700, and a rename keeps that mode, which
-would leave results private to whoever ran the workflow.
+would leave results private to whoever ran the workflow. A directory keeps the mode it was made
+with, so a run under `umask 022` after one under `umask 077` would leave its outputs in folders
+nobody else can enter: the folders an output is written into follow the umask of the run that
+writes too. Which ones, without touching anything the pipeline did not make: the output's own
+folder and those above it up to `results/` of the working directory (the workflow's output
+tree, made by Snakemake or by us), each only where it is a real folder (not a link: a results/
+linked to scratch space is the user's) owned by the user running the pipeline. An output written
+elsewhere (an --out of the user's choosing, data/, which may hold the user's own dataset) changes
+no folder's mode. Set-group-ID and sticky bits (a shared project folder's) are kept.
 
 A directory the pipeline writes whole (a generated or extracted dataset) is built in a staging
 directory, marked as ours, and renamed into place. It replaces only a directory that carries that
@@ -16,11 +24,13 @@ import io
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
 MARKER = ".made-by-frcnn-dp-bench"  # in a directory tree this pipeline wrote whole (JSON: how)
+OUTPUT_TREE = "results"  # the workflow's outputs, under its working directory (rules/common.smk)
 
 
 class ForeignDirectoryError(FileExistsError):
@@ -85,8 +95,32 @@ def umask() -> int:
 
 
 def set_usual_mode(path: Path) -> None:
-    """Give a file or directory we created the mode open() or mkdir() would have given it."""
-    os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask())
+    """Give a file or directory we created the permissions open() or mkdir() would give it
+    now; its set-group-ID and sticky bits stay."""
+    info = path.stat()
+    usual = (0o777 if stat.S_ISDIR(info.st_mode) else 0o666) & ~umask()
+    os.chmod(path, stat.S_IMODE(info.st_mode) & ~0o777 | usual)
+
+
+def _output_folders(path: Path) -> list[Path]:
+    """The folders from `path`'s own up to results/ of the working directory (none for an
+    output outside it): the ones whose mode follows the umask (module docstring)."""
+    root = Path(os.path.abspath(OUTPUT_TREE))
+    folder = Path(os.path.abspath(path.parent))
+    chain = [folder, *folder.parents]
+    return chain[:chain.index(root) + 1] if root in chain else []
+
+
+def _folders_follow_umask(path: Path) -> None:
+    """The folders of an output just written get the mode a mkdir would give them now, where
+    they are real folders of ours (module docstring)."""
+    usual = 0o777 & ~umask()
+    for folder in _output_folders(path):
+        with contextlib.suppress(OSError):  # a folder's mode is not worth failing a written output
+            info = folder.lstat()
+            if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+                    and stat.S_IMODE(info.st_mode) & 0o777 != usual):
+                set_usual_mode(folder)
 
 
 @contextlib.contextmanager
@@ -108,6 +142,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp
         set_usual_mode(tmp)
         os.replace(tmp, path)
+        _folders_follow_umask(path)
     except OSError as err:
         raise output_error(path, err) from err
     finally:

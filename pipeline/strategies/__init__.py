@@ -15,6 +15,9 @@ its bytes are counted, whether it is the baseline) is declared on its class (bas
 """
 from __future__ import annotations
 
+import functools
+
+from ..config import stages
 from .base import Context, Option, Strategy, Traffic
 from .ddp import DDP
 from .dp import DataParallel
@@ -35,10 +38,20 @@ def lookup(name: str) -> type[Strategy]:
                          f"choose one of {', '.join(STRATEGIES)}") from None
 
 
+@functools.lru_cache(maxsize=None)  # asked once per run while the workflow plans
+def not_run_by(name: str) -> frozenset[str]:
+    """The registered strategies' modules that a run of strategy `name` does not execute: all
+    but its own and those it builds on (zero on ddp). This registry imports them all, but a run
+    calls only its own, so an edit to ddp.py retrains ddp's and zero's runs, not single's
+    (pipeline/config/stages.py: a run's code files; its checkpoint's fingerprint)."""
+    own = stages.executed_modules((lookup(name).__module__,), frozenset({__name__}))
+    return frozenset(cls.__module__ for cls in REGISTERED) - set(own)
+
+
 def get(run: dict, parallel: dict) -> Strategy:
     """The strategy of one filled sweep entry, ready to start."""
     return lookup(run["strategy"])(run, parallel)
 
 
 __all__ = ["DDP", "FSDP", "Context", "DataParallel", "Option", "ParameterServer", "REGISTERED",
-           "Single", "Strategy", "STRATEGIES", "Traffic", "Zero", "get", "lookup"]
+           "Single", "Strategy", "STRATEGIES", "Traffic", "Zero", "get", "lookup", "not_run_by"]

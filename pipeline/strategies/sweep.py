@@ -15,7 +15,9 @@ entry's id, shared by its repeats, does not (ddp-w2-b4).
 from __future__ import annotations
 
 import difflib
+import json
 import warnings
+from pathlib import Path
 
 import jsonschema
 
@@ -192,3 +194,26 @@ def equivalence_runs(cfg: dict, compared: list[str] | None = None) -> list[dict]
                and (cls.name in compared or cls.is_baseline(""))]
     checked.sort(key=lambda cls: not cls.is_baseline(""))
     return [fill({"strategy": cls.name, **cls.equivalence_entry}, cfg) for cls in checked]
+
+
+def outcome(run_dirs: dict[str, str], report: str) -> str:
+    """The workflow's last words: how many runs finished, which were skipped or failed and why
+    (from each run's train_summary.json), and where the report is."""
+    done, other, missing = 0, [], []
+    for run_id, run_dir in run_dirs.items():
+        try:
+            summary = json.loads((Path(run_dir) / "train_summary.json").read_text())
+        except (FileNotFoundError, ValueError):
+            missing.append(run_id)
+            continue
+        if summary.get("status") == "ok":
+            done += 1
+        else:
+            other.append(f"  {run_id}: {summary.get('status')}: {summary.get('reason')}")
+    lines = [f"runs: {done} of {len(run_dirs)} trained"
+             + (f", {len(other)} skipped or failed:" if other else "")] + other
+    if missing:
+        lines.append(f"  not trained yet: {', '.join(missing)}")
+    if Path(report).exists():
+        lines.append(f"report: {report}")
+    return "\n".join(lines)

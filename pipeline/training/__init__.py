@@ -3,6 +3,7 @@
     train.py      the loop, shared by every strategy: setup, one iteration in phases, epochs
     state.py      the resumable position of a run (TrainState) and its stopwatch
     checkpoint.py named stateful parts saved and restored, never the loop's own object
+    identity.py   a run's fingerprint (config, code, data): what a checkpoint must match; no torch
     timing.py     an iteration's phase split at one host synchronisation, and the GPU check
                   that nothing else synchronises (train.sync_debug)
     precision.py  fp32, bf16 and fp16 autocast

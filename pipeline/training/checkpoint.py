@@ -1,10 +1,10 @@
 """A run's checkpoint: written every train.checkpoint_every iterations and after every epoch,
 resumed only by the identical unfinished run, to the same result bit for bit on CPU.
 
-The fingerprint covers every config section the training stage reads, the sweep entry, and the
-bytes of every source file the stage executes (pipeline/config/stages.py, the same list the Snakefile
-declares as the rule's code inputs), so a checkpoint of other settings or other code is never
-resumed: it is stale, and the run starts over. A checkpoint holds the weights, the optimizer,
+The fingerprint (pipeline/training/identity.py) covers every config section the training stage
+reads, the sweep entry, the bytes of every source file the run executes and the data's identity,
+so a checkpoint of other settings, code or data is never resumed: it is stale, and the run starts
+over. A checkpoint holds the weights, the optimizer,
 the position (epoch, batches done in it, iterations), every rank's random number generators
 (so the rest of an epoch draws what it would have drawn), the training seconds and every rank's
 traffic counters. It holds only tensors and plain data and is loaded with weights_only=True, so
@@ -12,7 +12,6 @@ a checkpoint from someone else cannot run code. A finished run removes its state
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -20,25 +19,15 @@ from pathlib import Path
 
 import torch
 
-from ..config import stages
-from ..config.params import canonical
 from ..runtime import distributed
-from ..runtime.files import atomic_path, save_torch
+from ..runtime.files import atomic_path, save_torch, write_json
+from .identity import SIDECAR
 
 log = logging.getLogger("train")
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint this run must not use or overwrite; the message says what to do."""
-
-
-def fingerprint(cfg: dict, run: dict) -> str:
-    """What a checkpoint must match to be resumed: the identical run. That is every config
-    section the training stage reads, the sweep entry, and the bytes of every source file the
-    stage executes (the same list the Snakefile declares as the rule's code inputs)."""
-    identity = {"config": stages.config_for(cfg, "train"), "run": run,
-                "code": stages.code_digest("train")}
-    return hashlib.sha256(canonical(identity).encode()).hexdigest()[:16]
 
 
 def run_name(out_dir: Path) -> str:
@@ -122,6 +111,8 @@ def save(state_dir: Path, fingerprint_: str, run_dir: str, writes: bool, parts: 
         save_torch({"fingerprint": fingerprint_, "run": run_dir, **gathered,
                     **{name: None if part is None else part.state_dict()
                        for name, part in parts.items()}}, state_dir / "checkpoint.pt")
+        # What the workflow reads while it plans (no torch there): which run this resumes.
+        write_json(state_dir / SIDECAR, {"fingerprint": fingerprint_, "run": run_dir})
     distributed.barrier()
 
 

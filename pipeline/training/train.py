@@ -43,7 +43,8 @@ from ..runtime.files import (
     output_error,
 )
 from . import checkpoint
-from .checkpoint import CheckpointError, fingerprint
+from .checkpoint import CheckpointError
+from .identity import fingerprint
 from .monitor import Monitor
 from .precision import Precision
 from .summary import failed_outcome, summarise
@@ -92,11 +93,13 @@ def seed_everything(seed: int) -> None:
 
 
 class Progress:
-    """A progress bar on a terminal, a plain line every `every` iterations otherwise."""
+    """A progress bar on a terminal, a plain line every `every` iterations otherwise (a job's
+    log on a cluster): step, loss, images/s and the time left, at the pace of the last lines."""
 
-    def __init__(self, total: int, done: int, every: int, enabled: bool):
-        self.every, self.enabled = every, enabled
+    def __init__(self, total: int, done: int, every: int, enabled: bool, images_per_step: int):
+        self.every, self.enabled, self.images_per_step = every, enabled, images_per_step
         self.bar = None
+        self.window: list[float] = []  # seconds of the iterations since the last line
         if enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
@@ -109,13 +112,25 @@ class Progress:
             self.bar.set_postfix(epoch=record["epoch"], loss=f"{record['loss']:.3f}",
                                  lr=f"{record['lr']:.2g}", refresh=False)
             self.bar.update(1)
-        elif record["step"] % self.every == 0 or record["step"] == total:
-            log.info("step %d/%d epoch %d loss %.4f lr %.4g %.3fs/it", record["step"], total,
-                     record["epoch"], record["loss"], record["lr"], record["time_iter"])
+            return
+        self.window.append(record["time_iter"])
+        if record["step"] % self.every == 0 or record["step"] == total:
+            per_step = sum(self.window) / len(self.window)
+            self.window = []
+            log.info("step %d/%d epoch %d loss %.4f lr %.4g %.3fs/it %.1f images/s ETA %s",
+                     record["step"], total, record["epoch"], record["loss"], record["lr"],
+                     per_step, self.images_per_step / per_step if per_step > 0 else float("nan"),
+                     clock_time((total - record["step"]) * per_step))
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def clock_time(seconds: float) -> str:
+    """3725 -> '1:02:05': how long, as a person reads it."""
+    seconds = max(0, round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def to_device(images, targets, device):
@@ -223,7 +238,8 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
         torch.use_deterministic_algorithms(True)
     seed_everything(run["seed"])  # the same initial weights in every process
     dataset = CocoDetection(data_cfg["root"], "train", train=True,
-                            horizontal_flip=data_cfg["horizontal_flip"])
+                            horizontal_flip=data_cfg["horizontal_flip"],
+                            exif_orientation=data_cfg["exif_orientation"])
     in_memory = run["data_mode"] == "synthetic"
     if in_memory:
         dataset = InMemory(dataset, per_process, run["seed"] + 1000 * (ctx.shard or 0))
@@ -371,7 +387,8 @@ def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = Non
     job.monitor = Monitor(job.ctx.rank, cfg["train"]["monitor_interval_s"],
                           job.strategy.gpus_in_use(job.ctx)).start()
     state = job.state
-    progress = Progress(job.total_steps, state.step, cfg["train"]["print_every"], job.ctx.reports)
+    progress = Progress(job.total_steps, state.step, cfg["train"]["print_every"], job.ctx.reports,
+                        job.global_batch)
     job.model.train()
     live_log = job.state_dir / "iterations.jsonl"
     try:
@@ -405,7 +422,8 @@ def evaluate_during_training(job: Job) -> None:
     start = time.perf_counter()
     model = job.strategy.scoring_model(job.model, job.ctx)  # gathered, where it is sharded
     if model is not None:
-        val = CocoDetection(job.cfg["data"]["root"], "val", train=False)
+        val = CocoDetection(job.cfg["data"]["root"], "val", train=False,
+                            exif_orientation=job.cfg["data"]["exif_orientation"])
         metrics = scoring.score(model, val, job.cfg["eval"]["batch_size"], job.ctx.device)
         record = {"epoch": job.state.epoch + 1, "step": job.state.step, "train_seconds": job.state.train_seconds,
                   **{k: metrics[k] for k in ("AP", "AP50", "AP75")},

@@ -96,7 +96,7 @@ def test_outputs_follow_the_umask(workdir):
     """Files 0666 & ~umask, directories 0777 & ~umask, as open() and mkdir() make them."""
     mask = files.umask()
     single = run_dir(workdir, "single-w1-b4-s0")
-    for path in [workdir / "results" / "report" / "report.html", workdir / "results" / "summary.csv",
+    for path in [workdir / "results" / "report" / "demo" / "report.html", workdir / "results" / "summary" / "demo.csv",
                  single / "train_summary.json", single / "model_final.pt", single / "metrics.json",
                  workdir / "data" / "synthetic", workdir / "data" / "synthetic" / "val2017"]:
         expected = (0o777 if path.is_dir() else 0o666) & ~mask
@@ -146,7 +146,7 @@ def results(workdir: Path) -> dict:
     scores = {run: {k: v for k, v in json.loads((run_dir(workdir, run) / "metrics.json").read_text()).items()
                     if k in METRICS}
               for run in RUNS}
-    with open(workdir / "results" / "summary.csv") as handle:
+    with open(workdir / "results" / "summary" / "demo.csv") as handle:
         rows = {row["run_id"]: {k: row[k] for k in ("AP", "AP50", "AP75")} for row in csv.DictReader(handle)}
     return {"metrics": scores, "summary.csv": rows}
 
@@ -168,7 +168,7 @@ KILL_POINTS = {
     "ddp, one worker": (f"{DDP}/train_summary.json", "mid-epoch checkpoint", "rank 1"),
     "ddp, its torchrun": (f"{DDP}/train_summary.json", "mid-epoch checkpoint", "torchrun"),
     "ddp, during evaluation": (f"{DDP}/metrics.json", "pipeline.detection.evaluate", "group"),
-    "during the report": ("summary.csv", "pipeline.report", "group"),
+    "during the report": ("summary/demo.csv", "pipeline.report", "group"),
 }
 
 
@@ -182,7 +182,7 @@ def kill(workdir: Path, point: str) -> float:
     Snakemake took to stop after the kill."""
     target, wait, victim = KILL_POINTS[point]
     run = target.split("/")[0]
-    snake = start(workdir, f"results/{target}" if run == "summary.csv" else f"results/runs/demo/{target}")
+    snake = start(workdir, f"results/{target}" if run == "summary" else f"results/runs/demo/{target}")
     if wait == "mid-epoch checkpoint":
         wait_for(lambda: mid_epoch_checkpoint(workdir, run), "a mid-epoch checkpoint")
     else:
@@ -262,7 +262,7 @@ def test_a_deleted_run_is_trained_and_reported_again(workdir):
     result = snakemake(workdir)
     assert jobs(result) == {"all": 1, "train": 1, "evaluate": 1, "report": 1, **PAPER_JOB}
     assert summary(workdir, "single-w1-b4-s0")["status"] == "ok"
-    assert "single-w1-b4-s0" in (workdir / "results" / "summary.csv").read_text()
+    assert "single-w1-b4-s0" in (workdir / "results" / "summary" / "demo.csv").read_text()
 
 
 # ---- code changes: last, as every other run of the shared workflow is out of date after them --
@@ -275,7 +275,8 @@ def trained(runs) -> list[str]:
 def test_comment_only_edit_retrains_to_the_fresh_result(finished_demo, workdir):
     # The runs as first trained (here, the kills and restarts above have resumed them).
     fresh = {run: summary(finished_demo.root, run) for run in RUNS}
-    edit(workdir, "strategies/ddp.py", '"""`ddp`:', '# an edit that changes nothing\n"""`ddp`:')
+    # The loop every strategy runs: both runs retrain (an edit to ddp.py alone retrains ddp's).
+    edit(workdir, "training/train.py", '"""The one training loop', '# an edit that changes nothing\n"""The one training loop')
     assert jobs(snakemake(workdir, *trained(RUNS)))["train"] == 2
     for run, before in fresh.items():
         assert "resuming" not in train_log(workdir, run)

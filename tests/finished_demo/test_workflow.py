@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -47,7 +48,7 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
     assert 0.0 <= metrics["AP"] <= 1.0 and metrics["images"] == SMALL_DATA["val_images"]
     predictions = json.loads((run_dir / "predictions.json").read_text())
     assert all(set(p) == {"image_id", "category_id", "bbox", "score"} for p in predictions)
-    summary = {row["run_id"]: row for row in csv.DictReader((workdir / "results" / "summary.csv").open())}
+    summary = {row["run_id"]: row for row in csv.DictReader((workdir / "results" / "summary" / "demo.csv").open())}
     assert set(summary) == {"single-w1-b4-s0", "ddp-w2-b2-s0", "ddp-w2-b2-s1",
                             "ps-colocated-w2-b2-s0", "dp-w2-b2-s0", "ddp-w2-b2-synthetic-s0",
                             "zero-w2-b2-s0", "fsdp-w2-b2-s0"}
@@ -65,16 +66,25 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
         else:
             assert held[run] == pytest.approx(theory, rel=0.02)
         assert float(summary[run]["peak_memory_mb"]) > held[run]
-    assert (workdir / "results" / "report" / "figures" / "memory.png").stat().st_size > 0
+    assert (workdir / "results" / "report" / "demo" / "figures" / "memory.png").stat().st_size > 0
     ddp_metrics = json.loads((run_dir.parent / "ddp-w2-b2-s0" / "metrics.json").read_text())
     assert ddp_metrics["processes"] == 2  # evaluated on its own 2 ranks, gathered into one COCOeval
     assert ddp_metrics["images"] == SMALL_DATA["val_images"]
     if torch.cuda.device_count() < 2:
         assert summary["dp-w2-b2-s0"]["status"] == "skipped" and "2 GPUs" in summary["dp-w2-b2-s0"]["reason"]
         assert summary["dp-w2-b2-s0"]["AP"] == ""
-        assert "dp-w2-b2-s0" in (workdir / "results" / "report" / "report.md").read_text()
-    report_md = (workdir / "results" / "report" / "report.md").read_text()
+        assert "dp-w2-b2-s0" in (workdir / "results" / "report" / "demo" / "report.md").read_text()
+    report_md = (workdir / "results" / "report" / "demo" / "report.md").read_text()
     assert "Equivalence with single" in report_md and "proposals" in report_md
+    # What a cluster user sees: each run's progress in its job's log (step, images/s, time
+    # left), and the workflow's last words (runs trained, skipped and why, the report)
+    log = (workdir / "logs" / "train" / "demo" / "single-w1-b4-s0.log").read_text()
+    assert re.search(r"step (\d+)/\1 epoch \d+ loss [\d.]+ lr \S+ [\d.]+s/it [\d.]+ images/s ETA 0:00:00", log), log[-2000:]
+    skipped = 0 if torch.cuda.device_count() >= 2 else 1
+    assert f"runs: {RUNS - skipped} of {RUNS} trained" in result.stderr
+    if skipped:
+        assert "  dp-w2-b2-s0: skipped: DataParallel needs 2 GPUs" in result.stderr
+    assert "report: results/report/demo/report.html" in result.stderr
     # Each multi-process run on real data beside the cost model's prediction from single's
     # compute and the links commbench fitted (in-memory runs have no single to start from)
     links = json.loads((workdir / "results" / "commbench" / "demo" / "p2.json").read_text())
@@ -82,7 +92,7 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
     assert links["provenance"]["git_revision"]
     shared = links["shared_compute"]  # the model's step alone and with both processes at once
     assert shared["factor"] == shared["together_s"] / shared["alone_s"] and shared["alone_s"] > 0
-    predicted = {row["run_id"]: row for row in csv.DictReader((workdir / "results" / "report" / "prediction.csv").open())}
+    predicted = {row["run_id"]: row for row in csv.DictReader((workdir / "results" / "report" / "demo" / "prediction.csv").open())}
     assert set(predicted) == {"ddp-w2-b2-s0", "ddp-w2-b2-s1", "ps-colocated-w2-b2-s0", "zero-w2-b2-s0",
                               "fsdp-w2-b2-s0"}
     assert all(float(row["predicted_images_per_second"]) > 0 for row in predicted.values())
@@ -97,7 +107,7 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
     assert "2 processes, fsdp timed on the model (forward + backward of 4 images" in report_md  # FSDP2's cost
     assert "2 processes, broadcast over gloo: latency" in report_md  # ZeRO-1's bucket a rank
     assert "2 processes computing at once: forward + backward of 4 images" in report_md
-    report = workdir / "results" / "report"
+    report = workdir / "results" / "report" / "demo"
     # Past this machine: every strategy's predicted curve on every cluster of params, and the
     # figure that draws them beside these real runs; labelled as predictions
     points = pd.read_csv(report / "predicted_scaling_points.csv")
@@ -122,7 +132,7 @@ def test_the_one_step_check_measures_each_strategy_against_single(workdir):
     """The equivalence stage's Faster R-CNN steps: not zero (per-batch sampling and
     normalisation), but small next to the step itself; the sharded strategies average the same
     per-worker gradients as ddp, so they land as far from single, up to the order of float sums."""
-    result = json.loads((workdir / "results" / "equivalence.json").read_text())
+    result = json.loads((workdir / "results" / "equivalence" / "demo.json").read_text())
     assert result["reference"] == "single-w1-b8-s0" and result["max_abs_step_of_single"] > 0
     for name in ("ddp-w2-b4-s0", "ps-colocated-w2-b4-s0", "zero-w2-b4-s0", "fsdp-w2-b4-s0"):
         relative = result["strategies"][name]["relative_to_step"]
@@ -136,7 +146,7 @@ def test_the_one_step_check_measures_each_strategy_against_single(workdir):
 def test_tables_and_macros_are_the_summary_of_the_recorded_runs(workdir):
     """Tables 1 and 2 and numbers.tex say what results/summary.csv says (means over seeds),
     and the runs recorded what the report reads: evaluations during training, seeds, modes."""
-    report, summary_csv = workdir / "results" / "report", workdir / "results" / "summary.csv"
+    report, summary_csv = workdir / "results" / "report" / "demo", workdir / "results" / "summary" / "demo.csv"
     ap = entry_means(summary_csv, "AP")
     assert set(ap) == {"single-w1-b4", "ddp-w2-b2", "ps-colocated-w2-b2", "zero-w2-b2",
                        "fsdp-w2-b2"}  # synthetic: unscored
@@ -173,7 +183,7 @@ def test_tables_and_macros_are_the_summary_of_the_recorded_runs(workdir):
 
 
 def test_every_figure_is_in_the_html_and_the_paper(workdir):
-    report = workdir / "results" / "report"
+    report = workdir / "results" / "report" / "demo"
     html = (report / "report.html").read_text()
     figures_tex = (report / "figures.tex").read_text()
     for name, entry in FIGURES.items():
@@ -191,7 +201,7 @@ def test_every_figure_is_in_the_html_and_the_paper(workdir):
                     reason="needs a LaTeX toolchain and poppler-utils (apt/paper.txt, apt/tests.txt; "
                            ".ci/run installs them)")
 def test_the_paper_is_compiled_from_the_report(workdir, tmp_path):
-    pdf = workdir / "results" / "paper" / "paper.pdf"
+    pdf = workdir / "results" / "paper" / "demo" / "paper.pdf"
     info = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True, check=True).stdout
     pages = int(re.search(r"^Pages:\s+(\d+)", info, re.M).group(1))
     subprocess.run(["pdftoppm", "-r", "30", "-png", str(pdf), str(tmp_path / "page")], check=True)
@@ -206,7 +216,7 @@ def test_the_paper_is_compiled_from_the_report(workdir, tmp_path):
     # Every table's caption (one may share its line with text beside a float)
     assert set(re.findall(r"Table \d+:", text)) == {f"Table {n}:" for n in range(1, 6)}
     assert "??" not in text and "TODO" not in text  # every reference and citation resolved
-    macros = parse_numbers((workdir / "results" / "report" / "numbers.tex").read_text())
+    macros = parse_numbers((workdir / "results" / "report" / "demo" / "numbers.tex").read_text())
     assert macros[("ddp-w2-b2", "images_per_second")] in text  # a generated number, typeset
     assert "within the noise" in text or "beyond the noise" in text or "not judged" in text
 
@@ -221,7 +231,7 @@ def test_the_html_report_reads_well_in_a_browser(workdir, tmp_path):
              " images.length, loaded: images.filter(i => i.complete && i.naturalWidth > 0).length"
              "})); });</script></body>")
     page = tmp_path / "report.html"
-    page.write_text((workdir / "results" / "report" / "report.html").read_text()
+    page.write_text((workdir / "results" / "report" / "demo" / "report.html").read_text()
                     .replace("</body>", probe))
     chromium = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"]
     dom = subprocess.run(chromium + ["--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
@@ -233,6 +243,16 @@ def test_the_html_report_reads_well_in_a_browser(workdir, tmp_path):
     subprocess.run(chromium + [f"--screenshot={shot}", page.as_uri()], capture_output=True,
                    timeout=120)
     assert shot.stat().st_size > 10_000
+
+
+def test_snakemakes_own_report_holds_the_reports_figures_and_tables(workdir, tmp_path):
+    """`snakemake --report` (Snakemake's self-contained HTML) carries what the report rule marks
+    for it: the HTML report, its tables and figures, the paper."""
+    out = tmp_path / "snakemake-report.zip"
+    snakemake(workdir, "--report", str(out))
+    names = zipfile.ZipFile(out).namelist()
+    for name in ["report.html", "table1.csv", "figures/ap.png"] + (["paper.pdf"] if PAPER_JOB else []):
+        assert any(n.endswith(name) for n in names), (name, names[:50])
 
 
 def test_no_change_runs_nothing(workdir):
@@ -296,12 +316,20 @@ def test_code_change_reruns_the_stages_using_the_module(workdir):
     with edited(evaluate, '"""COCO bbox evaluation', '"""COCO box evaluation'):
         assert jobs(snakemake(workdir, "--dry-run")) == {"all": 1, "evaluate": RUNS, "report": 1,
                                                          **PAPER_JOB}
-        # a strategy: every run (the loop imports the registry), the equivalence check, and
-        # commbench (it times each registered strategy's `calibrate` on the model)
+        # a strategy: its own runs only (the ps run; the registry imports every strategy, but
+        # a run executes its own), the equivalence check and commbench (which run them all)
         with edited(ps, "from __future__", "# an edit\nfrom __future__"):
             assert jobs(snakemake(workdir, "--dry-run")) == {
-                "all": 1, "train": RUNS, "evaluate": RUNS, "equivalence": 1, "commbench": 1,
+                "all": 1, "train": 1, "evaluate": 1, "equivalence": 1, "commbench": 1,
                 "report": 1, **PAPER_JOB}
+        # ddp: its runs (two seeds, and on in-memory data) and zero's, which builds on it
+        with edited(workdir / "pipeline" / "strategies" / "ddp.py", "from __future__",
+                    "# an edit\nfrom __future__"):
+            planned = snakemake(workdir, "--dry-run")
+            assert jobs(planned)["train"] == 4
+            assert sorted(set(re.findall(r"results/runs/demo/((?:ddp|zero)[\w-]*)/train_summary",
+                                         planned.stdout + planned.stderr))) == sorted(
+                ["ddp-w2-b2-s0", "ddp-w2-b2-s1", "ddp-w2-b2-synthetic-s0", "zero-w2-b2-s0"])
     assert jobs(snakemake(workdir, "--dry-run")) == {}
 
 
@@ -318,7 +346,7 @@ def test_editing_a_module_every_stage_imports_reruns_them_all(workdir):
 
 
 def test_editing_a_figure_reruns_the_report_only(workdir):
-    figure = workdir / "results" / "report" / "figures" / "ap.png"
+    figure = workdir / "results" / "report" / "demo" / "figures" / "ap.png"
     before = figure.stat().st_mtime_ns
     path = workdir / "pipeline" / "report" / "figures.py"
     path.write_text(path.read_text().replace('ax.set(xlabel="COCO box AP", ylabel="")',
@@ -406,10 +434,11 @@ def test_without_latex_the_workflow_says_so_and_still_plans_the_report(tmp_path,
     assert result.returncode == 0, result.stderr
     planned = jobs(result)
     assert "paper" not in planned and planned["report"] == 1
-    assert "Not building results/paper/paper.pdf: latexmk, pdflatex, bibtex not found" in result.stderr
+    assert "Not building results/paper/demo/paper.pdf: latexmk, pdflatex, bibtex not found" in result.stderr
     assert "apt-get install latexmk" in result.stderr
     # The stage itself, asked for the paper anyway, says the same and writes nothing.
     monkeypatch.setenv("PATH", str(bin_dir))
     with pytest.raises(SystemExit, match="latexmk, pdflatex, bibtex not found.*report.html"):
-        pipeline.report.paper.build(REPO / "paper" / "paper.tex", tmp_path / "paper.pdf")
+        pipeline.report.paper.build(REPO / "paper" / "paper.tex", tmp_path / "report",
+                                    tmp_path / "paper.pdf")
     assert not (tmp_path / "paper.pdf").exists()

@@ -1,0 +1,145 @@
+"""One process trains or evaluates a run at a time: a second one, started while the first holds
+the run directory's lock, is refused with the first one's pid and changes nothing there; the
+lock goes with the job (across its exec of torchrun or python), killed or not
+(pipeline/runtime/run_lock.py)."""
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.config.params import canonical
+from pipeline.runtime import run_lock
+from pipeline.runtime.files import write_json
+from pipeline.strategies.sweep import runs, unfinished_summary
+
+from .conftest import REPO, small_config
+
+# A job's launcher in miniature: take the lock, then sleep as itself or exec'd into `sleep`.
+HOLD = """
+import os, sys, time
+from pipeline.runtime import run_lock
+run_lock.hold(sys.argv[1], sys.argv[2])
+if sys.argv[3] == "exec":
+    os.execv(sys.argv[4], [sys.argv[4], "600"])
+time.sleep(600)
+"""
+TRY = """
+import sys
+from pipeline.runtime import run_lock
+try:
+    run_lock.hold(sys.argv[1], "train")
+except run_lock.RunBusyError as err:
+    sys.exit(str(err))
+print("held")
+"""
+DOING = {"train": "training", "evaluate": "evaluating"}
+
+
+def refusal(out: Path, pid: int, doing: str = "training") -> str:
+    return (f"another process (pid {pid}) is {doing} this run ({out}): wait for it to end, or "
+            f"stop it (kill {pid}), then rerun")
+
+
+def wait_for(condition, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def holder():
+    """Start a process that holds a run's lock (exec'd into sleep with then="exec"); killed after."""
+    started = []
+
+    def start(run_dir: Path, stage: str = "train", then: str = "sleep") -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir), stage, then,
+                                 shutil.which("sleep")], cwd=REPO)
+        started.append(proc)
+        wait_for(lambda: proc.poll() is not None or run_lock.holder(run_dir).get("pid") == proc.pid,
+                 "the lock")
+        assert proc.poll() is None, "the holder ended"
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def try_hold(run_dir: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", TRY, str(run_dir)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+
+
+def snapshot(folder: Path) -> dict:
+    """Every entry's content and identity, and the folder's own (a new file would change it)."""
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino)
+            for p in folder.iterdir()} | {".": folder.stat().st_mtime_ns}
+
+
+@pytest.mark.parametrize("then", ["sleep", "exec"])
+def test_a_second_process_is_refused_until_the_first_is_killed(tmp_path, holder, then):
+    out = tmp_path / "results" / "runs" / "demo" / "single-w1-b4-s0"  # made by the lock
+    first = holder(out, then=then)
+    if then == "exec":  # the descriptor survived the exec: the lock is sleep's now
+        wait_for(lambda: Path(f"/proc/{first.pid}/comm").read_text().strip() == "sleep", "the exec")
+    before = snapshot(out)
+    refused = try_hold(out)
+    assert refused.returncode == 1 and refused.stderr.strip() == refusal(out, first.pid)
+    assert snapshot(out) == before  # not the lock file's content either
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    taken = try_hold(out)  # the kernel released it: no stale lock
+    assert taken.returncode == 0 and taken.stdout.strip() == "held", taken.stderr
+
+
+def launch(cfg: dict, run: dict, out: Path, stage: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "pipeline.launch", "--stage", stage,
+                             "--config", canonical(cfg), "--entry", canonical(run), "--out", str(out),
+                             *args],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def tiny_run(tmp_path: Path) -> tuple[dict, dict]:
+    cfg = small_config(tmp_path / "data")
+    return cfg, next(iter(runs(cfg).values()))
+
+
+@pytest.mark.parametrize("stage", ["train", "evaluate"])
+def test_a_second_launch_is_refused_in_one_line_and_touches_nothing(tmp_path, holder, stage):
+    cfg, run = tiny_run(tmp_path)
+    out = tmp_path / "run"
+    first = holder(out, stage)
+    before = snapshot(out)
+    # The running job's log (the rule's log: the launcher opens it only once it holds the run)
+    log = tmp_path / "job.log"
+    log.write_text("the running job's progress\n")
+    second = launch(cfg, run, out, stage, "--log", str(log))
+    _, stderr = second.communicate(timeout=300)
+    assert second.returncode == 1
+    assert stderr.strip().splitlines() == [f"error: {refusal(out, first.pid, DOING[stage])}"]
+    assert snapshot(out) == before
+    assert log.read_text() == "the running job's progress\n"
+
+
+def test_a_launch_holds_the_lock_for_its_job_and_leaves_it_free(tmp_path):
+    """A job that ends (here the evaluation of a skipped run, recorded without torch) frees the
+    run; its lock file is no output, and names the job that held it last."""
+    cfg, run = tiny_run(tmp_path)
+    out = tmp_path / "run"
+    write_json(out / "train_summary.json", unfinished_summary(cfg, run, "skipped", "no GPU here"))
+    job = launch(cfg, run, out, "evaluate")
+    _, stderr = job.communicate(timeout=300)
+    assert job.returncode == 0, stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        run_lock.LOCK_NAME, "metrics.json", "predictions.json", "train_summary.json"]
+    found = run_lock.holder(out)
+    assert (found["pid"], found["doing"]) == (job.pid, "evaluating")
+    assert try_hold(out).stdout.strip() == "held"

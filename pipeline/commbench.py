@@ -6,7 +6,11 @@ adds to the model's forward + backward (`Strategy.calibrate`: FSDP2).
 
     python -m pipeline.runtime.elastic --nproc-per-node N -m pipeline.commbench --config '<stage JSON>' --out FILE
 
-The sizes and repeats are the config's `commbench` section (params.yaml).
+The sizes and repeats are the config's `commbench` section (params.yaml). A measurement outside
+the band a quiet machine's fall in (pipeline/costmodel/bands.py: the CPU other processes took
+meanwhile, the spread of its repeats, the shared-compute factor) is measured again, up to
+bands.REPEATS more times; one that stays outside is kept marked `disturbed` (its `check`: the
+reason and every attempt's values), and the JSON's `disturbed` lists them all, for the report.
 """
 from __future__ import annotations
 
@@ -14,13 +18,23 @@ import logging
 from pathlib import Path
 
 from .config import cli
-from .costmodel import links
+from .costmodel import bands, links
 from .runtime import distributed, lifetime, provenance
 from .runtime.files import write_json
 from .strategies import REGISTERED
 from .training import shared_compute
 
 log = logging.getLogger("commbench")
+
+
+def disturbed_of(primitives: dict, shared: dict | None, calibrations: dict | None) -> list[str]:
+    """'what: reason' for each measurement that stayed outside its band (its check's)."""
+    checks = [(f"{name} link", p.get("check")) for name, p in primitives.items()]
+    checks.append(("shared compute", (shared or {}).get("check")))
+    checks += [(f"{name} timed on the model", check)
+               for name, check in ((calibrations or {}).get("checks") or {}).items()]
+    return [f"{what}: {check['disturbed']}" for what, check in checks
+            if check and check.get("disturbed")]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -34,10 +48,22 @@ def main(argv: list[str] | None = None) -> None:
         images, repeats = settings["compute_images"], settings["compute_repeats"]
         shared = calibrations = None
         if member.processes > 1:
-            shared = shared_compute.measure(cfg["model"], images, repeats, member.device,
-                                            member.rank, member.processes)
+            expected = bands.expected_factor(member.device.type, member.processes, member.threads,
+                                             distributed.available_cores())
+            shared, check = bands.checked(
+                f"shared compute over {member.processes} processes",
+                lambda: links.with_other_load(lambda: shared_compute.measure(
+                    cfg["model"], images, repeats, member.device, member.rank, member.processes,
+                    expected), member.device, member.rank),
+                bands.shared_verdict,
+                lambda found: {key: found[key] for key in ("alone_s", "together_s", "factor",
+                                                           "alone_spread", "together_spread",
+                                                           "other_load")},
+                speak=member.rank == 0)
+            shared["check"] = check
             calibrations = shared_compute.calibrations(REGISTERED, cfg["model"], images, repeats,
-                                                       member.device, member.processes)
+                                                       member.device, member.processes, shared,
+                                                       speak=member.rank == 0, rank=member.rank)
         if member.rank == 0:
             for name, found in (calibrations or {}).get("strategies", {}).items():
                 log.info("%s on the model: %s", name, ", ".join(
@@ -46,10 +72,13 @@ def main(argv: list[str] | None = None) -> None:
                 log.info("forward + backward of %d images: %.1f ms alone, %.1f ms with all %d "
                          "processes at once (x%.3f)", shared["images"], shared["alone_s"] * 1e3,
                          shared["together_s"] * 1e3, member.processes, shared["factor"])
+            disturbed = disturbed_of(primitives, shared, calibrations)
+            for line in disturbed:
+                log.warning("disturbed, kept marked: %s", line)
             write_json(Path(args.out), {
                 "backend": member.backend, "processes": member.processes,
                 "repeats": settings["repeats"], "primitives": primitives, "shared_compute": shared,
-                "calibrations": calibrations,
+                "calibrations": calibrations, "bands": bands.BANDS_TEXT, "disturbed": disturbed,
                 "provenance": provenance.collect(cfg, processes=member.processes,
                                                  backend=member.backend, device=str(member.device),
                                                  threads=member.threads)})

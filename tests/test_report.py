@@ -158,7 +158,8 @@ def test_tables_show_published_and_reproduced(report):
     for name in ("table1", "table2"):
         tex = (out / "report" / f"{name}.tex").read_text()
         assert r"\toprule" in tex and r"\midrule" in tex and r"\bottomrule" in tex
-        assert tex.count(r"\\") == 1 + 2 + 2  # header, 2 published rows, 2 runs
+        rows = [line for line in tex.splitlines() if line.endswith(r"\\")]
+        assert len(rows) == 1 + 2 + 2  # header, 2 published rows, 2 runs
         csv = pd.read_csv(out / "report" / f"{name}.csv")
         assert len(csv) == 4
     assert pd.read_csv(out / "report" / "table1.csv")["AP"].tolist()[2] == pytest.approx(0.123)
@@ -181,7 +182,11 @@ def test_reports(report):
     assert "(epoch_loss" in md or "mean decrease of the epoch-mean total training loss" in md
     assert "figures/loss_vs_time.png" in md
     assert "0123abc" in md and "secret-node" not in md
-    assert "| ddp-w2-b4 | 0123abc | 0 | 2 | 2 | 2 | cpu | gloo | x86_64 x2 | none |" in md
+    # the runs at the end: what varies per run in the table, the rest said once
+    runs_section = md.split("\n## Runs\n", 1)[1]
+    assert "| ddp-w2-b4 | DDP | 0 | 2 | 4 | 8 | 2 | cpu | gloo | ok | - |" in runs_section
+    assert "| dp-w2-b2 | DataParallel | n/a | 2 | 2 | n/a | n/a | - | - | skipped | needs 2 GPUs, found 0 |" in runs_section
+    assert "| ddp-w2-b4 | 0123abc | x86_64 x2 | none | 3.11.9 | 2.14.1 |" in runs_section
     page = (out / "report" / "report.html").read_text()
     assert page.count("data:image/png;base64,") == len(FIGURES)
     assert not re.search(r"(src|href)=['\"]?https?:", page)
@@ -429,3 +434,229 @@ def test_predicted_scaling_draws_the_measured_runs_beside_the_predictions(report
         assert len(ax.get_lines()) >= points["model"].nunique()  # a line per model and cluster
         assert DRAWN[name].caption.startswith("PREDICTION")
         plt.close(fig)
+
+
+# ---- What a reader sees: numbers to their precision, the noise table, the page, the figures ----
+
+
+def test_numbers_are_shown_to_their_columns_precision_and_empty_cells_as_na():
+    from pipeline.report.tables import _formatted, latex_table, markdown_table
+
+    table = pd.DataFrame({
+        "run_id": ["a-w1", "b-w2", "c-w2"], "images_per_second": [12.3456, float("nan"), 7.0],
+        "images_per_second sd": [0.41, float("nan"), float("nan")],
+        "memory": [475.30615997314453, 12.5, float("nan")],      # declared nowhere
+        "share": [0.01234, 0.2, 0.0],                            # declared nowhere, small
+        "workers": pd.array([1, 2, None], dtype="Int64"), "reason": ["", None, "needs 2 GPUs"],
+        "identical": [True, False, None]})
+    shown = _formatted(table, {"images_per_second": 2})
+    assert list(shown.columns) == ["run", "images/s", "memory", "share", "workers", "reason",
+                                   "identical"]  # headers in words, the sd merged into its column
+    assert shown["images/s"].tolist() == ["12.35 ± 0.41", "n/a", "7.00"]
+    assert shown["memory"].tolist() == ["475", "12", "n/a"]  # three digits of its largest value
+    assert shown["share"].tolist() == ["0.012", "0.200", "0.000"]  # 3 digits of 0.2
+    assert shown["workers"].tolist() == ["1", "2", "n/a"]
+    assert shown["reason"].tolist() == ["-", "-", "needs 2 GPUs"]
+    assert shown["identical"].tolist() == ["yes", "no", "-"]
+    for text in (markdown_table(shown), latex_table(shown)):
+        assert "nan" not in text.lower() and "475.3" not in text and "None" not in text
+    assert "|---|---:|---:|---:|---:|---|---|" in markdown_table(shown)  # numbers right-aligned
+
+
+def test_a_negative_loader_share_is_shown_as_zero_with_what_was_measured(tmp_path):
+    from pipeline.report.tables import DATA_MODE_DECIMALS, data_mode_table, write_table
+
+    def rows(mode, speeds):
+        return [{"run_id": f"ddp-{mode}-s{i}", "entry": f"ddp-w2-b4-{mode}", "status": "ok",
+                 "strategy": "ddp", "variant": "", "workers": 2, "global_batch": 8,
+                 "images_per_worker": 4, "data_mode": mode, "images_per_second": v,
+                 "time_data": 0.01} for i, v in enumerate(speeds)]
+
+    faster_real = pd.DataFrame(rows("real", [10.0, 10.4]) + rows("synthetic", [9.6, 10.1]))
+    table = data_mode_table(faster_real)
+    assert table.loc[0, "loader share"] == 0.0  # never below 0: a loader costs time or nothing
+    note = table.loc[0, "loader share note"]
+    assert "measured -0.036" in note and "within the noise" in note and "shown as 0" in note
+    shown = write_table(table, DATA_MODE_DECIMALS, 0, tmp_path, "data_modes")
+    assert shown.loc[0, "loader share"] == "0.000 [1]"
+    assert shown.attrs["notes"] == ["[1] DDP, 2 worker(s): " + note.split(": ", 1)[1]]
+    for ext in ("md", "tex"):
+        assert "measured -0.036" in (tmp_path / f"data_modes.{ext}").read_text()
+    slower_real = pd.DataFrame(rows("real", [8.0, 8.2]) + rows("synthetic", [10.0, 10.2]))
+    table = data_mode_table(slower_real)
+    assert table.loc[0, "loader share"] == pytest.approx(1 - 8.1 / 10.1)
+    assert table.loc[0, "loader share note"] == ""
+
+
+def seeded_summary() -> pd.DataFrame:
+    """Entries at 2 workers: ddp clearly faster than ps, zero within ddp's noise, fsdp once."""
+    speeds = {"ddp-w2-b4": [20.0, 20.2, 19.9], "ps-w2-b4": [15.0, 15.1, 14.8],
+              "zero-w2-b4": [20.1, 19.8, 20.3], "fsdp-w2-b4": [19.0]}
+    return pd.DataFrame([{"run_id": f"{entry}-s{i}", "entry": entry, "status": "ok",
+                          "workers": 2, "data_mode": "real", "images_per_second": v,
+                          "AP": 0.2 + 0.001 * i} for entry, vs in speeds.items()
+                         for i, v in enumerate(vs)])
+
+
+def test_the_noise_comparisons_are_one_table_with_the_pairs_beyond_the_noise_first(tmp_path):
+    from pipeline.report.noise import comparisons
+    from pipeline.report.tables import comparison_pairs, write_table
+
+    compared = comparisons(seeded_summary(), {"images_per_second": 2, "AP": 3})
+    pairs, beyond = comparison_pairs(compared, {"images_per_second": "images/s", "AP": "AP"})
+    assert len(pairs) == 6 and len(compared) == 12  # one row per pair, both metrics in it
+    assert beyond == 2
+    assert {frozenset(p) for p in zip(pairs["a"][:2], pairs["b"][:2])} == {
+        frozenset({"ddp-w2-b4", "ps-w2-b4"}), frozenset({"ps-w2-b4", "zero-w2-b4"})}
+    assert set(pairs["images/s verdict"][:2]) == {"beyond"}
+    assert pairs["images/s verdict"].tolist()[2:].count("within") == 1  # ddp vs zero
+    assert set(pairs["images/s verdict"][3:]) == {"not judged"}  # fsdp ran once
+    shown = write_table(pairs, {"images/s a/b": 3, "AP a/b": 3}, 0, tmp_path, "comparisons",
+                        csv=compared, long=("Pairs.", "tab:comparisons"), rules_before={beyond})
+    assert shown.loc[0, "images/s a/b"] in ("1.341", "0.746")
+    tex = (tmp_path / "comparisons.tex").read_text()
+    assert r"\begin{longtable}" in tex and r"\label{tab:comparisons}" in tex
+    body = tex.split(r"\endfoot", 1)[1].splitlines()
+    assert body[3] == r"\midrule"  # between the pairs beyond the noise and the others
+    assert pd.read_csv(tmp_path / "comparisons.csv").shape == compared.shape  # every number kept
+
+
+def test_the_html_report_opens_with_the_answer_and_links_every_section(report):
+    out, _ = report
+    page = (out / "report" / "report.html").read_text()
+    headings = re.findall(r"<h([12])>(.*?)</h\1>", page)
+    assert headings[0][0] == "1" and headings[1] == ("2", "The answer")
+    body = page.split("<body>", 1)[1]
+    assert body.index("The answer") < body.index("<nav") < body.index("Table 1: COCO box AP")
+    anchors = re.findall(r"<section id='([^']+)'><h2>", page)
+    links = re.findall(r"<li><a href='#([^']+)'>", page)
+    assert links == anchors[1:] and len(set(anchors)) == len(anchors)
+    assert anchors[-2:] == ["runs", "provenance"]  # the run list at the end
+    text = re.sub(r"<[^>]+>", " ", re.sub(r"<(style|script)>.*?</\1>|src='[^']*'", " ", page,
+                                             flags=re.S))
+    assert not re.search(r"\bnan\b", text, re.I) and "`" not in text  # no raw Markdown
+    assert "<code>single</code>" in page
+    assert "<div class='table'><table>" in page and "<td class='num'>16.00</td>" in page
+    md = (out / "report" / "report.md").read_text()
+    assert "- [Table 1: COCO box AP](#table-1-coco-box-ap)" in md
+    assert not re.search(r"\bnan\b", md, re.I) and not re.search(r"\d\.\d{7,}", md)
+
+
+def report_data(run_dirs) -> ReportData:
+    """What build_report hands the figures, from run directories."""
+    from pipeline.report import clusters
+    from pipeline.report.load import dataset_of, scaling_frame
+    from pipeline.report.prediction import prediction_frame
+    from pipeline.report.tables import AP_TABLE, comparison_table, data_mode_table
+
+    runs = [load_run(d) for d in run_dirs]
+    summary = summary_frame(runs, "demo", 0.2)
+    predict = REPORT_CFG["predict"]
+    return ReportData(
+        [r for r in runs if r["status"] == "ok"],
+        comparison_table(summary, REPORT_CFG["published"], AP_TABLE, "demo", dataset_of(runs)),
+        scaling_frame(summary), summary, data_mode_table(summary), prediction_frame(runs, {}),
+        clusters.prediction_points(predict, clusters.gpu_compute(predict, runs)))
+
+
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory) -> ReportData:
+    """Five strategies with 2 workers at one speed-up: where labels beside points collided."""
+    root = tmp_path_factory.mktemp("crowded")
+    dirs = [make_ok_run(root, "single", 1, 8, [2.0, 1.5, 1.2], ap=0.12)]
+    dirs += [make_ok_run(root, s, 2, 4, [2.1, 1.7, 1.3], ap=0.2) for s in ("ddp", "ps", "zero", "fsdp")]
+    for run in dirs:  # a CPU line per rank: a long legend, below the plot
+        (run / "utilisation.jsonl").write_text("".join(
+            json.dumps({"t": 0.5 * i, "rank": rank, "cpu_percent": 90.0 + rank, "rss_mb": 500.0,
+                        "gpus": []}) + "\n" for i in range(1, 4) for rank in (0, 1)))
+    return report_data(dirs)
+
+
+def _overlap(a, b) -> bool:
+    return a.x0 < b.x1 - 1 and b.x0 < a.x1 - 1 and a.y0 < b.y1 - 1 and b.y0 < a.y1 - 1
+
+
+def test_every_figure_prints_at_the_text_width_with_legends_outside_the_data(crowded):
+    from matplotlib.text import Text
+
+    from pipeline.report.figures import MAX_HEIGHT_IN, MIN_PT, WIDTH_IN, _pyplot, drawn
+
+    plt = _pyplot()
+    for name, entry in REGISTERED_FIGURES.items():
+        fig = drawn(entry, crowded)
+        try:
+            renderer = fig.canvas.get_renderer()
+            width, height = fig.get_size_inches()
+            assert width == WIDTH_IN and height <= MAX_HEIGHT_IN, (name, width, height)
+            legends = fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+            boxes = [ax.get_window_extent(renderer) for ax in fig.axes if ax.get_visible()]
+            for legend in legends:
+                assert not any(_overlap(legend.get_window_extent(renderer), box) for box in boxes), name
+                box = legend.get_window_extent(renderer)  # all of it on the figure
+                assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 + 1, name
+                assert fig.bbox.y0 <= box.y0 and box.y1 <= fig.bbox.y1 + 1, name
+            texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+            assert min(t.get_fontsize() for t in texts) >= MIN_PT, name
+            # mathtext (10$^{2}$) sets its super- and subscripts at 70 %, under MIN_PT
+            assert not [t.get_text() for t in texts if "$" in t.get_text()], name
+            for ax in fig.axes:  # but a "nothing to draw" message
+                assert ax.get_xlabel() or not ax.axison, (name, "an axis without a label")
+            if name == "scaling":  # nothing collides: every text apart from every other
+                extents = [t.get_window_extent(renderer) for t in texts]
+                assert not [(texts[i].get_text(), texts[j].get_text())
+                            for i in range(len(extents)) for j in range(i + 1, len(extents))
+                            if _overlap(extents[i], extents[j])]
+                labels = [t.get_text() for t in fig.legends[0].get_texts()]
+                assert "DDP: 50% at 2" in labels and "linear" in labels
+        finally:
+            plt.close(fig)
+
+
+def test_published_and_our_ap_are_on_axes_that_say_whose(crowded):
+    from pipeline.report.figures import _pyplot, drawn
+
+    fig = drawn(REGISTERED_FIGURES["ap"], crowded)
+    labels = [ax.get_xlabel() for ax in fig.axes]
+    _pyplot().close(fig)
+    assert labels == ["COCO box AP: published (2 GPUs, COCO 2017)",
+                      "COCO box AP: this benchmark, synthetic data, not COCO (demo)"]
+
+
+def test_the_prediction_legend_names_the_band_within_20_percent(crowded):
+    from pipeline.report.figures import _pyplot, drawn
+
+    frame = pd.DataFrame({"run_id": ["ddp-w2-b4"], "entry": ["ddp-w2-b4"], "strategy": ["ddp"],
+                          "measured_images_per_second": [16.0], "predicted_images_per_second": [15.0],
+                          "flag": [""]})
+    data = ReportData(crowded.ok, crowded.table1, crowded.scaling, crowded.summary,
+                      crowded.data_modes, frame, crowded.cluster_points)
+    fig = drawn(REGISTERED_FIGURES["prediction"], data)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    _pyplot().close(fig)
+    assert "within ±20% of the measurement" in labels and "prediction = measurement" in labels
+
+
+def test_figure_files_are_the_text_width(report):
+    from PIL import Image
+
+    from pipeline.report.figures import WIDTH_IN
+
+    out, _ = report
+    for name in FIGURES:  # memory.png was 2603 px wide, its plot in a third of it
+        assert Image.open(out / "report" / "figures" / f"{name}.png").size[0] == round(
+            WIDTH_IN * REPORT_CFG["dpi"]), name
+
+
+def test_the_report_and_numbers_tex_open_with_the_answer(report):
+    """The answer (findings.answer) from the fake runs: a section of the report before the
+    results, and numbers.tex's macros for the paper; the skipped run named once, with its reason."""
+    out, _ = report
+    md = (out / "report" / "report.md").read_text()
+    answer = md.split("## The answer\n", 1)[1].split("\n## ", 1)[0]
+    assert md.index("## The answer") < md.index("## Table 1")
+    assert "3 training runs of 3 sweep entries" in answer and "2 completed, 1 skipped" in answer
+    assert answer.count("dp-w2-b2") == 1 and "needs 2 GPUs, found 0" in answer
+    tex = (out / "report" / "numbers.tex").read_text()
+    for macro in ("AnswerAbstract", "AnswerThroughput", "AnswerAccuracy", "AnswerConclusion",
+                  "NotRun", "WorkflowTime", "SkippedCount"):
+        assert f"\\newcommand{{\\{macro}}}" in tex, macro

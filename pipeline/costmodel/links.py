@@ -6,17 +6,22 @@ cost model takes its links from here instead of assuming a network; the commbenc
 
 send_recv is a ping-pong between ranks 0 and 1, half its round trip; all_reduce and broadcast
 (from rank 0) are every rank's, the slowest rank's time after a barrier. Each takes the median
-of the repeats, after untimed warm-ups (the first use of a connection or a buffer is slower).
+of the repeats, after untimed warm-ups (the first use of a connection or a buffer is slower),
+and keeps their spread and the CPU other processes took meanwhile (`with_other_load`); a
+primitive outside its band (bands.py) is timed again, and marked disturbed if it stays outside.
 """
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 
 import torch
 import torch.distributed as dist
 
+from ..runtime.distributed import available_cores
+from . import bands
 from .network import fit
 
 log = logging.getLogger("commbench")
@@ -72,9 +77,46 @@ def time_broadcast(tensor: torch.Tensor, rank: int) -> float:
 PRIMITIVES = {"send_recv": time_send_recv, "all_reduce": time_all_reduce, "broadcast": time_broadcast}
 
 
-def slowest_median(call, repeats: int, warmups: int) -> float:
-    """The median over `repeats` of the seconds `call()` returns, each time the slowest rank's
-    after a barrier, following `warmups` untimed calls."""
+def busy_seconds() -> float | None:
+    """CPU seconds the whole machine has been busy (every process, the hypervisor's steal
+    included), from /proc/stat; None where that does not describe exactly the cores this
+    process may use (not Linux; a container shown its host's CPUs)."""
+    try:
+        with open("/proc/stat") as stat:
+            lines = stat.read().splitlines()
+    except OSError:
+        return None
+    if sum(line.startswith("cpu") and line[3:4].isdigit() for line in lines) != available_cores():
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, lines[0].split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def with_other_load(measure, device: torch.device, rank: int):
+    """measure()'s dict with `other_load`: the CPU that processes other than the job's ranks
+    took while it ran, in cores (their CPU seconds over the wall seconds), the same on every
+    rank: another job on the machine shows here whatever the timings' own noise. None on GPUs
+    (their timings hardly feel the host's load) or where busy_seconds cannot tell. The job's
+    torchrun agent counts as another process (under 2 % of the cores, README)."""
+    if device.type == "cuda":
+        return {**measure(), "other_load": None}
+    dist.barrier()
+    wall, own, busy = time.perf_counter(), time.process_time(), busy_seconds() if rank == 0 else 0.0
+    result = measure()
+    dist.barrier()
+    after = busy_seconds() if rank == 0 else 0.0
+    known = busy is not None and after is not None
+    totals = torch.tensor([time.process_time() - own, (after - busy) if known else 0.0,
+                           0.0 if known else 1.0], dtype=torch.float64)
+    dist.all_reduce(totals)  # every rank's own CPU; rank 0's reading of the machine
+    seconds = time.perf_counter() - wall
+    other = (float(totals[1]) - float(totals[0])) / seconds if not totals[2] and seconds > 0 else None
+    return {**result, "other_load": None if other is None else max(0.0, other)}
+
+
+def slowest_samples(call, repeats: int, warmups: int) -> list[float]:
+    """The seconds `call()` returns, `repeats` times, each time the slowest rank's after a
+    barrier (the same on every rank), following `warmups` untimed calls."""
     for _ in range(warmups):
         call()
     samples = []
@@ -83,33 +125,49 @@ def slowest_median(call, repeats: int, warmups: int) -> float:
         seconds = torch.tensor([call()], dtype=torch.float64)
         dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
         samples.append(float(seconds))
-    return statistics.median(samples)
+    return samples
 
 
 def measure(device: torch.device, rank: int, processes: int, message_sizes: list[int],
             repeats: int) -> dict[str, dict]:
-    """Per primitive: the median seconds at each size (the slowest rank's), and the fit."""
+    """Per primitive: the median seconds at each size (the slowest rank's), their spread, the
+    fit, and its check (bands.checked: timed again while outside its band)."""
     results = {}
     for name, timed in PRIMITIVES.items():
         if name == "send_recv" and processes < 2:
             continue
-        medians = []
         for _ in range(5):  # the primitive's first calls set up connections and buffers
             timed(torch.zeros(message_sizes[0] // 4, device=device), rank)
-        for size in message_sizes:
-            tensor = torch.zeros(size // 4, device=device)
-            medians.append(slowest_median(lambda: timed(tensor, rank), repeats, warmups=1))
-        results[name] = fitted(name, processes, rank, message_sizes, medians)
+
+        def once(name=name, timed=timed) -> dict:
+            medians, spreads = [], []
+            for size in message_sizes:
+                tensor = torch.zeros(size // 4, device=device)
+                samples = slowest_samples(lambda: timed(tensor, rank), repeats, warmups=1)
+                medians.append(statistics.median(samples))
+                spreads.append(bands.relative_spread(samples))
+            return fitted(name, processes, rank, message_sizes, medians, spreads)
+        found, check = bands.checked(
+            f"{name} over {processes} processes", lambda once=once: with_other_load(once, device, rank),
+            bands.link_verdict,
+            lambda p: {"alpha_s": p["alpha_s"], "beta_s_per_byte": p["beta_s_per_byte"],
+                       "worst_residual": max(map(abs, p["relative_residuals"])),
+                       "median_spread": statistics.median(p["relative_spread"]),
+                       "other_load": p["other_load"]}, speak=rank == 0)
+        results[name] = {**found, "check": check}
     return results
 
 
-def fitted(name: str, processes: int, rank: int, message_sizes: list[int], medians: list[float]) -> dict:
-    """One primitive's timings and their latency/bandwidth fit, as the JSON keeps them."""
+def fitted(name: str, processes: int, rank: int, message_sizes: list[int], medians: list[float],
+           spreads: list[float] | None = None) -> dict:
+    """One primitive's timings (and their spreads: bands.relative_spread of each size's
+    repeats) and their latency/bandwidth fit, as the JSON keeps them."""
     found = fit(message_sizes, medians)
     result = {"bytes": message_sizes, "seconds": medians, "alpha_s": found.link.alpha,
               "beta_s_per_byte": found.link.beta,
               "bandwidth_gbit_s": 8 / found.link.beta / 1e9 if found.link.beta > 0 else None,
-              "relative_residuals": found.residuals, "r2": found.r2}
+              "relative_residuals": found.residuals, "r2": found.r2,
+              "relative_spread": spreads if spreads is not None else [0.0] * len(medians)}
     if rank == 0:
         log.info("%s over %d processes: alpha %.1f us, %.2f Gbit/s (r2 %.4f)", name, processes,
                  found.link.alpha * 1e6, result["bandwidth_gbit_s"] or 0, found.r2)

@@ -5,6 +5,9 @@ Data flow, one module per step:
     tables.py   summary -> table1 (AP) and table2 (time, progress): published rows, then ours
     figures.py  runs and table1 -> figures, one registered function each (FIGURES)
     render.py   all of it -> report sections -> report.md and report.html
+    disturbance.py  runs identical by construction that disagree (a noisy machine) and commbench
+                inputs outside their bands -> the report's measurement check (its first section
+                when it warns), \\MachineNoise in numbers.tex, the cost model's verdict
     build.py    build_report: the steps above in order; __main__.py is its command line
 
 Writes:

@@ -8,9 +8,10 @@ import pandas as pd
 from ..runtime.files import atomic_path, read_json, write_text
 from . import clusters
 from . import prediction as cost_model
+from .disturbance import measurement_check
 from .figures import FIGURES, ReportData, write_figures
-from .findings import numbers_tex
-from .load import dataset_of, load_run, scaling_frame, summary_frame, traffic_frame
+from .findings import answer, inference_seconds, numbers_tex
+from .load import _read_input, dataset_of, load_run, scaling_frame, summary_frame, traffic_frame
 from .noise import comparisons
 from .render import (
     TORCHVISION_BOX_AP,
@@ -22,12 +23,14 @@ from .render import (
 from .tables import (
     AP_DECIMALS,
     AP_TABLE,
+    COMPARISON_CAPTION,
     DATA_MODE_DECIMALS,
     SCALING_DECIMALS,
     TIME_DECIMALS,
     TIME_TABLE,
     TIME_TO_ACCURACY_DECIMALS,
     _tex_escape,
+    comparison_pairs,
     comparison_table,
     data_mode_table,
     time_to_accuracy_table,
@@ -35,21 +38,26 @@ from .tables import (
 )
 
 # What the report stage writes into its directory besides the figures (the Snakefile declares
-# them): each table as .md, .csv and .tex, and these files.
+# them): each table as .md, .csv and .tex, and these files. comparisons.csv holds every pair
+# and metric with its means, spreads and interval; its .md and .tex, one compact row per pair.
 TABLES = ("table1", "table2", "scaling", "time_to_accuracy", "data_modes", "prediction",
-          "predicted_scaling")
-FILES = ("report.html", "report.md", "traffic.csv", "comparisons.csv", "numbers.tex",
-         "figures.tex", "predicted_scaling_points.csv")
-# The metrics every pair of entries is compared on, with the decimals their sentences show.
+          "predicted_scaling", "comparisons")
+FILES = ("report.html", "report.md", "traffic.csv", "numbers.tex", "figures.tex",
+         "predicted_scaling_points.csv")
+# The metrics every pair of entries is compared on, with the decimals their sentences show,
+# and their names in the comparisons table.
 COMPARED = {"images_per_second": 2, "AP": 3}
+COMPARED_NAMES = {"images_per_second": "images/s", "AP": "AP"}
 
 
 def figures_tex(figure_ext: str = "pdf") -> str:
     """A figure environment per registered figure, for paper/paper.tex to \\input: the paper
-    shows every figure the report draws, with the same caption."""
+    shows every figure the report draws, with the same caption. Each is drawn at the text's
+    width (figures.WIDTH_IN), so it prints at the size its fonts were chosen for."""
     return "".join(
         "\\begin{figure}[tbp]\n  \\centering\n"
-        f"  \\includegraphics[width=0.85\\linewidth]{{\\reportdir/figures/{name}.{figure_ext}}}\n"
+        "  \\includegraphics[width=\\linewidth,height=0.8\\textheight,keepaspectratio]"
+        f"{{\\reportdir/figures/{name}.{figure_ext}}}\n"
         f"  \\caption{{{_tex_escape(entry.caption)}}}\n  \\label{{fig:{name}}}\n"
         "\\end{figure}\n" for name, entry in FIGURES.items())
 
@@ -82,7 +90,8 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
     shown["data_modes"] = write_table(data_modes, DATA_MODE_DECIMALS, 0, out_dir, "data_modes")
     links = {int(found["processes"]): found for found in map(read_json, commbench)}
     predicted = cost_model.prediction_frame(runs, links)
-    shown["prediction"] = write_table(predicted, cost_model.DECIMALS, 0, out_dir, "prediction")
+    shown["prediction"] = write_table(predicted, cost_model.DECIMALS, 0, out_dir, "prediction",
+                                      hide=("entry",))  # the run id says it
     predict = report_cfg["predict"]
     compute = clusters.gpu_compute(predict, runs if predict["compute"]["preset"] == preset
                                      else [load_run(d) for d in compute_runs])
@@ -91,14 +100,24 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
         points.to_csv(tmp, index=False)
     compact = clusters.compact_table(points)
     shown["predicted_scaling"] = write_table(
-        compact, {c: 1 for c in compact.columns if c.endswith("(predicted images/s)")}, 0, out_dir,
+        compact, {c: 1 if c.endswith("(predicted images/s)") else 0 for c in compact.columns
+                  if c.endswith(("(predicted images/s)", "(predicted MiB per GPU)"))}, 0, out_dir,
         "predicted_scaling")
     compared = comparisons(summary, COMPARED)
-    with atomic_path(out_dir / "comparisons.csv") as tmp:
-        compared.to_csv(tmp, index=False)
+    pairs, beyond = comparison_pairs(compared, COMPARED_NAMES)
+    shown["comparisons"] = write_table(
+        pairs, {f"{name} a/b": 3 for name in COMPARED_NAMES.values()}, 0, out_dir, "comparisons",
+        csv=compared, long=(COMPARISON_CAPTION, "tab:comparisons"), rules_before={beyond})
+    # Runs identical by construction that disagree, commbench inputs outside their bands: a
+    # section of the report (its first when it warns) and the paper's \MachineNoise
+    # (pipeline/report/disturbance.py)
+    checked = measurement_check(runs, links)
+    # The answer (findings.answer): the paper's and the report's first words
+    found = answer(summary, compared, predicted, _read_input(Path(equivalence)) if equivalence else None,
+                   dataset, inference_seconds(runs))
     write_text(out_dir / "numbers.tex",
                numbers_tex(runs, summary, compared, scaling, data_modes, preset, dataset,
-                           published, TORCHVISION_BOX_AP))
+                           published, TORCHVISION_BOX_AP, found) + checked.tex_macro())
     formats = list(report_cfg.get("figure_formats") or ["png"])
     write_text(out_dir / "figures.tex", figures_tex("pdf" if "pdf" in formats else formats[0]))
     ok = [run for run in runs if run["status"] == "ok"]
@@ -112,6 +131,12 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
     sections.insert(results_end + 1, clusters.section(shown["predicted_scaling"], points, predict, compute))
     if equivalence:
         sections.insert(results_end + 2, equivalence_section(equivalence))  # after the results
+    # The answer opens the report, the measurement check right after it; a noisy machine or a
+    # disturbed commbench is said in the answer's first line too.
+    opening = found.section()
+    if checked.warns:
+        opening["text"] = [checked.lines()[0]] + list(opening["text"])
+    sections[:0] = [opening, checked.section()]
     write_text(out_dir / "report.md", render_markdown(sections))
     write_text(out_dir / "report.html", render_html(sections, pngs))
     return summary

@@ -6,11 +6,19 @@
 FIGURES (name -> Figure) drives everything else: write_figures draws each entry, the reports
 list each caption, and the Snakefile declares each figure file as an output. So that the Snakefile
 can import this module cheaply, matplotlib and seaborn are imported only when drawing starts.
+
+Every figure is drawn at the paper's text width (WIDTH_IN) and printed at that size, so its
+fonts (FONT_PT, no text smaller than MIN_PT) are the sizes a reader sees; its height is fitted
+to what it holds (Figure.height: rows of bars, the legend). Legends sit outside the data
+(outside_legend), every axis says its unit, and a figure that shows published values beside
+ours says on each axis which is which.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import io
+import logging
+import math
 import multiprocessing
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +29,12 @@ import pandas as pd
 from ..runtime.distributed import available_cores
 from ..runtime.files import atomic_path
 from .load import AP_COLUMNS, TIME_SPLIT, baseline_mask, strategy_label
+
+WIDTH_IN = 6.2  # the paper's text is 16 cm (6.3 in) wide: figures print at 1:1
+MAX_HEIGHT_IN = 7.5  # the paper includes figures up to 0.8 of its 9.7 in of text height
+MIN_PT = 7  # no text of a figure smaller, at print size
+FONT_PT = {"font.size": 8.5, "axes.labelsize": 9, "axes.titlesize": 9, "xtick.labelsize": 8,
+           "ytick.labelsize": 8, "legend.fontsize": 8, "legend.title_fontsize": 8.5}
 
 
 @dataclass(frozen=True)
@@ -45,24 +59,34 @@ class ReportData:
                 runs.append(run)
         return runs
 
+    @property
+    def entries(self) -> int:
+        return len({run["entry"] for run in self.ok})
+
+
+def _default_height(data: ReportData) -> float:
+    return 3.0
+
 
 @dataclass(frozen=True)
 class Figure:
     name: str
     caption: str
     draw: Callable[..., None]  # draw(ax, data: ReportData)
-    tall: bool = False  # one bar per run: the figure grows with the number of runs
+    # inches for the data, from what the figure holds (rows of bars); the legend adds its own
+    height: Callable[[ReportData], float] = _default_height
 
 
 FIGURES: dict[str, Figure] = {}  # in drawing and report order
 
 
-def figure(name: str, caption: str, tall: bool = False):
-    """Register the decorated draw(ax, data) function as figure `name` with `caption`."""
+def figure(name: str, caption: str, height: Callable[[ReportData], float] = _default_height):
+    """Register the decorated draw(ax, data) function as figure `name` with `caption`;
+    `height(data)`: the inches its data need, where they grow with the runs."""
     def register(draw):
         if name in FIGURES:
             raise ValueError(f"figure {name!r} is registered twice")
-        FIGURES[name] = Figure(name, caption, draw, tall)
+        FIGURES[name] = Figure(name, caption, draw, height)
         return draw
     return register
 
@@ -83,6 +107,36 @@ def _seaborn():
     return sns
 
 
+def outside_legend(ax, where: str = "right", ncols: int = 1, extra=()):
+    """Move the axes' legend (seaborn's or matplotlib's, plus the labelled artists drawn after
+    it and `extra` (handle, label) pairs) out of the data: to the figure's right or below it.
+    The figure's layout makes room for it; it never covers a curve."""
+    handles, labels, title = [], [], None
+    legend = ax.get_legend()
+    if legend is not None:
+        handles, labels = list(legend.legend_handles), [t.get_text() for t in legend.get_texts()]
+        title = legend.get_title().get_text() or None
+        legend.remove()
+    for handle, label in [*zip(*ax.get_legend_handles_labels()), *extra]:
+        if label not in labels:
+            handles.append(handle)
+            labels.append(label)
+    if not handles:
+        return None
+    fig = ax.figure
+    loc = "outside right upper" if where == "right" else "outside lower center"
+    for columns in range(ncols, 0, -1):  # below: as many columns as the figure's width holds
+        legend = fig.legend(handles, labels, loc=loc, ncols=columns, title=title, frameon=False)
+        if columns == 1 or legend.get_window_extent(fig.canvas.get_renderer()).width <= fig.bbox.width:
+            return legend
+        legend.remove()
+
+
+def _bar_rows(per_row: float, rows: Callable[[ReportData], int], base: float = 0.8):
+    """A height for horizontal bars: `per_row` inches a row, within MAX_HEIGHT_IN."""
+    return lambda data: min(MAX_HEIGHT_IN - 0.5, base + per_row * max(1, rows(data)))
+
+
 @figure("loss_vs_time", "Training loss (rolling mean) versus elapsed training seconds, "
                         "one line per run (the first seed of each sweep entry)")
 def draw_loss_vs_time(ax, data: ReportData) -> None:
@@ -97,6 +151,7 @@ def draw_loss_vs_time(ax, data: ReportData) -> None:
     _seaborn().lineplot(pd.concat(frames), x="elapsed", y="smoothed", hue="run", estimator=None,
                         ax=ax)
     ax.set(xlabel="elapsed training time (s)", ylabel="total loss (rolling mean)")
+    outside_legend(ax)
 
 
 @figure("loss_vs_epoch", "Epoch-mean training loss per epoch: mean over each sweep entry's "
@@ -107,22 +162,46 @@ def draw_loss_vs_epoch(ax, data: ReportData) -> None:
     _seaborn().lineplot(pd.DataFrame(rows), x="epoch", y="loss", hue="entry", marker="o", ax=ax)
     ax.set(xlabel="epoch", ylabel="epoch-mean total loss")
     ax.xaxis.get_major_locator().set_params(integer=True)
+    outside_legend(ax)
 
 
-@figure("ap", "COCO box AP, AP50 and AP75 per sweep entry (mean over its seeds), with the "
-              "published DP and DDP values", tall=True)
+@figure("ap", "COCO box AP, AP50 and AP75: the published DP and DDP values (top, COCO 2017) "
+              "and each sweep entry of this benchmark (bottom, mean over its seeds), each on "
+              "its own axis",
+        height=_bar_rows(0.34, lambda data: len(data.table1) if data.table1 is not None else 1,
+                         base=1.3))
 def draw_ap(ax, data: ReportData) -> None:
-    long = data.table1.melt(id_vars=["Method", "Source"], value_vars=AP_COLUMNS,
-                            var_name="metric", value_name="value")
-    # short bar labels: "DP (published)" for the study, the run id for ours
-    long["method"] = [f"{m.split('(')[-1].rstrip(')')} (published)" if src.startswith("published")
-                      else m.split(":")[0] for m, src in zip(long["Method"], long["Source"])]
-    _seaborn().barplot(long, y="method", x="value", hue="metric", orient="h", ax=ax)
-    ax.set(xlabel="COCO box AP", ylabel="")
+    table = data.table1
+    published = table["Source"].astype(str).str.startswith("published")
+    # each panel's axis says whose values it holds: the table's Source of its rows
+    parts = [(rows, str(rows["Source"].iloc[0]) if len(rows) else "this benchmark: no run scored")
+             for rows in (table[published], table[~published])]
+    parts = [(rows, label) for rows, label in parts if len(rows)] or parts[1:]
+    # Published and reproduced values never share an axis: one panel each, its axis saying whose
+    fig = ax.figure
+    ax.remove()
+    axes = fig.subplots(len(parts), 1, height_ratios=[max(1, len(rows)) for rows, _ in parts],
+                        squeeze=False)[:, 0]
+    colours = _seaborn().color_palette(n_colors=len(AP_COLUMNS))
+    for panel, (rows, label) in zip(axes, parts):
+        names = [m.split("(")[-1].rstrip(")") if label.startswith("published") else m.split(":")[0]
+                 for m in rows["Method"]]
+        height = 0.8 / len(AP_COLUMNS)
+        for k, (metric, colour) in enumerate(zip(AP_COLUMNS, colours)):
+            panel.barh([i - 0.4 + height * (k + 0.5) for i in range(len(rows))],
+                       rows[metric].astype(float).fillna(0), height=height, color=colour,
+                       label=metric)
+        panel.set_yticks(range(len(rows)), names)
+        panel.invert_yaxis()
+        panel.set_xlabel(f"COCO box AP: {label}")
+        panel.set_xlim(0, max(0.05, 1.1 * float(rows[AP_COLUMNS].astype(float).max().max())
+                              if rows[AP_COLUMNS].notna().any().any() else 1))
+    outside_legend(axes[0])
 
 
 @figure("time_split", "Mean seconds per iteration split into data wait, compute, communication "
-                      "and optimizer, per sweep entry (mean over its seeds)", tall=True)
+                      "and optimizer, per sweep entry (mean over its seeds)",
+        height=_bar_rows(0.26, lambda data: data.entries))
 def draw_time_split(ax, data: ReportData) -> None:
     done = data.summary[data.summary["status"] == "ok"]
     columns = [f"time_{k}" for k in TIME_SPLIT]
@@ -132,7 +211,7 @@ def draw_time_split(ax, data: ReportData) -> None:
                color=_seaborn().color_palette(n_colors=len(TIME_SPLIT)))
     ax.set(xlabel="mean seconds per iteration", ylabel="")
     ax.invert_yaxis()  # first run on top, as in the tables
-    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1))
+    outside_legend(ax)
 
 
 @figure("utilisation", "Utilisation over training time: each training process's CPU (100 % = "
@@ -147,12 +226,10 @@ def draw_utilisation(ax, data: ReportData) -> None:
                       "line": f"{run['entry']} rank {s['rank']} GPU {g['index']}"}
                      for g in s["gpus"]]
     if not rows:
-        ax.text(0.5, 0.5, "no utilisation samples", ha="center", va="center",
-                transform=ax.transAxes)
-        return
+        return _no_runs(ax, "no utilisation samples")
     _seaborn().lineplot(pd.DataFrame(rows), x="t", y="util", hue="line", estimator=None, ax=ax)
-    ax.set(xlabel="seconds since training started", ylabel="utilisation (%)")
-    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=6)
+    ax.set(xlabel="time since training started (s)", ylabel="utilisation (%)")
+    outside_legend(ax, where="below", ncols=3)
 
 
 @figure("throughput", "Images/s against the number of workers, per strategy (mean over seeds, "
@@ -168,9 +245,9 @@ def draw_throughput(ax, data: ReportData) -> None:
     top = max(2.0, float(done["workers"].max()))
     if single == single:  # not NaN
         ax.plot([1, top], [single, single * top], linestyle="--", color="grey", label="linear")
-    ax.set(xlabel="workers", ylabel="images/s")
+    ax.set(xlabel="workers", ylabel="throughput (images/s)")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1))
+    outside_legend(ax)
 
 
 @figure("memory", "Memory per worker against workers, per strategy: the parameters, gradients "
@@ -180,32 +257,43 @@ def draw_throughput(ax, data: ReportData) -> None:
 def draw_memory(ax, data: ReportData) -> None:
     done = data.summary[(data.summary["status"] == "ok") & data.summary["owned_state_mb"].notna()]
     if done.empty:
-        return _no_runs(ax)
+        return _no_runs(ax, "no completed run recorded the state it holds")
     done = done.assign(strategy=[strategy_label(s, v, m) for s, v, m in
                                  zip(done["strategy"], done["variant"], done["data_mode"])])
     for colour, (name, rows) in enumerate(done.groupby("strategy", sort=True)):
         rows = rows.groupby("workers", as_index=False)[["owned_state_mb", "theory_state_mb"]].mean()
         ax.plot(rows["workers"], rows["owned_state_mb"], marker="o", color=f"C{colour}", label=name)
         ax.plot(rows["workers"], rows["theory_state_mb"], linestyle="--", color=f"C{colour}")
-    ax.set(xlabel="workers", ylabel="MiB held by the busiest process")
+    ax.set(xlabel="workers", ylabel="state held by the busiest process (MiB)")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7)
+    from matplotlib.lines import Line2D
+
+    outside_legend(ax, extra=[(Line2D([], [], color="black", marker="o"), "counted (solid)"),
+                              (Line2D([], [], color="black", linestyle="--"),
+                               "by the analysis (dashed)")])
 
 
 @figure("scaling", "Speed-up over single (at the same global batch, else the same images per "
-                   "worker) against the number of workers, per strategy; dashed: linear")
+                   "worker) against the number of workers, per strategy, its scaling efficiency "
+                   "(speed-up / workers) at each number of workers in the legend; dashed: linear")
 def draw_scaling(ax, data: ReportData) -> None:
     scaling = data.scaling.astype({"workers": float})
+    # The efficiencies go in the legend, one line per strategy: labels beside the points
+    # collide where strategies reach the same speed-up.
+    efficiency = {name: ", ".join(f"{e:.0%} at {int(w)}" for w, e in
+                                  zip(rows["workers"], rows["efficiency"]) if e == e)
+                  for name, rows in scaling.groupby("strategy", sort=False)}
+    scaling = scaling.assign(strategy=[f"{s}: {efficiency[s]}" if efficiency[s] else s
+                                       for s in scaling["strategy"]])
     _seaborn().lineplot(scaling, x="workers", y="speedup_vs_single", hue="strategy",
                         marker="o", ax=ax)
     top = max(2.0, float(scaling["workers"].max()))
     ax.plot([1, top], [1, top], linestyle="--", color="grey", label="linear")
-    for _, row in scaling.iterrows():  # the efficiency beside each point
-        ax.annotate(f"{row['efficiency']:.0%}", (row["workers"], row["speedup_vs_single"]),
-                    textcoords="offset points", xytext=(4, 4), fontsize=7)
-    ax.set(xlabel="workers", ylabel="speed-up over single (images/s)")
+    ax.set(xlabel="workers", ylabel="speed-up over single (x)")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1))
+    legend = outside_legend(ax)
+    if legend is not None:
+        legend.set_title("strategy: efficiency at N workers")
 
 
 @figure("ap_vs_time", "Time to accuracy: COCO box AP on the validation split during training "
@@ -214,35 +302,39 @@ def draw_ap_vs_time(ax, data: ReportData) -> None:
     rows = [{"run": run["run_id"], "entry": run["entry"], "seconds": e.train_seconds, "AP": e.AP}
             for run in data.ok for e in run["summary"].evaluations]
     if not rows:
-        ax.text(0.5, 0.5, "no evaluations during training (eval.every_epochs: 0)",
-                ha="center", va="center", transform=ax.transAxes)
-        return
+        return _no_runs(ax, "no evaluations during training (eval.every_epochs: 0)")
     _seaborn().lineplot(pd.DataFrame(rows), x="seconds", y="AP", hue="entry", units="run",
                         estimator=None, marker="o", ax=ax)
     targets = data.summary["target_ap"].dropna()
     if len(targets):
         ax.axhline(float(targets.iloc[0]), linestyle=":", color="grey", label="target")
-    ax.set(xlabel="training seconds", ylabel="COCO box AP")
-    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.set(xlabel="training time, evaluations excluded (s)", ylabel="COCO box AP")
+    outside_legend(ax)
 
 
 @figure("data_modes", "Images/s with the real loader and with in-memory tensors (no loader), "
-                      "per strategy and workers (mean over seeds)")
+                      "per strategy and workers (mean over seeds), with the loader's share",
+        height=_bar_rows(0.5, lambda data: len(data.data_modes)))
 def draw_data_modes(ax, data: ReportData) -> None:
     table = data.data_modes
     if table.empty:
-        ax.text(0.5, 0.5, "no entry ran in both data modes", ha="center", va="center",
-                transform=ax.transAxes)
-        return
+        return _no_runs(ax, "no entry ran in both data modes")
     labels = [f"{s}, {w} worker(s)" for s, w in zip(table["strategy"], table["workers"])]
     long = pd.DataFrame({
         "run": labels * 2, "mode": ["real loader"] * len(table) + ["in-memory"] * len(table),
         "images/s": list(table["real images/s"]) + list(table["synthetic images/s"])})
     _seaborn().barplot(long, y="run", x="images/s", hue="mode", orient="h", ax=ax)
-    for label, share in zip(labels, table["loader share"]):
-        ax.annotate(f"loader {share:.0%}", (0, labels.index(label)), xytext=(4, 0),
-                    textcoords="offset points", va="center", fontsize=7, color="white")
-    ax.set(xlabel="images/s", ylabel="")
+    top = float(long["images/s"].max())
+    notes = table["loader share note"] if "loader share note" in table else [""] * len(table)
+    for i, (real, synthetic, share, note) in enumerate(zip(
+            table["real images/s"], table["synthetic images/s"], table["loader share"], notes)):
+        # beside the longer bar, in the margin kept free for it
+        ax.annotate(f"loader {share:.0%}" + (" (measured below 0)" if note else ""),
+                    (max(real, synthetic), i), xytext=(4, 0), textcoords="offset points",
+                    va="center", fontsize=MIN_PT + 0.5)
+    ax.set_xlim(0, 1.45 * top)
+    ax.set(xlabel="throughput (images/s)", ylabel="")
+    outside_legend(ax)
 
 
 @figure("prediction", "Prediction (cost model) against measurement: images/s of every "
@@ -250,16 +342,18 @@ def draw_data_modes(ax, data: ReportData) -> None:
 def draw_prediction(ax, data: ReportData) -> None:
     frame = data.prediction.dropna(subset=["predicted_images_per_second"])
     if frame.empty:
-        ax.text(0.5, 0.5, "no multi-process run with a commbench measurement", ha="center",
-                va="center", transform=ax.transAxes)
-        return
-    _seaborn().scatterplot(frame, x="measured_images_per_second", y="predicted_images_per_second",
+        return _no_runs(ax, "no multi-process run with a commbench measurement")
+    _seaborn().scatterplot(frame.assign(flag=frame["flag"].replace("", "within 20%")),
+                           x="measured_images_per_second", y="predicted_images_per_second",
                            hue="strategy", style="flag", ax=ax)
     top = 1.1 * float(max(frame["measured_images_per_second"].max(), frame["predicted_images_per_second"].max()))
-    ax.plot([0, top], [0, top], color="grey", linewidth=0.8)
-    ax.fill_between([0, top], [0, 0.8 * top], [0, 1.2 * top], color="grey", alpha=0.15, linewidth=0)
-    ax.set(xlabel="measured images/s", ylabel="predicted images/s (model)", xlim=(0, top), ylim=(0, top))
-    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=6)
+    ax.plot([0, top], [0, top], color="grey", linewidth=0.8, label="prediction = measurement")
+    ax.fill_between([0, top], [0, 0.8 * top], [0, 1.2 * top], color="grey", alpha=0.15, linewidth=0,
+                    label="within ±20% of the measurement")
+    ax.set(xlabel="measured throughput (images/s)", ylabel="predicted throughput (images/s, model)",
+           xlim=(0, top), ylim=(0, top))
+    ax.set_aspect("equal")
+    outside_legend(ax)
 
 
 def _predicted_scaling(ax, data: ReportData, column: str, measured_column: str, ylabel: str,
@@ -277,8 +371,9 @@ def _predicted_scaling(ax, data: ReportData, column: str, measured_column: str, 
     ax.xaxis.set_major_formatter("{x:g}")  # 1, 2, 4 .. 256 GPUs, not powers of two
     if log_y:
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter("{x:g}")  # 10, 100, 1000: no superscripts of 70 % size
     ax.set(xlabel="GPUs (workers)", ylabel=ylabel)
-    ax.legend(title="", loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=5)
+    outside_legend(ax, where="below", ncols=2)
 
 
 @figure("predicted_throughput", "PREDICTION (cost model) past this machine: images/s against "
@@ -287,7 +382,7 @@ def _predicted_scaling(ax, data: ReportData, column: str, measured_column: str, 
                                 "model and hardware)")
 def draw_predicted_throughput(ax, data: ReportData) -> None:
     _predicted_scaling(ax, data, "predicted_images_per_second", "images_per_second",
-                       "images/s (predicted; crosses measured)", log_y=True)
+                       "throughput (images/s; lines predicted,\ncrosses measured)", log_y=True)
 
 
 @figure("predicted_efficiency", "PREDICTION (cost model) past this machine: scaling "
@@ -295,12 +390,12 @@ def draw_predicted_throughput(ax, data: ReportData) -> None:
                                 "crosses: this preset's measured runs")
 def draw_predicted_efficiency(ax, data: ReportData) -> None:
     _predicted_scaling(ax, data, "predicted_efficiency", "efficiency",
-                       "efficiency (predicted; crosses measured)", log_y=False)
+                       "scaling efficiency (lines predicted,\ncrosses measured)", log_y=False)
     ax.set_ylim(0, 1.1)
 
 
-def _no_runs(ax) -> None:
-    ax.text(0.5, 0.5, "no completed runs", ha="center", va="center", fontsize=14,
+def _no_runs(ax, text: str = "no completed runs") -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=14,
             transform=ax.transAxes)
     ax.set_axis_off()
 
@@ -333,20 +428,52 @@ def _draw_figure(name: str) -> dict[str, bytes]:
     """One registered figure, as bytes in every format and PNG."""
     data, formats, dpi = _DRAWING
     plt = _pyplot()
-    _seaborn().set_theme(style="whitegrid", context="paper")
-    entry = FIGURES[name]
-    fig, ax = plt.subplots(figsize=(6.4, 3.6 + 0.25 * len(data.ok) * entry.tall))
+    fig = drawn(FIGURES[name], data)
+    try:
+        files = {}
+        for fmt in dict.fromkeys(["png", *formats]):  # each savefig draws the figure again
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format=fmt, dpi=dpi)
+            files[fmt] = buffer.getvalue()
+        return files
+    finally:
+        plt.close(fig)
+
+
+def drawn(entry: Figure, data: ReportData):
+    """The figure of a registry entry, drawn: WIDTH_IN wide, as tall as its data need
+    (Figure.height) plus its legend and labels. The caller closes it."""
+    plt = _pyplot()
+    _seaborn().set_theme(style="whitegrid", context="paper", rc=FONT_PT)
+    plt.rcParams.update({"pdf.fonttype": 42, "ps.fonttype": 42})  # text stays text in the PDF
+    logging.getLogger("fontTools").setLevel(logging.WARNING)  # its subsetting logs every table
+    fig = plt.figure(figsize=(WIDTH_IN, entry.height(data)), layout="constrained")
+    ax = fig.add_subplot()
     try:
         if data.ok:
             entry.draw(ax, data)
         else:
             _no_runs(ax)
-        ax.set_title(entry.caption, fontsize=9)
-        files = {}
-        for fmt in dict.fromkeys(["png", *formats]):  # each savefig draws the figure again
-            buffer = io.BytesIO()
-            fig.savefig(buffer, format=fmt, dpi=dpi, bbox_inches="tight")
-            files[fmt] = buffer.getvalue()
-        return files
-    finally:
+        fit_height(fig, entry.height(data))
+    except BaseException:
         plt.close(fig)
+        raise
+    return fig
+
+
+def fit_height(fig, data_in: float) -> None:
+    """Make the figure as tall as its data (`data_in` inches of axes) plus what lies above and
+    below them (a legend below, tick labels, axis labels), and at least as tall as a legend at
+    its side; never taller than MAX_HEIGHT_IN."""
+    fig.canvas.draw()
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    if not axes:
+        return
+    height = fig.get_figheight()
+    inside = sum(ax.get_position().height for ax in axes) * height
+    side = max((legend.get_window_extent().height / fig.dpi + 0.2 for legend in fig.legends),
+               default=0.0)
+    wanted = max(height - inside + data_in, side)
+    if not math.isclose(wanted, height, rel_tol=0.02):
+        fig.set_figheight(min(MAX_HEIGHT_IN, wanted))
+        fig.canvas.draw()

@@ -11,7 +11,11 @@ something of its own); without one, single's time is scaled by the ratio of thre
 assumption, named per row). On GPUs each process has its own device.
 Either way `single` had the host to itself, and a run's processes share it: its compute is
 single's times the slowdown commbench measured with every process computing at once
-(pipeline/training/shared_compute.py), 1 where that was not measured.
+(pipeline/training/shared_compute.py), 1 where that was not measured. A commbench input that
+stayed outside its band is not used silently (pipeline/report/disturbance.py): a disturbed
+shared-compute factor is replaced by a quiet machine's (1 where the processes have the cores to
+themselves), named per row; disturbed links and strategy timings are used, flagged; the
+section's verdict says which inputs the model trusted.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import pandas as pd
 
 from ..costmodel.network import Iteration, Link, Network, slowest_wait
 from ..runtime.record import RunSummary, as_summary
+from .disturbance import commbench_inputs, shared_factor_disturbed, verdict
 from .load import is_baseline
 
 BOUND = 0.20  # |predicted / measured - 1| above this is a miss
@@ -134,8 +139,13 @@ def compute_input(summary: RunSummary, singles: list[dict]) -> tuple[dict, str] 
 
 def shared_factor(commbench: dict | None) -> float:
     """How much slower a process computes beside the others of its run (commbench's
-    `shared_compute`); 1 where it was not measured."""
-    return ((commbench or {}).get("shared_compute") or {}).get("factor", 1.0)
+    `shared_compute`); 1 where it was not measured; where commbench marked it disturbed, the
+    factor of a quiet machine (its `expected`: 1 where the processes have the cores to
+    themselves) in its place."""
+    shared = (commbench or {}).get("shared_compute") or {}
+    if shared_factor_disturbed(commbench):
+        return shared.get("expected", 1.0)
+    return shared.get("factor", 1.0)
 
 
 def predict_run(summary: RunSummary, single: dict, network: Network | None,
@@ -183,6 +193,10 @@ def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFra
         single, how = chosen
         network = network_of(commbench.get(s.processes))
         shared = shared_factor(commbench.get(s.processes))
+        if shared_factor_disturbed(commbench.get(s.processes)):
+            disturbed = commbench[s.processes]["shared_compute"]["factor"]
+            how = (f"{how}; shared-compute factor x{shared:g} assumed (commbench's "
+                   f"x{disturbed:.3f} disturbed)")
         predicted = predict_run(s, single, network, shared)
         measured = s.images_per_second
         ratio = predicted.images_per_second / measured if measured else math.nan
@@ -230,11 +244,15 @@ def section(shown: pd.DataFrame, frame: pd.DataFrame, commbench: dict[int, dict]
               f"{row.measured_images_per_second:.1f} measured (x{row.ratio:.2f}): {row.flag}"
               for row in frame.itertuples() if row.flag]
     within = int((frame["flag"] == "").sum())
+    judged = verdict(commbench) if commbench else ""
+    caveat = (" Not all of the model's inputs were trusted (above): read this count with care."
+              if any(i.status != "trusted" for i in commbench_inputs(commbench)) else "")
     return {"title": "Predicted against measured (cost model)", "text": [
         ASSUMPTIONS, "The machine's links, as the commbench stage measured and fitted them, and "
         "its compute shared between processes: "
         + ("; ".join(link_rows(commbench)) if commbench else "none measured (no run of more than "
                                                              "one process on one node)") + ".",
-        f"{within} of {len(frame)} multi-process runs are within {BOUND:.0%} of the model. "
+        *([f"The model's verdict on these inputs: {judged}"] if judged else []),
+        f"{within} of {len(frame)} multi-process runs are within {BOUND:.0%} of the model.{caveat} "
         "Predictions are the model's, not measurements. Also prediction.csv and the prediction "
         "figure."], "table": shown, "bullets": misses or ["No run missed the bound."]}

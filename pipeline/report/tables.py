@@ -6,13 +6,15 @@ torch, so that import waits until a table row needs a name.
 """
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from ..runtime.files import atomic_path, write_text
 from .load import AP_COLUMNS, _number, strategy_label
-from .noise import Spread
+from .noise import Spread, difference
 
 PUBLISHED_NAMES = {"dp": "DataParallel (DP)", "ddp": "DistributedDataParallel (DDP)"}
 TEX_HEADERS = {"AP50": "AP$_{50}$", "AP75": "AP$_{75}$"}
@@ -95,58 +97,211 @@ def comparison_table(summary: pd.DataFrame, published: dict,
                                        *[f"{col} sd" for col in columns]])
 
 
-def _formatted(table: pd.DataFrame, decimals: dict[str, int]) -> pd.DataFrame:
-    """Numbers rounded for reading; a column with a `COLUMN sd` beside it shows 'mean ± sd'
-    in one cell (the sd column itself stays in the CSV only)."""
+# How a reader sees a cell that holds nothing: a number that does not exist (one epoch's
+# progress, the communication share of a strategy that exchanges inside its passes, a speed-up
+# with no `single` run to compare with), and a text cell with nothing to say.
+NO_NUMBER = "n/a"
+NO_TEXT = "-"
+# A column's name as the tables show it, where underscores alone do not make it readable, with
+# its unit. The CSV files keep the names of summary.csv.
+HEADERS = {
+    "run_id": "run", "images_per_worker": "images per worker", "global_batch": "global batch",
+    "images_per_second": "images/s", "speedup_vs_single": "speed-up over single",
+    "efficiency": "scaling efficiency", "sec_per_iter_p50": "s/iter median",
+    "sec_per_iter_p95": "s/iter p95", "communication_share": "communication share",
+    "busiest_rank_bytes_per_iter": "bytes/iter, busiest rank",
+    "busiest_rank_theory_bytes_per_iter": "bytes/iter by theory",
+    "replicas_identical": "replicas identical", "peak_memory_mb": "peak memory (MiB)",
+    "owned_state_mb": "state held (MiB)", "theory_state_mb": "state by analysis (MiB)",
+    "target_ap": "target AP", "final_ap": "final AP", "training_seconds": "training (s)",
+    "evaluation_seconds": "evaluation (s)", "compute_input": "compute input",
+    "shared_compute_factor": "shared-compute factor",
+    "measured_images_per_second": "measured images/s",
+    "predicted_images_per_second": "predicted images/s", "ratio": "predicted / measured",
+    "measured_communication_s": "measured comm. (s)",
+    "predicted_communication_s": "predicted comm. (s)", "flag": "flag",
+    "data_mode": "data mode", "images_per_second sd": "images/s sd",
+}
+
+
+def header(column: str) -> str:
+    """The column's name as a reader sees it (HEADERS, else its words)."""
+    return HEADERS.get(column, column.replace("_", " "))
+
+
+def places_for(values) -> int:
+    """Decimals for a numeric column no table declares: whole numbers for counts, else three
+    significant digits of its largest value (475.3 -> 475, 12.34 -> 12.3, 0.01234 -> 0.0123)."""
+    finite = [abs(float(v)) for v in values if not pd.isna(v) and math.isfinite(float(v))]
+    if not finite or all(v == int(v) for v in finite):
+        return 0
+    top = max(finite)
+    return max(0, min(6, 2 - math.floor(math.log10(top)))) if top else 0
+
+
+def number_text(value, places: int) -> str:
+    """One number to `places` decimals; "n/a" where there is none (never "nan")."""
+    if value is None or pd.isna(value):
+        return NO_NUMBER
+    if pd.api.types.is_bool(value):
+        return "yes" if value else "no"
+    return f"{float(value):.{places}f}"
+
+
+def cell_text(value) -> str:
+    """A text cell; "-" where it is empty, "yes"/"no" for a flag."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return NO_TEXT
+    if pd.api.types.is_bool(value):
+        return "yes" if value else "no"
+    text = str(value)
+    # an empty field, also as a frame made with .astype(str) spells it
+    return NO_TEXT if not text.strip() or text in ("None", "nan", "NaN", "<NA>") else text
+
+
+def _numeric(column: pd.Series) -> bool:
+    return (pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)) or (
+        column.dtype == object and len(column.dropna()) > 0
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column.dropna()))
+
+
+def _formatted(table: pd.DataFrame, decimals: dict[str, int], hide=()) -> pd.DataFrame:
+    """The table as a reader sees it: every number to its column's precision (`decimals`, else
+    places_for), "n/a" and "-" for empty cells, headers in words (HEADERS). A column with a
+    `COLUMN sd` beside it shows 'mean ± sd' in one cell; a `COLUMN note` marks its cells [1],
+    [2] .. and its texts become the table's notes (shown.attrs["notes"]), said under it. The sd
+    and note columns, and `hide`, stay in the CSV only."""
     shown = table.astype(object)
-    for col, places in decimals.items():
-        values = [("n/a" if pd.isna(v) else f"{v:.{places}f}") for v in table[col]]
-        if f"{col} sd" in table:
-            values = [v + ("" if pd.isna(sd) else f" ± {sd:.{places}f}")
-                      for v, sd in zip(values, table[f"{col} sd"])]
+    notes: list[str] = []
+    extra = {f"{c} sd" for c in table if f"{c} sd" in table} | {f"{c} note" for c in table
+                                                                if f"{c} note" in table}
+    for col in table.columns:
+        if col in extra or col in hide:
+            continue
+        if col in decimals or _numeric(table[col]):
+            places = decimals.get(col, places_for(table[col]) if _numeric(table[col]) else 0)
+            values = [number_text(v, places) for v in table[col]]
+            if f"{col} sd" in table:
+                values = [v + ("" if pd.isna(sd) or v == NO_NUMBER else f" ± {sd:.{places}f}")
+                          for v, sd in zip(values, table[f"{col} sd"])]
+        else:
+            values = [cell_text(v) for v in table[col]]
+        if f"{col} note" in table:
+            for i, note in enumerate(table[f"{col} note"]):
+                if isinstance(note, str) and note:
+                    notes.append(f"[{len(notes) + 1}] {note}")
+                    values[i] = f"{values[i]} [{len(notes)}]"
         shown[col] = values
-    return shown.drop(columns=[c for c in table if c.endswith(" sd") and c[:-3] in decimals])
+    shown = shown.drop(columns=[c for c in table if c in extra or c in hide])
+    shown.columns = [header(c) for c in shown.columns]
+    shown.attrs["notes"] = notes
+    return shown
 
 
 def markdown_table(shown: pd.DataFrame) -> str:
-    lines = ["| " + " | ".join(shown.columns) + " |", "|" + "---|" * len(shown.columns)]
+    lines = ["| " + " | ".join(shown.columns) + " |",
+             "|" + "".join("---:|" if numeric else "---|" for numeric in numeric_columns(shown))]
     lines += ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |"
               for row in shown.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
+    notes = shown.attrs.get("notes") or []
+    return "\n".join(lines) + "\n" + "".join(f"\n{note}\n" for note in notes)
+
+
+# A cell of numbers: 0.123, -4, 12.3 ± 0.4, 1.08x, 48 %, 0.000 [1], or n/a (not 3.11.9).
+NUMBER_CELL = re.compile(r"^(n/a|[-+−]?\d+(\.\d+)?( ± \d+(\.\d+)?)?( ?%|x)?)( \[\d+\])?$")
+
+
+def numeric_columns(shown: pd.DataFrame) -> list[bool]:
+    """Which shown columns hold numbers (right-aligned): every cell a number, n/a or -."""
+    cells = [[str(v) for v in shown.iloc[:, i]] for i in range(shown.shape[1])]
+    return [any(v != NO_TEXT for v in column)
+            and all(NUMBER_CELL.match(v) or v == NO_TEXT for v in column) for column in cells]
+
+
+def wrapping_columns(shown: pd.DataFrame) -> list[bool]:
+    """Which shown columns hold prose that may wrap at its spaces (a reason, a strategy's
+    name, a cluster): some cell longer than 18 characters with a space in it."""
+    numeric = numeric_columns(shown)
+    return [not numeric[i] and any(" " in str(v) and len(str(v)) > 18 for v in shown.iloc[:, i])
+            for i in range(shown.shape[1])]
 
 
 TEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#",
                 "$": r"\$", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
-                "^": r"\textasciicircum{}", "±": r"$\pm$"}
+                "^": r"\textasciicircum{}", "±": r"$\pm$", "−": r"$-$", "≤": r"$\le$",
+                "≥": r"$\ge$", "×": r"$\times$", "`": ""}
 
 
 def _tex_escape(text: str) -> str:
     """Text for LaTeX: each special character replaced once (a replacement is not escaped
-    again, so '±' stays the math symbol)."""
-    return "".join(TEX_SPECIALS.get(char, char) for char in text)
+    again, so '±' stays the math symbol); Markdown's `code` becomes typewriter text."""
+    parts = re.split(r"`([^`]*)`", text)
+    return "".join((r"\texttt{%s}" if i % 2 else "%s")
+                   % "".join(TEX_SPECIALS.get(char, char) for char in part)
+                   for i, part in enumerate(parts))
 
 
-def latex_table(shown: pd.DataFrame, n_published: int) -> str:
-    """A booktabs tabular fragment; a rule separates the published rows from ours."""
-    header = [TEX_HEADERS.get(c, _tex_escape(c)) for c in shown.columns]
-    lines = [r"\begin{tabular}{ll" + "r" * (len(shown.columns) - 2) + "}", r"\toprule",
-             " & ".join(header) + r" \\", r"\midrule"]
+def _tex_header(text: str, align: str, wrap: bool) -> str:
+    """A header cell: in a column that wraps, its words; else stacked in lines of at most 11
+    characters, so that a long name does not make its column of short numbers wide."""
+    if wrap or len(text) <= 11:
+        return TEX_HEADERS.get(text, _tex_escape(text))
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= 11:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return (rf"\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}"
+            + r" \\ ".join(_tex_escape(line) for line in lines) + r"\end{tabular}")
+
+
+def latex_table(shown: pd.DataFrame, n_published: int = 0, *, long: tuple[str, str] | None = None,
+                rules_before=()) -> str:
+    """A booktabs fragment at the width of the text: prose columns wrap (tabularx X), numbers
+    are right-aligned, long headers stacked; a rule separates the published rows from ours
+    (and comes before each row index of `rules_before`). `long`: (caption, label) makes it a
+    longtable, which breaks across pages, with its caption. The table's notes follow it."""
+    numeric, wrap = numeric_columns(shown), wrapping_columns(shown)
+    spec = "".join(r">{\raggedright\arraybackslash}X" if w else ("r" if n else "l")
+                   for n, w in zip(numeric, wrap))
+    header_row = " & ".join(_tex_header(str(c), "r" if n else "l", w)
+                            for c, n, w in zip(shown.columns, numeric, wrap)) + r" \\"
+    rules = set(rules_before) | ({n_published} if n_published else set())
+    body = []
     for i, row in enumerate(shown.itertuples(index=False)):
-        if i == n_published and i > 0:
-            lines.append(r"\midrule")
-        lines.append(" & ".join(_tex_escape(str(v)) for v in row) + r" \\")
-    return "\n".join(lines + [r"\bottomrule", r"\end{tabular}"]) + "\n"
+        if i in rules and i > 0:
+            body.append(r"\midrule")
+        body.append(" & ".join(_tex_escape(str(v)) for v in row) + r" \\")
+    notes = [rf"\multicolumn{{{shown.shape[1]}}}{{@{{}}p{{\linewidth}}@{{}}}}{{{_tex_escape(note)}}} \\"
+             for note in shown.attrs.get("notes") or []]
+    if long:
+        caption, label = long
+        # longtable has no X columns: prose columns get an equal share of what is left
+        spec = spec.replace(r">{\raggedright\arraybackslash}X", r">{\raggedright\arraybackslash}p{%.2f\linewidth}"
+                            % (0.6 / max(1, sum(wrap))))
+        head = [r"\toprule", header_row, r"\midrule"]
+        # its own size: it is \\input in the running text, not in a float that sets one
+        return "\n".join([r"\begingroup\small\setlength{\tabcolsep}{4pt}\setlength{\LTcapwidth}{\linewidth}",
+                          r"\begin{longtable}{@{}" + spec + "@{}}",
+                          rf"\caption{{{_tex_escape(caption)}}}\label{{{label}}} \\", *head, r"\endfirsthead",
+                          *head, r"\endhead", r"\bottomrule", r"\endfoot", *body, *notes,
+                          r"\end{longtable}", r"\endgroup"]) + "\n"
+    env = ("tabularx", r"{\linewidth}") if any(wrap) else ("tabular", "")
+    return "\n".join([rf"\begin{{{env[0]}}}{env[1]}{{@{{}}{spec}@{{}}}}", r"\toprule", header_row,
+                      r"\midrule", *body, r"\bottomrule", *notes, rf"\end{{{env[0]}}}"]) + "\n"
 
 
 def write_table(table: pd.DataFrame, decimals: dict[str, int], n_published: int, out_dir: Path,
-                name: str) -> pd.DataFrame:
-    """Write NAME.csv (rounded numbers), NAME.md and NAME.tex; return the table as shown."""
-    shown = _formatted(table, decimals)
+                name: str, hide=(), csv: pd.DataFrame | None = None, **tex) -> pd.DataFrame:
+    """Write NAME.csv (rounded numbers; or `csv` as it is), NAME.md and NAME.tex (latex_table's
+    `tex` options); return the table as shown (the columns of `hide` left out)."""
+    shown = _formatted(table, decimals, hide)
     rounded = {**decimals, **{f"{c} sd": p for c, p in decimals.items() if f"{c} sd" in table}}
     with atomic_path(out_dir / f"{name}.csv") as tmp:
-        table.round(rounded).to_csv(tmp, index=False)
+        (table.round(rounded) if csv is None else csv).to_csv(tmp, index=False)
     write_text(out_dir / f"{name}.md", markdown_table(shown))
-    write_text(out_dir / f"{name}.tex", latex_table(shown, n_published))
+    write_text(out_dir / f"{name}.tex", latex_table(shown, n_published, **tex))
     return shown
 
 
@@ -166,13 +321,33 @@ def time_to_accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
         "evaluation_seconds": scored["evaluation_seconds"]}).reset_index(drop=True)
 
 
+def loader_share(real: Spread, synthetic: Spread) -> tuple[float, str]:
+    """The loader's share of the time, 1 - real / in-memory images/s, and a note where the
+    measurement cannot be one. A loader costs time or nothing, so a negative share (the real
+    loader's runs were the faster) is no share: it is shown as 0, with the measured value and
+    whether the two throughputs differ beyond their noise (noise.difference)."""
+    measured = 1 - real.mean / synthetic.mean
+    if not measured < 0:  # NaN stays NaN
+        return measured, ""
+    d = difference(real, synthetic)
+    why = ("within the noise: the loader's cost is too small to measure here" if d.verdict ==
+           "within the noise" else "not judged (fewer than 2 runs on a side): the loader's cost "
+           "is too small to measure here" if d.verdict.startswith("not judged") else
+           "beyond the noise: the in-memory runs were slower, which a loader cannot explain; "
+           "check those runs")
+    interval = ("" if math.isnan(d.low) else
+                f" (95% interval of the difference {d.low:+.2f} to {d.high:+.2f} images/s)")
+    return 0.0, (f"measured {measured:.3f}: the real loader's runs were {-measured:.1%} faster "
+                 f"than those on in-memory tensors{interval}, {why}; shown as 0")
+
+
 def data_mode_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Per strategy, workers and batch run in both data modes: images/s with the real loader
     and with in-memory tensors (mean ± sd over seeds), and the loader's share of the time,
-    1 - real / synthetic images/s."""
+    1 - real / synthetic images/s (never below 0: loader_share, whose note says why)."""
     columns = ["strategy", "workers", "images_per_worker", "real n", "synthetic n",
                "real images/s", "real images/s sd", "synthetic images/s",
-               "synthetic images/s sd", "loader share", "data wait (s/iter)"]
+               "synthetic images/s sd", "loader share", "loader share note", "data wait (s/iter)"]
     means = entry_means(summary, ["images_per_second", "time_data"])
     if means.empty:
         return pd.DataFrame(columns=columns)
@@ -182,14 +357,55 @@ def data_mode_table(summary: pd.DataFrame) -> pd.DataFrame:
     both = real.join(synthetic, how="inner", suffixes=("_real", "_synthetic"))
     rows = []
     for (strategy, variant, workers, per_worker), row in both.iterrows():
+        share, note = loader_share(
+            Spread(row["images_per_second_real"], row["images_per_second_sd_real"], int(row["n_real"])),
+            Spread(row["images_per_second_synthetic"], row["images_per_second_sd_synthetic"],
+                   int(row["n_synthetic"])))
+        label = strategy_label(strategy, variant)
         rows.append({
-            "strategy": strategy_label(strategy, variant),
+            "strategy": label,
             "workers": int(workers), "images_per_worker": int(per_worker),
             "real n": int(row["n_real"]), "synthetic n": int(row["n_synthetic"]),
             "real images/s": row["images_per_second_real"],
             "real images/s sd": row["images_per_second_sd_real"],
             "synthetic images/s": row["images_per_second_synthetic"],
             "synthetic images/s sd": row["images_per_second_sd_synthetic"],
-            "loader share": 1 - row["images_per_second_real"] / row["images_per_second_synthetic"],
+            "loader share": share,
+            "loader share note": note and f"{label}, {int(workers)} worker(s): {note}",
             "data wait (s/iter)": row["time_data_real"]})
     return pd.DataFrame(rows, columns=columns)
+
+
+# The noise comparisons (noise.comparisons: one row per pair and metric) as one compact table.
+VERDICTS = {"beyond the noise": "beyond", "within the noise": "within"}
+COMPARISON_CAPTION = (
+    "Every pair of configurations a, b with the same number of workers and data mode: the "
+    "ratio of their means over seeds (a/b) and whether their difference is beyond the "
+    "run-to-run noise (Welch's 95% interval of the difference excludes 0), within it, or not "
+    "judged (fewer than 2 runs on a side). Pairs beyond the noise come first. Means, spreads "
+    "and intervals: comparisons.csv.")
+
+
+def comparison_pairs(compared: pd.DataFrame, metrics: dict[str, str]) -> tuple[pd.DataFrame, int]:
+    """One row per pair of entries, and for each metric (column -> the name shown) the ratio
+    a/b and the verdict (beyond, within, not judged; "-" where the pair has no value of it):
+    the pairs beyond the noise in some metric first, the most different first, then those
+    within it, then those not judged. Returns the table and how many pairs are beyond."""
+    columns = ["a", "b", *[c for name in metrics.values() for c in (f"{name} a/b", f"{name} verdict")]]
+    rows = []
+    for (a, b), pair in compared.groupby(["a", "b"], sort=False):
+        row = {"a": a, "b": b}
+        for metric, name in metrics.items():
+            found = pair[pair["metric"] == metric]
+            row[f"{name} a/b"] = float(found["ratio"].iloc[0]) if len(found) else math.nan
+            row[f"{name} verdict"] = (VERDICTS.get(found["verdict"].iloc[0], "not judged")
+                                      if len(found) else "")
+        verdicts = [row[f"{name} verdict"] for name in metrics.values()]
+        beyond = [abs(math.log(row[f"{name} a/b"])) for name in metrics.values()
+                  if row[f"{name} verdict"] == "beyond" and row[f"{name} a/b"] > 0]
+        row["_order"] = (0 if "beyond" in verdicts else 1 if "within" in verdicts else 2,
+                         -max(beyond, default=0.0))
+        rows.append(row)
+    rows.sort(key=lambda r: r["_order"])
+    n_beyond = sum(r["_order"][0] == 0 for r in rows)
+    return pd.DataFrame(rows, columns=columns), n_beyond

@@ -8,7 +8,8 @@ Rank 0 times a forward + backward alone while the other ranks wait at a barrier,
 times the same at once; the factor is the mean rank's median together over rank 0's median
 alone. The commbench stage (pipeline/commbench.py) runs it beside the links and keeps it in its
 JSON, and times with `together` what a strategy that asks for it (`Strategy.calibrate`: FSDP2)
-adds to the same step when it wraps the model.
+adds to the same step when it wraps the model. Each timing keeps the spread of its repeats, and
+the stage measures again what falls outside its band (pipeline/costmodel/bands.py).
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ import statistics
 import torch
 import torch.distributed as dist
 
+from ..costmodel import bands
 from ..costmodel.links import seconds_of  # the one timer of everything commbench times
+from ..costmodel.links import with_other_load  # ... and what else loaded the machine meanwhile
 from ..detection.model import build_model
 
 NUM_CLASSES = 2  # the box predictor's last layer, negligible beside the rest of the model
@@ -46,9 +49,11 @@ def step_of(model_cfg: dict, images: int, device: torch.device, wrap=None):
 
 
 def measure(model_cfg: dict, images: int, repeats: int, device: torch.device, rank: int,
-            processes: int) -> dict:
-    """{alone_s, together_s, factor, images, repeats}: the medians (seconds per step) and their
-    ratio, the same on every rank."""
+            processes: int, expected: float = 1.0) -> dict:
+    """{alone_s, together_s, factor, images, repeats, alone_spread, together_spread, expected}:
+    the medians (seconds per step), their ratio, the relative spreads of their repeats
+    (bands.relative_spread; together's, the largest rank's) and the factor a quiet machine
+    shows (bands.expected_factor), the same on every rank."""
     step = step_of(model_cfg, images, device)
     for _ in range(WARMUPS):
         step()
@@ -58,17 +63,26 @@ def measure(model_cfg: dict, images: int, repeats: int, device: torch.device, ra
         if rank == 0:
             alone.append(seconds_of(step, device))
         dist.barrier()
-    alone_s = torch.tensor([statistics.median(alone) if rank == 0 else 0.0], dtype=torch.float64)
+    alone_s = torch.tensor([statistics.median(alone) if rank == 0 else 0.0,
+                            bands.relative_spread(alone) if rank == 0 else 0.0], dtype=torch.float64)
     dist.all_reduce(alone_s)  # rank 0's, on every rank
-    together_s = together(step, repeats, device, processes, warmups=0)
-    return {"alone_s": float(alone_s), "together_s": together_s,
-            "factor": together_s / float(alone_s), "images": images, "repeats": repeats}
+    together_s, together_spread = together_timed(step, repeats, device, processes, warmups=0)
+    return {"alone_s": float(alone_s[0]), "together_s": together_s,
+            "factor": together_s / float(alone_s[0]), "images": images, "repeats": repeats,
+            "alone_spread": float(alone_s[1]), "together_spread": together_spread,
+            "expected": expected}
 
 
 def together(step, repeats: int, device: torch.device, processes: int, warmups: int = WARMUPS) -> float:
     """The mean rank's median seconds of `step()` with every process running it at once
     (after `warmups` untimed calls: the first allocate, and FSDP2's its buffers), the same on
     every rank."""
+    return together_timed(step, repeats, device, processes, warmups)[0]
+
+
+def together_timed(step, repeats: int, device: torch.device, processes: int,
+                   warmups: int = WARMUPS) -> tuple[float, float]:
+    """`together`'s seconds, and the largest rank's relative spread of its repeats."""
     for _ in range(warmups):
         step()
     samples = []
@@ -77,14 +91,41 @@ def together(step, repeats: int, device: torch.device, processes: int, warmups: 
         samples.append(seconds_of(step, device))
     mean = torch.tensor([statistics.median(samples) / processes], dtype=torch.float64)
     dist.all_reduce(mean)
-    return float(mean)
+    spread = torch.tensor([bands.relative_spread(samples)], dtype=torch.float64)
+    dist.all_reduce(spread, op=dist.ReduceOp.MAX)
+    return float(mean), float(spread)
 
 
 def calibrations(strategies, model_cfg: dict, images: int, repeats: int, device: torch.device,
-                 processes: int) -> dict:
-    """{images, repeats, strategies: name -> its timings} for each strategy whose `calibrate`
-    times itself on the model (pipeline/strategies/base.py), the same on every rank."""
-    def timed(wrap) -> float:
-        return together(step_of(model_cfg, images, device, wrap), repeats, device, processes)
-    return {"images": images, "repeats": repeats, "strategies": {
-        strategy.name: found for strategy in strategies if (found := strategy.calibrate(timed)) is not None}}
+                 processes: int, shared: dict | None = None, speak: bool = True,
+                 rank: int = 0) -> dict:
+    """{images, repeats, strategies: name -> its timings, checks: name -> its check} for each
+    strategy whose `calibrate` times itself on the model (pipeline/strategies/base.py), the same
+    on every rank. Each is timed again while outside its band (bands.calibration_verdict,
+    against `shared`: measure's dict, where measured)."""
+    found, checks = {}, {}
+    alone_s, expected = (shared or {}).get("alone_s", 0.0), (shared or {}).get("expected", 1.0)
+    for strategy in strategies:
+        spreads: list[float] = []
+
+        def timed(wrap, spreads=spreads) -> float:
+            seconds, spread = together_timed(step_of(model_cfg, images, device, wrap), repeats,
+                                             device, processes)
+            spreads.append(spread)
+            return seconds
+
+        def once(strategy=strategy, spreads=spreads) -> dict:
+            spreads.clear()
+            return {"timings": strategy.calibrate(timed), "spread": max(spreads, default=0.0)}
+        first = with_other_load(once, device, rank)
+        if first["timings"] is None:
+            continue  # nothing to time: its links say it all
+        pending = [first]
+        result, checks[strategy.name] = bands.checked(
+            f"{strategy.name} timed on the model over {processes} processes",
+            lambda: pending.pop() if pending else with_other_load(once, device, rank),
+            lambda r: bands.calibration_verdict(r, alone_s, expected),
+            lambda r: {**r["timings"], "spread": r["spread"], "other_load": r["other_load"]},
+            speak=speak)
+        found[strategy.name] = result["timings"]
+    return {"images": images, "repeats": repeats, "strategies": found, "checks": checks}

@@ -21,6 +21,7 @@ import torch
 import yaml
 
 import pipeline.report.paper
+from pipeline.report.disturbance import shared_factor_disturbed
 from pipeline.report.figures import FIGURES
 from pipeline.report.findings import MACRO_COLUMNS, parse_numbers
 from pipeline.runtime.distributed import available_cores
@@ -102,7 +103,10 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
     assert float(summary["ddp-w2-b2-s0"]["communication_share"]) > 0
     assert float(predicted["ddp-w2-b2-s0"]["measured_communication_s"]) > 0
     assert "FSDP2 exchange inside the forward and backward passes" in report_md
-    assert {round(float(row["shared_compute_factor"]), 3) for row in predicted.values()} == {round(shared["factor"], 3)}
+    # the factor measured, or a quiet machine's where commbench marked it disturbed (the suite
+    # runs beside other tests: pipeline/costmodel/bands.py)
+    used = shared.get("expected", 1.0) if shared_factor_disturbed(links) else shared["factor"]
+    assert {round(float(row["shared_compute_factor"]), 3) for row in predicted.values()} == {round(used, 3)}
     assert "Predicted against measured (cost model)" in report_md and "2 processes, all_reduce over gloo" in report_md
     assert "2 processes, fsdp timed on the model (forward + backward of 4 images" in report_md  # FSDP2's cost
     assert "2 processes, broadcast over gloo: latency" in report_md  # ZeRO-1's bucket a rank
@@ -213,32 +217,76 @@ def test_the_paper_is_compiled_from_the_report(workdir, tmp_path):
     text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True,
                           check=True).stdout
     assert len(re.findall(r"^Figure \d+:", text, re.M)) == len(FIGURES)
-    # Every table's caption (one may share its line with text beside a float)
-    assert set(re.findall(r"Table \d+:", text)) == {f"Table {n}:" for n in range(1, 6)}
+    # Every table's caption, the comparisons' among them (one may share its line with text
+    # beside a float)
+    assert set(re.findall(r"Table \d+:", text)) == {f"Table {n}:" for n in range(1, 7)}
     assert "??" not in text and "TODO" not in text  # every reference and citation resolved
     macros = parse_numbers((workdir / "results" / "report" / "demo" / "numbers.tex").read_text())
     assert macros[("ddp-w2-b2", "images_per_second")] in text  # a generated number, typeset
     assert "within the noise" in text or "beyond the noise" in text or "not judged" in text
+    # Read at print size: no text of the paper, its tables' and figures' included, under 7 pt
+    sizes = pdf_text_sizes(pdf)
+    smallest = {family: min(size for _, size, f, _ in sizes if f == family)
+                for family in {f for _, _, f, _ in sizes}}
+    assert any("DejaVu" in f for f in smallest) and any("LMRoman" in f for f in smallest)
+    assert min(smallest.values()) >= 7 - 0.2, sorted(smallest.items(), key=lambda kv: kv[1])[:5]
+
+
+def pdf_text_sizes(pdf: Path) -> list[tuple[int, float, str, str]]:
+    """(page, size in points, font family, text) of every piece of text in the PDF, as poppler
+    reads it (pdftohtml -xml), calibrated on the body text: the most common size of the
+    paper's roman font is its 11 pt (the class option)."""
+    xml = subprocess.run(["pdftohtml", "-xml", "-i", "-stdout", "-zoom", "3", str(pdf)],
+                         capture_output=True, text=True, check=True).stdout
+    found, fonts = [], {}
+    for number, body in re.findall(r'<page number="(\d+)"(.*?)</page>', xml, re.S):
+        fonts.update({i: (float(size), family) for i, size, family in
+                      re.findall(r'<fontspec id="(\d+)" size="([\d.]+)" family="([^"]+)"', body)})
+        found += [(int(number), *fonts[font], html_module.unescape(re.sub(r"<[^>]+>", "", t)))
+                  for font, t in re.findall(r'<text [^>]*font="(\d+)"[^>]*>(.*?)</text>', body)
+                  if re.sub(r"<[^>]+>", "", t).strip()]
+    roman = [size for _, size, family, _ in found if family.split("+")[-1] == "LMRoman10"]
+    scale = 11 / max(set(roman), key=roman.count)
+    return [(page, size * scale, family.split("+")[-1], text) for page, size, family, text in found]
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None,
                     reason="needs headless Chromium (apt/tests.txt; .ci/run installs it)")
 def test_the_html_report_reads_well_in_a_browser(workdir, tmp_path):
-    """Opened as users open it: at 1280 px nothing runs off the right edge, every figure loads."""
+    """Opened as users open it, at 1400 px: no table scrolls sideways and nothing runs off the
+    right edge, the answer comes first, then a contents list that links to every section;
+    every figure loads; no `nan`, no raw Markdown."""
     probe = ("<script>window.addEventListener('load', () => { const images = [...document.images];"
+             " const wide = [...document.querySelectorAll('div.table, table')].filter(t =>"
+             " t.scrollWidth > t.clientWidth || t.getBoundingClientRect().right > window.innerWidth)"
+             ".map(t => (t.closest('section') || document.body).id + ' ' + t.scrollWidth + '>' + t.clientWidth);"
+             " const tables = [...document.querySelectorAll('table')].map(t => t.scrollWidth);"
              " document.body.setAttribute('data-probe', JSON.stringify({width:"
              " document.documentElement.scrollWidth, viewport: window.innerWidth, images:"
-             " images.length, loaded: images.filter(i => i.complete && i.naturalWidth > 0).length"
-             "})); });</script></body>")
+             " images.length, loaded: images.filter(i => i.complete && i.naturalWidth > 0).length,"
+             " wide: wide, widest: Math.max(...tables), tables: tables.length,"
+             " headings: [...document.querySelectorAll('h1, h2')].map(h => h.tagName + ' ' + h.textContent),"
+             " sections: [...document.querySelectorAll('section')].map(s => s.id),"
+             " links: [...document.querySelectorAll('nav a')].map(a => a.getAttribute('href')),"
+             " navAfter: document.querySelector('nav')?.previousElementSibling?.id,"
+             " text: document.body.innerText})); });</script></body>")
     page = tmp_path / "report.html"
     page.write_text((workdir / "results" / "report" / "demo" / "report.html").read_text()
                     .replace("</body>", probe))
-    chromium = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,900"]
+    chromium = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                "--window-size=1400,900"]
     dom = subprocess.run(chromium + ["--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
                          capture_output=True, text=True, timeout=120).stdout
     found = json.loads(html_module.unescape(re.search(r'data-probe="([^"]*)"', dom).group(1)))
-    assert found["viewport"] == 1280 and found["width"] <= found["viewport"], found
-    assert found["images"] == found["loaded"] == len(FIGURES), found
+    assert found["viewport"] == 1400 and found["width"] <= found["viewport"], found["width"]
+    assert found["tables"] >= 10 and found["wide"] == [], found["wide"]  # no table scrolls
+    assert found["images"] == found["loaded"] == len(FIGURES)
+    assert found["headings"][:2] == ["H1 Data-parallel Faster R-CNN benchmark: report",
+                                     "H2 The answer"], found["headings"][:3]
+    assert found["navAfter"] == found["sections"][0]  # the contents right after the answer
+    assert found["links"] == ["#" + s for s in found["sections"][1:]]
+    assert found["sections"][-2:] == ["runs", "provenance"]  # the run list at the end
+    assert not re.search(r"\bnan\b", found["text"], re.I) and "`" not in found["text"]
     shot = tmp_path / "report.png"
     subprocess.run(chromium + [f"--screenshot={shot}", page.as_uri()], capture_output=True,
                    timeout=120)
@@ -350,8 +398,10 @@ def test_editing_a_figure_reruns_the_report_only(workdir):
     figure = workdir / "results" / "report" / "demo" / "figures" / "ap.png"
     before = figure.stat().st_mtime_ns
     path = workdir / "pipeline" / "report" / "figures.py"
-    path.write_text(path.read_text().replace('ax.set(xlabel="COCO box AP", ylabel="")',
-                                             'ax.set(xlabel="COCO box AP (bbox)", ylabel="")'))
+    text = path.read_text()
+    assert 'panel.set_xlabel(f"COCO box AP: {label}")' in text
+    path.write_text(text.replace('panel.set_xlabel(f"COCO box AP: {label}")',
+                                 'panel.set_xlabel(f"COCO box AP (bbox): {label}")'))
     assert jobs(snakemake(workdir)) == {"all": 1, "report": 1, **PAPER_JOB}
     assert figure.stat().st_mtime_ns > before
 

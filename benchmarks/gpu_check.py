@@ -397,9 +397,11 @@ class Check:
     def commbench(self) -> dict:
         from pipeline.config import stages
         from pipeline.strategies.torchrun import torchrun
-        cfg = json.loads(json.dumps(self.cfg))
+        # The CPU smoke times the tiny model (the real R50-FPN trains in `throughput`), once:
+        # beside a test suite's other worker every measurement is outside its band.
+        cfg = with_model(self.cfg, self.sizes, self.sizes.tiny_model)
         cfg["commbench"].update(max_bytes=2**26 if self.gpus else 2**20, repeats=5 if self.gpus else 2,
-                                compute_repeats=15 if self.gpus else 3)
+                                compute_repeats=15 if self.gpus else 3, retries=2 if self.gpus else 0)
         out = self.work / "commbench.json"
         launcher = torchrun(sys.executable, self.processes, dict(cfg["parallel"], nnodes=1, max_restarts=0), "")
         argv = launcher + ["-m", "pipeline.commbench", "--config",

@@ -9,7 +9,7 @@ adds to the model's forward + backward (`Strategy.calibrate`: FSDP2).
 The sizes and repeats are the config's `commbench` section (params.yaml). A measurement outside
 the band a quiet machine's fall in (pipeline/costmodel/bands.py: the CPU other processes took
 meanwhile, the spread of its repeats, the shared-compute factor) is measured again, up to
-bands.REPEATS more times; one that stays outside is kept marked `disturbed` (its `check`: the
+`commbench.retries` more times; one that stays outside is kept marked `disturbed` (its `check`: the
 reason and every attempt's values), and the JSON's `disturbed` lists them all, for the report.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
         member = distributed.init_process_group(cfg["parallel"], threads=0)
         message_sizes = links.sizes(settings["min_bytes"], settings["max_bytes"])
         primitives = links.measure(member.device, member.rank, member.processes, message_sizes,
-                                   settings["repeats"])
+                                   settings["repeats"], settings["retries"])
         images, repeats = settings["compute_images"], settings["compute_repeats"]
         shared = calibrations = None
         if member.processes > 1:
@@ -59,10 +59,11 @@ def main(argv: list[str] | None = None) -> None:
                 lambda found: {key: found[key] for key in ("alone_s", "together_s", "factor",
                                                            "alone_spread", "together_spread",
                                                            "other_load")},
-                speak=member.rank == 0)
+                settings["retries"], speak=member.rank == 0)
             shared["check"] = check
             calibrations = shared_compute.calibrations(REGISTERED, cfg["model"], images, repeats,
-                                                       member.device, member.processes, shared,
+                                                       member.device, member.processes,
+                                                       settings["retries"], shared,
                                                        speak=member.rank == 0, rank=member.rank)
         if member.rank == 0:
             for name, found in (calibrations or {}).get("strategies", {}).items():

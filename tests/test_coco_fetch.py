@@ -283,7 +283,8 @@ def coco_repo(repo: Path, server, archives) -> None:
     coco["model"].update(backbone_weights=f"{server.url}/weights/{weights.name}", min_size=128,
                          max_size=192)
     coco["train"].update(epochs=1, lr_steps=[], print_every=1)
-    coco["commbench"] = {"max_bytes": 2**20, "repeats": 3, "compute_images": 1, "compute_repeats": 3}
+    coco["commbench"] = {"max_bytes": 2**20, "repeats": 3, "compute_images": 1, "compute_repeats": 3,
+                         "retries": 0}  # as tests/workflow.py: tiny_params
     coco["resources"] = {"memory_mb_per_process": 4096, "cpus_per_process": 1}
     coco["sweep"] = [{"strategy": "single", "workers": 1},
                      {"strategy": "ddp", "workers": 2}]

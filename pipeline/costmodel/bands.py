@@ -1,6 +1,6 @@
 """When a commbench measurement is trusted: the bands a quiet machine's measurements fall in.
-Outside its band the commbench stage (pipeline/commbench.py) measures it again, up to REPEATS
-more times; if every attempt stays outside, it keeps the least disturbed attempt and marks it
+Outside its band the commbench stage (pipeline/commbench.py) measures it again, up to
+`commbench.retries` more times (params.yaml); if every attempt stays outside, it keeps the least disturbed attempt and marks it
 `disturbed` in its JSON, with the reason and every attempt's values. The report says which
 inputs the cost model trusted (pipeline/report/prediction.py). No torch here: the report reads
 the bands too.
@@ -43,7 +43,6 @@ from typing import Callable
 
 log = logging.getLogger("commbench")
 
-REPEATS = 2                 # more attempts of a measurement outside its band
 OTHER_LOAD = 0.30           # cores other processes took while a measurement ran
 FACTOR_BAND = (0.90, 1.20)  # shared compute: together / alone, over the expected factor
 SPREAD = 0.30               # relative interquartile range of the model's step over its repeats
@@ -53,8 +52,8 @@ BANDS_TEXT = (f"other processes' CPU while it ran at most {OTHER_LOAD:.2f} cores
               f"shared-compute factor within [{FACTOR_BAND[0]:.2f}, {FACTOR_BAND[1]:.2f}] x a quiet "
               "machine's (1 where the processes have the cores to themselves), the relative "
               f"interquartile range of a timing's repeats at most {SPREAD:.2f} for the model's "
-              f"step and {LINK_SPREAD:.2f} for a link; outside, up to {REPEATS} more attempts, then "
-              "marked disturbed")
+              f"step and {LINK_SPREAD:.2f} for a link; outside, measured again (commbench.retries), "
+              "then marked disturbed")
 
 
 def relative_spread(samples: list[float]) -> float:
@@ -126,15 +125,15 @@ def calibration_verdict(found: dict, alone_s: float, expected: float) -> Verdict
 
 
 def checked(what: str, measure: Callable[[], dict], verdict: Callable[[dict], Verdict],
-            values: Callable[[dict], dict], repeats: int = REPEATS,
+            values: Callable[[dict], dict], retries: int,
             speak: bool = True) -> tuple[dict, dict]:
-    """measure() until verdict() puts it in its band, at most 1 + `repeats` times: the kept
+    """measure() until verdict() puts it in its band, at most 1 + `retries` times: the kept
     attempt (the first inside the band, else the one least outside it) and its check,
     {attempts: [values() of each, with its score], kept: index, disturbed: None or the
     reason}. Every rank must see the same values (the measurements all-reduce them), so all
     ranks repeat alike; `speak`: log each attempt outside the band (rank 0)."""
     attempts, found = [], []
-    for attempt in range(1 + repeats):
+    for attempt in range(1 + retries):
         result = measure()
         score, reasons = verdict(result)
         attempts.append({**values(result), "score": score})
@@ -143,7 +142,7 @@ def checked(what: str, measure: Callable[[], dict], verdict: Callable[[dict], Ve
             break
         if speak:
             log.warning("%s outside its band (%s): %s", what, "; ".join(reasons),
-                        "measuring again" if attempt < repeats else "marked disturbed")
+                        "measuring again" if attempt < retries else "marked disturbed")
     kept = min(range(len(found)), key=lambda i: found[i][0])
     score, reasons, result = found[kept]
     disturbed = None if score <= 1 else (

@@ -129,9 +129,10 @@ def slowest_samples(call, repeats: int, warmups: int) -> list[float]:
 
 
 def measure(device: torch.device, rank: int, processes: int, message_sizes: list[int],
-            repeats: int) -> dict[str, dict]:
+            repeats: int, retries: int) -> dict[str, dict]:
     """Per primitive: the median seconds at each size (the slowest rank's), their spread, the
-    fit, and its check (bands.checked: timed again while outside its band)."""
+    fit, and its check (bands.checked: timed again, up to `retries` times, while outside its
+    band)."""
     results = {}
     for name, timed in PRIMITIVES.items():
         if name == "send_recv" and processes < 2:
@@ -153,7 +154,7 @@ def measure(device: torch.device, rank: int, processes: int, message_sizes: list
             lambda p: {"alpha_s": p["alpha_s"], "beta_s_per_byte": p["beta_s_per_byte"],
                        "worst_residual": max(map(abs, p["relative_residuals"])),
                        "median_spread": statistics.median(p["relative_spread"]),
-                       "other_load": p["other_load"]}, speak=rank == 0)
+                       "other_load": p["other_load"]}, retries, speak=rank == 0)
         results[name] = {**found, "check": check}
     return results
 

@@ -97,11 +97,11 @@ def together_timed(step, repeats: int, device: torch.device, processes: int,
 
 
 def calibrations(strategies, model_cfg: dict, images: int, repeats: int, device: torch.device,
-                 processes: int, shared: dict | None = None, speak: bool = True,
+                 processes: int, retries: int, shared: dict | None = None, speak: bool = True,
                  rank: int = 0) -> dict:
     """{images, repeats, strategies: name -> its timings, checks: name -> its check} for each
     strategy whose `calibrate` times itself on the model (pipeline/strategies/base.py), the same
-    on every rank. Each is timed again while outside its band (bands.calibration_verdict,
+    on every rank. Each is timed again, up to `retries` times, while outside its band (bands.calibration_verdict,
     against `shared`: measure's dict, where measured)."""
     found, checks = {}, {}
     alone_s, expected = (shared or {}).get("alone_s", 0.0), (shared or {}).get("expected", 1.0)
@@ -126,6 +126,6 @@ def calibrations(strategies, model_cfg: dict, images: int, repeats: int, device:
             lambda: pending.pop() if pending else with_other_load(once, device, rank),
             lambda r: bands.calibration_verdict(r, alone_s, expected),
             lambda r: {**r["timings"], "spread": r["spread"], "other_load": r["other_load"]},
-            speak=speak)
+            retries, speak=speak)
         found[strategy.name] = result["timings"]
     return {"images": images, "repeats": repeats, "strategies": found, "checks": checks}

@@ -18,7 +18,7 @@ from ..config import stages
 from ..runtime.record import (STRATEGY_REMEDY, Bytes, Checkpoints, Evaluation, Memory, RankReport,
                               RunSummary, SecondsPerIteration, StateBytes, TimeSplit, Utilisation)
 from ..runtime import distributed, failure, provenance
-from ..runtime.files import atomic_path, save_torch, write_json, write_text
+from ..runtime.files import atomic_path, read_json_lines, save_torch, write_json, write_text
 from ..strategies import sweep
 from ..strategies.base import Context, gradient_bytes
 from .job import Job
@@ -43,11 +43,6 @@ def evaluations(state_dir: Path) -> list[Evaluation]:
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
-def read_records(log_path: Path) -> list[dict]:
-    """The iteration log's records (iterations.jsonl), in order."""
-    return [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-
-
 def summarise(job: Job, live_log: Path) -> dict | None:
     """Gather every rank's report; the first worker writes the weights, the iteration log and
     the summary (last, so that its presence means the run finished). Returns the summary's
@@ -61,12 +56,12 @@ def summarise(job: Job, live_log: Path) -> dict | None:
     # What the strategy observed over every rank (a ps server's staleness): fields of the record
     facts = RunSummary.fields_of(strategy.summary_facts([r.to_json() for r in ranks]),
                                  f"{strategy.name}.summary_facts", STRATEGY_REMEDY)
-    record = summary_of(read_records(live_log), job.run, job.state, ctx, job.precision, facts,
+    record = summary_of(read_json_lines(live_log), job.run, job.state, ctx, job.precision, facts,
                         ranks=ranks, schedule=job.schedule, global_batch=job.global_batch,
                         lr=job.base_lr, evaluations=evaluations(job.state_dir),
                         communication_timed=strategy.communication_timed is not None)
     write_text(job.out_dir / "utilisation.jsonl", "".join(json.dumps(s) + "\n" for s in samples))
-    save_torch({"model": job.strategy.model_state(job.model),
+    save_torch({"model": strategy.model_state(job.model),
                 "num_classes": job.dataset.num_classes, "model_cfg": cfg["model"]},
                job.out_dir / "model_final.pt")
     with atomic_path(job.out_dir / "iterations.jsonl") as tmp:

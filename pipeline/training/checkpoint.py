@@ -85,7 +85,7 @@ class Checkpointer:
 
     state_dir: Path
     fingerprint: str
-    run_name: str  # `run_name(out_dir)`: a checkpoint copied from another run is refused
+    run_name: str  # `<preset>/<run id>` (run_name): a checkpoint of another run is refused
     parts: dict
     rank_parts: dict
 

@@ -80,8 +80,9 @@ class Case:
         train.begin_epoch(self.job)
         self.batches = self._batches()
         self.stopwatch = train.Stopwatch(self.job.state)
-        self.progress = train.Progress(1, 0, 1, enabled=False, images_per_step=1)
-        self.log = open(os.devnull, "w")
+        progress = train.Progress(1, 0, 1, enabled=False, images_per_step=1)
+        # The record is written as a reporting process writes it, to nowhere.
+        self.log = train.IterationLog(open(os.devnull, "w"), progress, self.job.precision, 1)
         self.ms: list[float] = []
 
     def _batches(self):
@@ -90,7 +91,7 @@ class Case:
 
     def step(self) -> None:
         self.stopwatch.lap()
-        self.train.iterate(self.job, next(self.batches), self.stopwatch, self.log, self.progress)
+        self.train.iterate(self.job, next(self.batches), self.stopwatch, self.log)
         self.ms.append(1000 * self.stopwatch.lap_seconds())
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pipeline.config import stages
 
-# Bottom to top. Top-level modules (launch, equivalence, resources) are the top layer.
+# Bottom to top. The top-level modules (pipeline/*.py) are the top layer.
 LAYERS = ["runtime", "config", "costmodel", "strategies", "data", "detection", "training",
           "report", "(top)"]
 PACKAGE_DIR = stages.ROOT / "pipeline"

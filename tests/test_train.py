@@ -258,7 +258,7 @@ def test_loader_workers_auto_follow_the_cores_per_process(monkeypatch):
 
 
 def test_warmup_auto_is_the_reference_trainers():
-    from pipeline.training.train import warmup_iterations
+    from pipeline.training.job import warmup_iterations
 
     assert warmup_iterations({"warmup_iters": "auto"}, 31) == 30      # the demo: 31 steps an epoch
     assert warmup_iterations({"warmup_iters": "auto"}, 7329) == 1000  # COCO at 16 images a step

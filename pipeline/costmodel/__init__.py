@@ -1,7 +1,8 @@
 """How long communication takes: the shared half of every strategy's cost model.
 
     network.py    links (latency, bandwidth), flows, and the busiest link of a phase
-    commbench.py  the stage that times this machine's links and fits them (alpha-beta)
+    links.py      this machine's links measured and fitted (alpha-beta), for the commbench
+                  stage (pipeline/commbench.py)
     bands.py      the bands of a quiet machine's measurements: outside, commbench repeats a
                   measurement, then marks it disturbed
 

@@ -8,7 +8,12 @@ Data flow, one module per step:
     disturbance.py  runs identical by construction that disagree (a noisy machine) and commbench
                 inputs outside their bands -> the report's measurement check (its first section
                 when it warns), \\MachineNoise in numbers.tex, the cost model's verdict
+    noise.py    repeats: each entry's mean and spread, and whether two entries differ
+    prediction.py  every run's iteration predicted by the cost model, beside what it measured
+    clusters.py predicted scaling on the hypothetical clusters of report.predict
+    findings.py what the results say in sentences, and numbers.tex for the paper
     build.py    build_report: the steps above in order; __main__.py is its command line
+    paper.py    the paper stage: paper/paper.tex compiled with latexmk into one PDF
 
 Writes:
   SUMMARY (results/summary/<preset>.csv) one row per training run, skipped and failed runs included

@@ -1,4 +1,4 @@
-"""Process plumbing, the ground floor: nothing here knows about detection, strategies or reports.
+"""Process plumbing, the ground floor: nothing here imports detection, strategies or reports.
 
     files.py        atomic writes, output errors that name the remedy, what the pipeline made
     distributed.py  process groups: start, finish, gather, lost peers, heartbeat
@@ -11,4 +11,5 @@
     compat.py       the torch versions the pipeline runs on (2.4 to the lock's)
     provenance.py   what every result carries: git revision, packages, hardware
     record.py       the run record (train_summary.json): typed, upgraded from older run folders
+    lazy.py         modules imported at their first use (torch, where nothing trains)
 """

@@ -169,6 +169,11 @@ def read_json(path: str | Path):
                          "delete it and rerun the stage that writes it") from err
 
 
+def read_json_lines(path: str | Path) -> list:
+    """A JSON-lines file's objects, in order (blank lines skipped)."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
 def save_torch(obj, path: str | Path) -> None:
     """torch.save, atomically; serialised in memory first, so that a full disk is an OSError
     (ENOSPC) of the write, not an opaque error from inside torch's zip writer."""

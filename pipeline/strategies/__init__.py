@@ -6,7 +6,9 @@
     ps.py        parameter server over point-to-point messages, co-located or dedicated
     zero.py      ZeRO-1: DDP with ZeroRedundancyOptimizer, each rank steps 1/N of the weights
     fsdp.py      FSDP2 (fully_shard): weights, gradients and optimizer state sharded per block
-    torchrun.py  what ddp and ps share: torchrun, the process group, the machine checks
+    torchrun.py  what the multi-process ones (ddp, ps, zero, fsdp) share: torchrun, the
+                 process group, the machine checks
+    sweep.py     the sweep's entries filled from their defaults, checked and named
 
 The training loop in pipeline/training/train.py is the same for all of them. A new strategy is a module
 here and one entry in REGISTERED below; nothing else in the pipeline names strategies:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -74,51 +75,62 @@ def truncate_log(path: Path, last_step: int) -> None:
         tmp.write_text("".join(line + "\n" for line in kept))
 
 
-def restore(state_dir: Path, expected: str, run_dir: str, rank: int, reports: bool,
-            parts: dict, rank_parts: dict) -> bool:
-    """Resume from the last checkpoint if it is this very run's (True), else start clean (False,
-    after rank 0 cleared a stale state directory). Loads each of `parts` (named stateful parts:
-    model, optimizer, scaler, train_state; None is skipped) and this rank's `rank_parts` (its
-    generators and traffic counters) from their entries."""
-    if rank == 0 and load_checkpoint(state_dir, expected, run_dir) is None:
-        shutil.rmtree(state_dir, ignore_errors=True)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    distributed.barrier()  # nobody reads the state directory while rank 0 may be clearing it
-    checkpoint = load_checkpoint(state_dir, expected, run_dir)
-    if checkpoint is None:
-        return False
-    for name, part in parts.items():
-        if part is not None:
-            part.load_state_dict(checkpoint[name])
-    for name, part in rank_parts.items():
-        part.load_state_dict(checkpoint[name][rank])
-    step = checkpoint["train_state"]["step"]
-    if reports:
-        for name in ("iterations.jsonl", "evaluations.jsonl"):
-            truncate_log(state_dir / name, step)
-        log.info("resuming %s at epoch %d, batch %d (step %d)", state_dir.parent,
-                 checkpoint["train_state"]["epoch"], checkpoint["train_state"]["batch"], step)
-    return True
+@dataclass
+class Checkpointer:
+    """The run's checkpoint, configured once, as torchtitan's CheckpointManager: where it lives,
+    what it must match, and the named stateful parts it saves and loads (state_dict /
+    load_state_dict): `parts`, the run's (model, optimizer, scaler, train_state; None is
+    skipped), and `rank_parts`, what each rank keeps of its own (its generators and traffic
+    counters), saved for every rank."""
 
+    state_dir: Path
+    fingerprint: str
+    run_name: str  # `<preset>/<run id>` (run_name): a checkpoint of another run is refused
+    parts: dict
+    rank_parts: dict
 
-def save(state_dir: Path, fingerprint_: str, run_dir: str, writes: bool, parts: dict,
-         rank_parts: dict) -> None:
-    """Every rank's `rank_parts` are gathered (so a resumed run draws the same numbers and
-    reports the bytes of all its iterations, not only of its last session); the process that
-    `writes` saves them with `parts`. Every rank goes on once the file is on disk."""
-    gathered = {name: distributed.all_gather(part.state_dict()) for name, part in rank_parts.items()}
-    if writes:
-        save_torch({"fingerprint": fingerprint_, "run": run_dir, **gathered,
-                    **{name: None if part is None else part.state_dict()
-                       for name, part in parts.items()}}, state_dir / "checkpoint.pt")
-        # What the workflow reads while it plans (no torch there): which run this resumes.
-        write_json(state_dir / SIDECAR, {"fingerprint": fingerprint_, "run": run_dir})
-    distributed.barrier()
+    def restore(self, rank: int, reports: bool) -> bool:
+        """Resume from the last checkpoint if it is this very run's (True), else start clean
+        (False, after rank 0 cleared a stale state directory). The process that `reports`
+        cuts its logs back to the checkpoint."""
+        if rank == 0 and load_checkpoint(self.state_dir, self.fingerprint, self.run_name) is None:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        distributed.barrier()  # nobody reads the state directory while rank 0 may be clearing it
+        checkpoint = load_checkpoint(self.state_dir, self.fingerprint, self.run_name)
+        if checkpoint is None:
+            return False
+        for name, part in self.parts.items():
+            if part is not None:
+                part.load_state_dict(checkpoint[name])
+        for name, part in self.rank_parts.items():
+            part.load_state_dict(checkpoint[name][rank])
+        position = checkpoint["train_state"]
+        if reports:
+            for name in ("iterations.jsonl", "evaluations.jsonl"):
+                truncate_log(self.state_dir / name, position["step"])
+            log.info("resuming %s at epoch %d, batch %d (step %d)", self.state_dir.parent,
+                     position["epoch"], position["batch"], position["step"])
+        return True
 
+    def save(self, writes: bool) -> None:
+        """Every rank's `rank_parts` are gathered (so a resumed run draws the same numbers and
+        reports the bytes of all its iterations, not only of its last session); the process
+        that `writes` saves them with `parts`. Every rank goes on once the file is on disk."""
+        gathered = {name: distributed.all_gather(part.state_dict())
+                    for name, part in self.rank_parts.items()}
+        if writes:
+            save_torch({"fingerprint": self.fingerprint, "run": self.run_name, **gathered,
+                        **{name: None if part is None else part.state_dict()
+                           for name, part in self.parts.items()}},
+                       self.state_dir / "checkpoint.pt")
+            # What the workflow reads while it plans (no torch there): which run this resumes.
+            write_json(self.state_dir / SIDECAR, {"fingerprint": self.fingerprint, "run": self.run_name})
+        distributed.barrier()
 
-def forget(state_dir: Path, rank: int) -> None:
-    """A finished run keeps no state: rerunning its job (a forced rerun, a changed input)
-    trains from scratch instead of "resuming" past its last epoch."""
-    distributed.barrier()  # every rank is done with the state directory
-    if rank == 0:
-        shutil.rmtree(state_dir, ignore_errors=True)
+    def forget(self, rank: int) -> None:
+        """A finished run keeps no state: rerunning its job (a forced rerun, a changed input)
+        trains from scratch instead of "resuming" past its last epoch."""
+        distributed.barrier()  # every rank is done with the state directory
+        if rank == 0:
+            shutil.rmtree(self.state_dir, ignore_errors=True)

@@ -1,8 +1,9 @@
 """The run summary (train_summary.json) and every rank's report, built at the end of training.
 
-`job` is the loop's Job (train.py, which calls this module: the arrow points one way). The
-first worker writes the weights, the iteration log and the summary (last, so that its
-presence means the run finished).
+`summary_of` builds the summary from explicit inputs (the log records, the run's entry, its
+training state, the process's context, the precision, the strategy's facts); `summarise` reads
+them off the loop's Job (job.py) and gathers every rank's report. The first worker writes the
+weights, the iteration log and the summary (last, so that its presence means the run finished).
 """
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ from ..config import stages
 from ..runtime.record import (STRATEGY_REMEDY, Bytes, Checkpoints, Evaluation, Memory, RankReport,
                               RunSummary, SecondsPerIteration, StateBytes, TimeSplit, Utilisation)
 from ..runtime import distributed, failure, provenance
-from ..runtime.files import atomic_path, save_torch, write_json, write_text
+from ..runtime.files import atomic_path, read_json_lines, save_torch, write_json, write_text
 from ..strategies import sweep
-from ..strategies.base import gradient_bytes
+from ..strategies.base import Context, gradient_bytes
+from .job import Job
 from .monitor import peak_memory
+from .precision import Precision
+from .state import TrainState
 
 WARMUP_ITERATIONS_EXCLUDED = 5  # first iterations (allocator, caches) left out of timing stats
 
@@ -39,7 +43,7 @@ def evaluations(state_dir: Path) -> list[Evaluation]:
     return [by_epoch[e] for e in sorted(by_epoch)]
 
 
-def summarise(job, live_log: Path) -> dict | None:
+def summarise(job: Job, live_log: Path) -> dict | None:
     """Gather every rank's report; the first worker writes the weights, the iteration log and
     the summary (last, so that its presence means the run finished). Returns the summary's
     JSON object in that process, None in the others."""
@@ -48,10 +52,16 @@ def summarise(job, live_log: Path) -> dict | None:
     samples = [s for rank in distributed.all_gather(job.monitor.stop()) for s in rank]
     if not job.ctx.reports:
         return None
-    cfg, ctx = job.cfg, job.ctx
-    record = summary_of(live_log, job, ranks)
+    cfg, ctx, strategy = job.cfg, job.ctx, job.strategy
+    # What the strategy observed over every rank (a ps server's staleness): fields of the record
+    facts = RunSummary.fields_of(strategy.summary_facts([r.to_json() for r in ranks]),
+                                 f"{strategy.name}.summary_facts", STRATEGY_REMEDY)
+    record = summary_of(read_json_lines(live_log), job.run, job.state, ctx, job.precision, facts,
+                        ranks=ranks, schedule=job.schedule, global_batch=job.global_batch,
+                        lr=job.base_lr, evaluations=evaluations(job.state_dir),
+                        communication_timed=strategy.communication_timed is not None)
     write_text(job.out_dir / "utilisation.jsonl", "".join(json.dumps(s) + "\n" for s in samples))
-    save_torch({"model": job.strategy.model_state(job.model),
+    save_torch({"model": strategy.model_state(job.model),
                 "num_classes": job.dataset.num_classes, "model_cfg": cfg["model"]},
                job.out_dir / "model_final.pt")
     with atomic_path(job.out_dir / "iterations.jsonl") as tmp:
@@ -69,7 +79,7 @@ def summarise(job, live_log: Path) -> dict | None:
     return summary
 
 
-def failed_outcome(job, live_log: Path, reason: str) -> dict:
+def failed_outcome(job: Job, live_log: Path, reason: str) -> dict:
     """What records a diverged run (pipeline/runtime/failure.py, write_outcome): a summary that
     says `failed` and why, in one line, and the iterations logged until then. Its state/ stays:
     a rerun with other settings starts over, and one unchanged meets the same loss again."""
@@ -77,7 +87,7 @@ def failed_outcome(job, live_log: Path, reason: str) -> dict:
             "summary": sweep.unfinished_summary(job.cfg, job.run, "failed", failure.one_line(reason))}
 
 
-def rank_report(job) -> list[RankReport]:
+def rank_report(job: Job) -> list[RankReport]:
     """Every process's role, checksum of its weights, and bytes per iteration, measured and by
     theory; gathered from all ranks (the replicas must be identical)."""
     grad_bytes = gradient_bytes(job.strategy.unwrap(job.model))
@@ -94,9 +104,14 @@ def rank_report(job) -> list[RankReport]:
                                f"{job.strategy.name}.rank_facts", STRATEGY_REMEDY)))
 
 
-def summary_of(log_path: Path, job, ranks: list[RankReport]) -> RunSummary:
-    """Throughput, time per iteration and its split, losses, and the ranks' reports."""
-    records = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+def summary_of(records: list[dict], run: dict, state: TrainState, ctx: Context,
+               precision: Precision, facts: dict, *, ranks: list[RankReport], schedule: dict,
+               global_batch: int, lr: float, evaluations: list[Evaluation],
+               communication_timed: bool) -> RunSummary:
+    """Throughput, time per iteration and its split, losses, and the ranks' reports. `facts`
+    are the strategy's summary facts as fields of the record; `schedule` is the train section
+    with its warm-up resolved; `communication_timed` is False where the strategy exchanges
+    inside forward and backward (Strategy.communication_timed is None)."""
     steady = records[WARMUP_ITERATIONS_EXCLUDED:] or records
     times = np.array([r["time_iter"] for r in steady])
     # train.time_split: false leaves only the data wait (pipeline/training/timing.py)
@@ -104,34 +119,29 @@ def summary_of(log_path: Path, job, ranks: list[RankReport]) -> RunSummary:
              for k in ("data", "compute", "communication", "optimizer") if f"time_{k}" in steady[0]}
     epochs = sorted({r["epoch"] for r in records})
     epoch_loss = [float(np.mean([r["loss"] for r in records if r["epoch"] == e])) for e in epochs]
-    ctx = job.ctx
-    # What the strategy observed over every rank (a ps server's staleness): fields of the record
-    facts = RunSummary.fields_of(job.strategy.summary_facts([r.to_json() for r in ranks]),
-                                 f"{job.strategy.name}.summary_facts", STRATEGY_REMEDY)
     return RunSummary(
         # the precision that ran: the run's (sweep.identity's), resolved by training/precision.py
-        **dict(sweep.identity(job.run), precision=job.precision.name),
-        global_batch=job.global_batch, lr=job.base_lr, device=str(ctx.device), backend=ctx.backend, threads=ctx.threads,
+        **dict(sweep.identity(run), precision=precision.name),
+        global_batch=global_batch, lr=lr, device=str(ctx.device), backend=ctx.backend, threads=ctx.threads,
         processes=ctx.processes, status="ok", reason="",
-        epochs=len(epochs), iterations=len(records), train_seconds=job.state.train_seconds,
-        evaluation_seconds=job.state.evaluation_seconds, evaluations=evaluations(job.state_dir),
-        checkpoints=Checkpoints(**job.state.checkpoints, every=job.cfg["train"]["checkpoint_every"]),
+        epochs=len(epochs), iterations=len(records), train_seconds=state.train_seconds,
+        evaluation_seconds=state.evaluation_seconds, evaluations=evaluations,
+        checkpoints=Checkpoints(**state.checkpoints, every=schedule["checkpoint_every"]),
         # Each session after the first resumed from a checkpoint (a rerun, or torchrun's
         # restart after a worker died; `restart` is torchrun's count then).
-        resumed_at_steps=[s["step"] for s in job.state.sessions[1:]],
-        restarts=sum(1 for s in job.state.sessions if s["restart"] > 0),
-        channels_last=job.cfg["train"]["channels_last"],
-        warmup_iters=job.schedule["warmup_iters"],  # `auto` resolved
-        skipped_steps=job.precision.skipped_steps,  # fp16 overflows the scaler skipped
+        resumed_at_steps=[s["step"] for s in state.sessions[1:]],
+        restarts=sum(1 for s in state.sessions if s["restart"] > 0),
+        channels_last=schedule["channels_last"],
+        warmup_iters=schedule["warmup_iters"],  # `auto` resolved
+        skipped_steps=precision.skipped_steps,  # fp16 overflows the scaler skipped
         images_per_second=float(sum(r["images"] for r in steady) / times.sum()),
         sec_per_iter=SecondsPerIteration(mean=float(times.mean()),
                                          p50=float(np.percentile(times, 50)),
                                          p95=float(np.percentile(times, 95))),
         time_split=TimeSplit(**split), timing_excludes_first_iterations=WARMUP_ITERATIONS_EXCLUDED,
-        # None where the strategy exchanges inside forward and backward: no share was timed
+        # None where no share was timed
         communication_share=(split["communication"] / float(times.mean())
-                             if "communication" in split
-                             and job.strategy.communication_timed is not None else None),
+                             if "communication" in split and communication_timed else None),
         ranks=ranks, replicas_identical=len({r.checksum for r in ranks}) == 1, **facts,
         epoch_loss=epoch_loss,
         final_loss=epoch_loss[-1] if epoch_loss else math.nan)

@@ -17,6 +17,7 @@ uninterrupted run gets; a finished run removes it (pipeline/training/checkpoint.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -24,8 +25,9 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import torch
@@ -42,13 +44,13 @@ from ..runtime.files import (
     OutputError,
     output_error,
 )
-from . import checkpoint
 from .checkpoint import CheckpointError
 from .identity import fingerprint
+from .job import Job
 from .monitor import Monitor
 from .precision import Precision
 from .summary import failed_outcome, summarise
-from .state import Moved, RandomState, Stopwatch, TrainState
+from .state import Stopwatch
 from .timing import IterationClock, Pending, SyncCheck
 
 log = logging.getLogger("train")
@@ -77,14 +79,6 @@ def learning_rate(train: dict, base_lr: float, step: int, epoch: int) -> float:
         warmup = train["warmup_factor"] * (1 - alpha) + alpha
     decays = sum(1 for milestone in train["lr_steps"] if epoch >= milestone)
     return base_lr * warmup * train["lr_gamma"] ** decays
-
-
-def warmup_iterations(train: dict, iterations_per_epoch: int) -> int:
-    """train.warmup_iters, or for `auto` what torchvision's reference trainer takes:
-    min(1000, iterations of the first epoch - 1)."""
-    if train["warmup_iters"] != "auto":
-        return train["warmup_iters"]
-    return min(1000, iterations_per_epoch - 1)
 
 
 def seed_everything(seed: int) -> None:
@@ -166,55 +160,23 @@ def check_finite(record: dict, precision: Precision) -> None:
 
 
 @dataclass
-class Job:
-    """One training process's run: what `setup` builds and the loop advances."""
+class IterationLog:
+    """Where each finished iteration's record goes: checked (a non-finite loss stops the run),
+    then, in the process that reports, appended to the live iteration log and shown."""
 
-    cfg: dict
-    run: dict
-    out_dir: Path
-    strategy: strategies.Strategy
-    ctx: strategies.Context
-    dataset: CocoDetection
-    sampler: ShardedBatchSampler
-    loader: torch.utils.data.DataLoader
-    loader_seed: torch.Generator
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    base_lr: float
-    global_batch: int
-    fingerprint: str
+    file: TextIO | None  # None in the processes that do not report
+    progress: Progress
     precision: Precision
-    clock: IterationClock     # the phase split and losses of each iteration (timing.py)
-    state: TrainState = field(default_factory=TrainState)  # what a checkpoint resumes
-    moved: Moved = field(default_factory=Moved)            # this process's bytes, every session's
-    monitor: Monitor | None = None  # utilisation sampling while the loop runs
-    sync_check: SyncCheck | None = None  # train.sync_debug, set by setup (timing.py)
+    total_steps: int
 
-    def checkpoint_parts(self) -> dict:
-        """The named stateful parts of the run's checkpoint (checkpoint.py)."""
-        return {**self.strategy.checkpoint_state(self.model, self.optimizer),
-                "scaler": self.precision.scaler, "train_state": self.state}
-
-    def rank_parts(self) -> dict:
-        """What each rank keeps of its own, saved for every rank."""
-        return {"moved": self.moved, "rng": RandomState(self.ctx.device)}
-
-    @property
-    def schedule(self) -> dict:
-        """The train section with its warm-up resolved (`auto` -> iterations)."""
-        return dict(self.cfg["train"], warmup_iters=warmup_iterations(self.cfg["train"], len(self.sampler)))
-
-    @property
-    def state_dir(self) -> Path:
-        return self.out_dir / "state"
-
-    @property
-    def seed(self) -> int:
-        return self.run["seed"]
-
-    @property
-    def total_steps(self) -> int:
-        return self.cfg["train"]["epochs"] * len(self.sampler)
+    def write(self, record: dict | None) -> None:
+        if record is None:  # no iteration was waiting to be finished
+            return
+        check_finite(record, self.precision)
+        if self.file is not None:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+            self.progress.update(record, self.total_steps)
 
 
 def loader_workers(data_cfg: dict) -> int:
@@ -270,9 +232,7 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
               optimizer, base_lr, global_batch, fingerprint(cfg, run),
               Precision(run.get("precision", "fp32"), ctx.device, strategy.grad_scaler),
               IterationClock(ctx.device, train_cfg["time_split"]))
-    run_dir = checkpoint.run_name(out_dir)
-    checkpoint.restore(job.state_dir, job.fingerprint, run_dir, ctx.rank, ctx.reports,
-                       job.checkpoint_parts(), job.rank_parts())
+    job.checkpointer.restore(ctx.rank, ctx.reports)
     job.state.begin_session(int(os.environ.get(RESTART_COUNT, 0)))
     job.sync_check = SyncCheck(strategy.unwrap(model), SYNC_CHECK_AFTER,
                                enabled=train_cfg["sync_debug"] and ctx.device.type == "cuda")
@@ -282,55 +242,40 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
     return job
 
 
-def timed_iteration(job: Job, batch, epoch: int, stopwatch: Stopwatch) -> tuple[Pending, dict | None]:
-    """One iteration, queued on the device: what the host knows of it (step, lr, images, data
-    wait since the lap began, bytes moved), the marks that bound its phases, and its losses;
-    job.clock finishes the record an iteration later."""
-    ctx, clock, state = job.ctx, job.clock, job.state
-    lr = learning_rate(job.schedule, job.base_lr, state.step, epoch)
-    for group in job.optimizer.param_groups:
-        group["lr"] = lr
-    record, marks, losses = {"step": state.step + 1, "epoch": epoch, "lr": lr}, {}, None
-    if batch is not None:  # a dedicated parameter server has no data: only the strategy's step
-        images, targets = to_device(*batch, ctx.device)
-        record.update(time_data=stopwatch.lap_seconds(), images=len(images) * ctx.shards)
-        marks["forward"] = clock.mark()
-        losses = forward_backward(job.model, job.optimizer, images, targets, job.precision)
-    marks["step"] = clock.mark()
-    seconds_communicating = job.strategy.step(job.model, job.precision.optimizer(job.optimizer), ctx)
-    marks["end"] = clock.mark()
-    traffic = job.strategy.traffic()
-    job.moved.add(traffic.sent, traffic.received)
-    state.step += 1
-    distributed.report_progress(state.step)
-    record.update(bytes_sent=traffic.sent, bytes_received=traffic.received)
-    return Pending(record, marks, communication=seconds_communicating,
-                   backward_wait=traffic.backward_wait), losses
-
-
-def iterate(job: Job, batch, stopwatch: Stopwatch, log_file, progress: Progress) -> None:
+def iterate(job: Job, batch, stopwatch: Stopwatch, log: IterationLog) -> None:
     """One iteration of the loop, from the batch in hand (its wait counted since the
-    stopwatch's lap) to the previous iteration's record checked and logged."""
-    state = job.state
+    stopwatch's lap) to the previous iteration's record checked and logged. Its record is
+    built here; job.clock fills in what the device knows (losses, phase seconds)."""
+    ctx, clock, state = job.ctx, job.clock, job.state
     with job.sync_check.iteration(state.step):  # train.sync_debug (timing.py)
-        # -- the iteration: lr, batch to the device, forward and backward, the strategy's step
-        pending, losses = timed_iteration(job, batch, state.epoch, stopwatch)
+        # -- the learning rate of this step
+        lr = learning_rate(job.schedule, job.base_lr, state.step, state.epoch)
+        for group in job.optimizer.param_groups:
+            group["lr"] = lr
+        # -- the batch to the device, forward and backward, queued (marks bound the phases)
+        marks, losses, data = {}, None, {}
+        if batch is not None:  # a dedicated parameter server has no data: only the strategy's step
+            images, targets = to_device(*batch, ctx.device)
+            data = {"time_data": stopwatch.lap_seconds(), "images": len(images) * ctx.shards}
+            marks["forward"] = clock.mark()
+            losses = forward_backward(job.model, job.optimizer, images, targets, job.precision)
+        # -- the strategy's step, and the bytes it moved
+        marks["step"] = clock.mark()
+        seconds_communicating = job.strategy.step(job.model, job.precision.optimizer(job.optimizer), ctx)
+        marks["end"] = clock.mark()
+        traffic = job.strategy.traffic()
+        job.moved.add(traffic.sent, traffic.received)
+        state.step += 1
+        distributed.report_progress(state.step)
         state.batch += 1
         now = time.perf_counter()
-        pending.record.update(time_iter=stopwatch.lap_seconds(now), elapsed=stopwatch.elapsed(now))
+        record = {"step": state.step, "epoch": state.epoch, "lr": lr, **data,
+                  "bytes_sent": traffic.sent, "bytes_received": traffic.received,
+                  "time_iter": stopwatch.lap_seconds(now), "elapsed": stopwatch.elapsed(now)}
         # -- its record is finished one iteration late, once its device work is done (timing.py)
-        log_record(job, job.clock.push(pending, losses), log_file, progress)
-
-
-def log_record(job: Job, record: dict | None, log_file, progress: Progress) -> None:
-    """A finished iteration: checked, then written to the iteration log."""
-    if record is None:
-        return
-    check_finite(record, job.precision)
-    if job.ctx.reports:
-        log_file.write(json.dumps(record) + "\n")
-        log_file.flush()
-        progress.update(record, job.total_steps)
+        pending = Pending(record, marks, communication=seconds_communicating,
+                          backward_wait=traffic.backward_wait)
+        log.write(clock.push(pending, losses))
 
 
 def begin_epoch(job: Job) -> None:
@@ -345,26 +290,26 @@ def begin_epoch(job: Job) -> None:
         job.dataset.set_epoch(seed, epoch)
 
 
-def run_epoch(job: Job, log_file, progress: Progress, max_steps: int | None) -> None:
+def run_epoch(job: Job, log: IterationLog, max_steps: int | None) -> None:
     """The rest of one pass over this process's shard (all of it unless resumed mid-epoch).
     Checkpoints every train.checkpoint_every iterations; their seconds are kept out of the
     training time."""
-    state, every = job.state, job.cfg["train"]["checkpoint_every"]
+    state, every = job.state, job.schedule["checkpoint_every"]
     begin_epoch(job)
     batches = (job.loader if job.ctx.shard is not None
                else itertools.repeat(None, len(job.sampler) - state.batch))
     stopwatch = Stopwatch(state)
     for batch in batches:
-        iterate(job, batch, stopwatch, log_file, progress)
+        iterate(job, batch, stopwatch, log)
         if state.step == max_steps:
             break
         # -- a checkpoint now and then, out of the training time
         if every and state.step % every == 0 and state.batch < len(job.sampler):
-            log_record(job, job.clock.drain(), log_file, progress)  # checked before it is saved
+            log.write(job.clock.drain())  # checked before it is saved
             with stopwatch.paused():
                 save_checkpoint(job)  # the epoch's end saves one anyway
         stopwatch.lap()
-    log_record(job, job.clock.drain(), log_file, progress)
+    log.write(job.clock.drain())
     stopwatch.stop()
 
 
@@ -375,8 +320,7 @@ def save_checkpoint(job: Job) -> None:
     start = time.perf_counter()
     job.strategy.consolidate(job.model, job.optimizer, job.ctx)
     job.state.checkpoints["count"] += 1
-    checkpoint.save(job.state_dir, job.fingerprint, checkpoint.run_name(job.out_dir),
-                    job.strategy.saves_checkpoint(job.ctx), job.checkpoint_parts(), job.rank_parts())
+    job.checkpointer.save(job.strategy.saves_checkpoint(job.ctx))
     job.state.checkpoints["seconds"] += time.perf_counter() - start
 
 
@@ -392,9 +336,10 @@ def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = Non
     job.model.train()
     live_log = job.state_dir / "iterations.jsonl"
     try:
-        with open(live_log if job.ctx.reports else os.devnull, "a") as log_file:
+        with open(live_log, "a") if job.ctx.reports else contextlib.nullcontext() as log_file:
+            log = IterationLog(log_file, progress, job.precision, job.total_steps)
             while state.epoch < cfg["train"]["epochs"] and state.step != max_steps:
-                run_epoch(job, log_file, progress, max_steps)
+                run_epoch(job, log, max_steps)
                 if state.step == max_steps:
                     break
                 evaluate_during_training(job)
@@ -407,7 +352,7 @@ def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = Non
     progress.close()
     summary = summarise(job, live_log)
     if max_steps is None:
-        checkpoint.forget(job.state_dir, job.ctx.rank)
+        job.checkpointer.forget(job.ctx.rank)
     job.strategy.finish(job.ctx)
     return summary
 

@@ -7,7 +7,7 @@ from pipeline.config import stages
 
 # Bottom to top. Top-level modules (launch, equivalence, resources) are the top layer.
 LAYERS = ["runtime", "config", "costmodel", "strategies", "data", "detection", "training",
-          "report", "(top)"]
+          "commbench", "report", "(top)"]
 PACKAGE_DIR = stages.ROOT / "pipeline"
 
 

@@ -1,5 +1,5 @@
 """When a commbench measurement is trusted: the bands a quiet machine's measurements fall in.
-Outside its band the commbench stage (pipeline/commbench.py) measures it again, up to REPEATS
+Outside its band the commbench stage (pipeline/commbench/) measures it again, up to REPEATS
 more times; if every attempt stays outside, it keeps the least disturbed attempt and marks it
 `disturbed` in its JSON, with the reason and every attempt's values. The report says which
 inputs the cost model trusted (pipeline/report/prediction.py). No torch here: the report reads

@@ -1,5 +1,5 @@
 """The cost model's shared half: links measured as latency + bytes x seconds-per-byte, their
-least-squares fit from timings (pipeline/costmodel/links.py), the network that carries a strategy's
+least-squares fit from timings (pipeline/commbench/links.py), the network that carries a strategy's
 messages (one host, or a cluster of GPU nodes), and the one place that adds compute, data wait,
 optimizer and communication into a predicted iteration.
 

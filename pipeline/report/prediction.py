@@ -11,7 +11,7 @@ something of its own); without one, single's time is scaled by the ratio of thre
 assumption, named per row). On GPUs each process has its own device.
 Either way `single` had the host to itself, and a run's processes share it: its compute is
 single's times the slowdown commbench measured with every process computing at once
-(pipeline/training/shared_compute.py), 1 where that was not measured. A commbench input that
+(pipeline/commbench/shared_compute.py), 1 where that was not measured. A commbench input that
 stayed outside its band is not used silently (pipeline/report/disturbance.py): a disturbed
 shared-compute factor is replaced by a quiet machine's (1 where the processes have the cores to
 themselves), named per row; disturbed links and strategy timings are used, flagged; the

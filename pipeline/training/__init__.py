@@ -9,5 +9,4 @@
     precision.py  fp32, bf16 and fp16 autocast
     monitor.py    CPU, memory and GPU sampling while the loop runs
     summary.py    the run summary from every rank's report; a diverged run's failed record
-    shared_compute.py  what commbench measures of the model's compute (used by pipeline/commbench.py)
 """

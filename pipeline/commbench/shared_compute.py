@@ -6,7 +6,7 @@ feeds them). Measured here, with the run's own model, instead of assumed to be 1
 
 Rank 0 times a forward + backward alone while the other ranks wait at a barrier, then every rank
 times the same at once; the factor is the mean rank's median together over rank 0's median
-alone. The commbench stage (pipeline/commbench.py) runs it beside the links and keeps it in its
+alone. The commbench stage (__main__.py) runs it beside the links and keeps it in its
 JSON, and times with `together` what a strategy that asks for it (`Strategy.calibrate`: FSDP2)
 adds to the same step when it wraps the model. Each timing keeps the spread of its repeats, and
 the stage measures again what falls outside its band (pipeline/costmodel/bands.py).
@@ -19,9 +19,9 @@ import torch
 import torch.distributed as dist
 
 from ..costmodel import bands
-from ..costmodel.links import seconds_of  # the one timer of everything commbench times
-from ..costmodel.links import with_other_load  # ... and what else loaded the machine meanwhile
 from ..detection.model import build_model
+from .links import seconds_of  # the one timer of everything commbench times
+from .links import with_other_load  # ... and what else loaded the machine meanwhile
 
 NUM_CLASSES = 2  # the box predictor's last layer, negligible beside the rest of the model
 WARMUPS = 3

@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument("--out", required=True, help="run directory (commbench: its JSON file)")
         parser.add_argument("--stage", choices=["train", "evaluate", "commbench"], default="train")
         parser.add_argument("--log", help="the job's log: stdout and stderr go there once the run "
-                                           "is locked (a refused job leaves the running one's log as it is)")
+                                           "is locked (a refused job leaves the running one's log as it is; "
+                                           "commbench locks none)")
 
     def body(args):
         # Killed with its job: the rule's shell execs us, so our parent is Snakemake (or srun's

@@ -157,6 +157,11 @@ def test_a_commbench_job_is_its_processes_on_one_node_with_a_gpu_each_under_nccl
     assert (job["nodes"], job["processes"], job["tasks"], job["mpi"], job["gpu"]) == (1, 3, 1, None, 0)
     nccl = resources.commbench_resources(preset("demo", backend="nccl"), 2)
     assert (nccl["gpu"], nccl["tasks_per_gpu"]) == (2, 0)
+    # the launcher starts it where its job asks: one torchrun on this node, no restarts
+    argv = launch.commbench_command(preset("demo", nnodes=2), 3, "out.json", python="python")
+    assert argv[:7] == ["python", "-m", "pipeline.runtime.elastic", "--nproc-per-node=3",
+                        "--nnodes=1", "--max-restarts=0", "--standalone"]
+    assert argv[7:9] == ["-m", "pipeline.commbench"] and argv[-2:] == ["--out", "out.json"]
 
 
 @pytest.mark.parametrize("name", ["demo", "coco2017"])

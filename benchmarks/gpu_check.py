@@ -24,7 +24,7 @@ recorded with its one-line reason (the failing rank's own error) and the next it
                fp16 at one process per GPU, listed with its reason where it refuses one
   nvml         the utilisation sampler's GPU samples during those runs
   commbench    the NCCL links timed at the GPU count, and the model's compute alone and with
-               every GPU's process at once (pipeline/commbench.py)
+               every GPU's process at once (pipeline/commbench/)
   throughput   R50-FPN at 2, 8 and 16 images per GPU, fp32 and bf16: images/s, the data wait's
                share of an iteration, SM utilisation and peak GPU memory in use (both NVML)
   sync         every registered strategy at one process, bf16, a few iterations with
@@ -69,7 +69,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.common import one_process_entry, strategy_entries, workers_for  # noqa: E402
 from pipeline.config import params  # noqa: E402
 from pipeline.data import synthetic  # noqa: E402
-from pipeline.launch import command, evaluation_command  # noqa: E402
+from pipeline.launch import command, commbench_command, evaluation_command  # noqa: E402
 from pipeline.runtime import distributed, provenance  # noqa: E402
 from pipeline.runtime.files import write_json, write_text  # noqa: E402
 from pipeline.strategies import REGISTERED, sweep  # noqa: E402
@@ -396,18 +396,15 @@ class Check:
 
     def commbench(self) -> dict:
         from pipeline.config import stages
-        from pipeline.strategies.torchrun import torchrun
         # The CPU smoke times the tiny model (the real R50-FPN trains in `throughput`), once:
         # beside a test suite's other worker every measurement is outside its band.
         cfg = with_model(self.cfg, self.sizes, self.sizes.tiny_model)
         cfg["commbench"].update(max_bytes=2**26 if self.gpus else 2**20, repeats=5 if self.gpus else 2,
                                 compute_repeats=15 if self.gpus else 3, retries=2 if self.gpus else 0)
         out = self.work / "commbench.json"
-        launcher = torchrun(sys.executable, self.processes, dict(cfg["parallel"], nnodes=1, max_restarts=0), "")
-        argv = launcher + ["-m", "pipeline.commbench", "--config",
-                           json.dumps(stages.with_knobs(stages.config_for(cfg, "commbench"),
-                                                        stages.knobs_for(cfg, "commbench"))),
-                           "--out", str(out)]
+        argv = commbench_command(stages.with_knobs(stages.config_for(cfg, "commbench"),
+                                                   stages.knobs_for(cfg, "commbench")),
+                                 self.processes, str(out))
         result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
         if result.returncode != 0:
             raise RuntimeError(failure_line(result.stderr))

@@ -24,8 +24,8 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
+from pipeline.commbench.links import seconds_of  # noqa: E402
 from pipeline.config import params  # noqa: E402
-from pipeline.costmodel.links import seconds_of  # noqa: E402
 from pipeline.detection.model import build_model  # noqa: E402
 from pipeline.runtime import distributed, lifetime  # noqa: E402
 from pipeline.strategies import STRATEGIES  # noqa: E402

@@ -1,7 +1,9 @@
-"""Start one training run the way its strategy says, or record why it cannot run here.
+"""Start one training run the way its strategy says, or record why it cannot run here; start
+the commbench stage's processes the same way.
 
     python -m pipeline.launch --config '<preset JSON>' --entry '<sweep entry JSON>' --out DIR
     python -m pipeline.launch --stage evaluate ...   (a ddp run evaluates on its own processes)
+    python -m pipeline.launch --stage commbench --processes N --config '<stage JSON>' --out FILE
 
 A run this machine cannot do (DataParallel without 2 GPUs, more processes than cores, NCCL
 without GPUs, ...) gets a train_summary.json with status "skipped" and the reason, so it shows
@@ -21,6 +23,7 @@ import sys
 from pathlib import Path
 
 from . import strategies
+from .commbench import job as commbench_job
 from .config import cli, stages
 from .detection.scoring import not_evaluated, record_not_evaluated
 from .runtime import lifetime, run_lock, slurm
@@ -44,6 +47,12 @@ def evaluation_command(cfg: dict, run: dict, run_dir: str, python: str = sys.exe
     trained with)."""
     launcher = strategies.get(run, cfg["parallel"]).evaluation_launcher(python)
     return launcher + ["-m", "pipeline.detection.evaluate", "--config", json.dumps(cfg), "--run-dir", run_dir]
+
+
+def commbench_command(cfg: dict, processes: int, out: str, python: str = sys.executable) -> list[str]:
+    """The commbench stage at `processes` processes on this node (pipeline/commbench/job.py)."""
+    return commbench_job.launcher(python, processes, cfg["parallel"]) + [
+        "-m", commbench_job.MODULE, "--config", json.dumps(cfg), "--out", out]
 
 
 def multi_node_command(cfg: dict, run: dict, out: str) -> list[str]:
@@ -80,19 +89,37 @@ def log_to(path: str) -> None:
     os.close(fd)
 
 
+def start_commbench(args) -> None:
+    """Become the commbench job's launcher. No run directory to lock: the stage writes one
+    file, atomically, and Snakemake locks it. The log opens first, so that where the knobs
+    came from (stages.parsed_config says it) is in it."""
+    if args.processes is None:
+        raise SystemExit("error: --stage commbench needs --processes")
+    if args.log:
+        log_to(args.log)
+    argv = commbench_command(stages.parsed_config(args, args.stage), args.processes, args.out)
+    os.execv(argv[0], argv)
+
+
 def main(argv: list[str] | None = None) -> None:
     def arguments(parser):
         stages.add_config_arguments(parser)
-        parser.add_argument("--entry", required=True, help="the sweep entry as JSON")
-        parser.add_argument("--out", required=True, help="run directory")
-        parser.add_argument("--stage", choices=["train", "evaluate"], default="train")
+        parser.add_argument("--entry", help="the sweep entry as JSON (train, evaluate)")
+        parser.add_argument("--processes", type=int, help="how many processes to time (commbench)")
+        parser.add_argument("--out", required=True, help="run directory (commbench: its JSON file)")
+        parser.add_argument("--stage", choices=["train", "evaluate", "commbench"], default="train")
         parser.add_argument("--log", help="the job's log: stdout and stderr go there once the run "
-                                           "is locked (a refused job leaves the running one's log as it is)")
+                                           "is locked (a refused job leaves the running one's log as it is; "
+                                           "commbench locks none)")
 
     def body(args):
         # Killed with its job: the rule's shell execs us, so our parent is Snakemake (or srun's
         # step daemon); the request survives the exec of torchrun below.
         lifetime.become_launcher()
+        if args.stage == "commbench":
+            start_commbench(args)
+        if args.entry is None:
+            raise SystemExit(f"error: --stage {args.stage} needs --entry")
         cfg, run = stages.parsed_config(args, args.stage), json.loads(args.entry)
         # One job per run directory at a time; held by what we exec into, until the job ends.
         run_lock.hold(args.out, args.stage)
@@ -118,7 +145,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.flush()
         os.execv(argv[0], argv)
 
-    cli.run_stage("Launch one training run (see module docstring).", body, arguments=arguments,
+    cli.run_stage("Launch one training run, or the commbench stage (see module docstring).",
+                  body, arguments=arguments,
                   errors=(run_lock.RunBusyError, OutputError), follows_parent=False, argv=argv)
 
 

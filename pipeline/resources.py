@@ -9,7 +9,8 @@ them without Snakemake.
 from __future__ import annotations
 
 from . import strategies
-from .strategies import Strategy, sweep
+from .commbench import job as commbench_job
+from .strategies import sweep
 
 
 def scheduler(cfg: dict) -> dict:
@@ -78,16 +79,10 @@ def equivalence_resources(cfg: dict) -> dict:
     return job_resources(cfg, 1, max(s.processes() for s in steps), max(s.gpus() for s in steps))
 
 
-def link_job(cfg: dict, processes: int) -> Strategy:
-    """The commbench job at `processes` processes: on one node, as a ddp run of that many
-    workers would be (its processes, their GPUs where NCCL is the backend)."""
-    return strategies.get({"strategy": "ddp", "workers": processes, "images_per_worker": 1,
-                           "comm_hook": "none"}, dict(cfg["parallel"], nnodes=1))
-
-
-def link_resources(cfg: dict, processes: int) -> dict:
-    """What the commbench job at `processes` processes asks for: one node, link_job's GPUs."""
-    return job_resources(cfg, 1, processes, link_job(cfg, processes).gpus())
+def commbench_resources(cfg: dict, processes: int) -> dict:
+    """What the commbench job at `processes` processes asks for: one node, its GPUs
+    (pipeline/commbench/job.py)."""
+    return job_resources(cfg, 1, processes, commbench_job.gpus(processes, cfg["parallel"]))
 
 
 def commbench_processes(cfg: dict, runs: dict[str, dict]) -> list[int]:

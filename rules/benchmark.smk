@@ -1,7 +1,6 @@
 # What the report sets beside the runs: how far one step of each strategy lands from `single`
 # (equivalence), and the machine's links at each process count the runs use (commbench, the
 # cost model's input).
-from pipeline.strategies.torchrun import torchrun
 
 
 rule equivalence:
@@ -33,9 +32,7 @@ rule commbench:
         COMMBENCH_FILE,
     params:
         config=stage_params("commbench"),
-        # restarts are a knob (they rerun nothing) and a benchmark this short needs none
-        launcher=lambda wildcards: " ".join(torchrun(PYTHON, int(wildcards.processes),
-                                                      dict(CFG["parallel"], nnodes=1, max_restarts=0), "")),
+        python=PYTHON,
     # Timings are the result: the job has the machine (or its allocation) to itself.
     threads: cores_or(lambda wildcards: int(wildcards.processes))
     resources:
@@ -44,6 +41,7 @@ rule commbench:
         f"logs/commbench/{PRESET}/p{{processes}}.log",
     benchmark:
         f"logs/benchmarks/commbench_{PRESET}_p{{processes}}.tsv"
+    # started like a training run: pipeline/launch.py becomes its torchrun (commbench/job.py)
     shell:
-        "exec {params.launcher} -m pipeline.commbench --config {params.config:q} --out {output}"
-        " > {log} 2>&1"
+        "exec {params.python} -m pipeline.launch --stage commbench --processes {wildcards.processes}"
+        " --config {params.config:q} --out {output} --log {log}"

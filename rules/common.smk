@@ -81,7 +81,7 @@ def equivalence_job():
 @functools.cache
 def commbench_job(processes):
     """The resources of the commbench job at `processes` processes."""
-    return resources.link_resources(CFG, int(processes))
+    return resources.commbench_resources(CFG, int(processes))
 
 
 def wired(job):

@@ -7,11 +7,9 @@ import json
 import subprocess
 import sys
 
+from pipeline.commbench.links import sizes
 from pipeline.config.params import load_resolved
 from pipeline.costmodel import bands
-from pipeline.costmodel.links import sizes
-
-from pipeline.strategies.torchrun import torchrun
 
 from .conftest import REPO
 from .test_strategies import PARALLEL
@@ -25,8 +23,9 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
            "commbench": {"min_bytes": 4096, "max_bytes": 32 * 2**20, "repeats": 5,
                          "compute_images": 2, "compute_repeats": 5, "retries": 2},
            "model": dict(load_resolved(REPO / "params.yaml", preset="demo")["model"], min_size=64, max_size=64)}
-    argv = torchrun(sys.executable, 2, cfg["parallel"], "") + [
-        "-m", "pipeline.commbench", "--config", json.dumps(cfg), "--out", str(out)]
+    # started as the workflow's rule starts it: the launcher becomes the job's torchrun
+    argv = [sys.executable, "-m", "pipeline.launch", "--stage", "commbench", "--processes", "2",
+            "--config", json.dumps(cfg), "--out", str(out)]
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(out.read_text())

@@ -6,7 +6,8 @@ import random
 
 import pytest
 import torch
-from pipeline.costmodel.network import Iteration, Link, Network, fit
+from pipeline.costmodel.network import Link, Network, fit
+from pipeline.costmodel.predict import Iteration
 
 from pipeline.strategies import STRATEGIES
 
@@ -240,7 +241,7 @@ def test_a_synchronous_step_waits_for_its_slowest_worker():
     """The expected maximum of N normal compute times (the order statistic), its spread from
     single's timed iterations; a parameter server with bounded staleness does not wait."""
     import pandas as pd
-    from pipeline.costmodel.network import slowest_wait
+    from pipeline.costmodel.predict import slowest_wait
     from pipeline.report.prediction import prediction_frame
 
     assert [round(slowest_wait(n, 1.0, 1), 4) for n in (2, 3, 4, 8)] == [0.5642, 0.8463, 1.0294, 1.4236]
@@ -366,15 +367,9 @@ def test_data_parallel_stays_in_one_machine():
 
 def test_predicted_scaling_uses_a_measured_gpu_run_and_finds_device_0s_limit():
     from pipeline.config.params import load_resolved
-    from pipeline.report.clusters import (
-        Cluster,
-        Compute,
-        device0_saturation,
-        findings,
-        gpu_compute,
-        predict_point,
-        prediction_points,
-    )
+    from pipeline.costmodel.clusters import Cluster, Compute
+    from pipeline.costmodel.predict import predict_point, saturation
+    from pipeline.report.clusters import findings, gpu_compute, prediction_points
 
     predict = load_resolved("params.yaml")["report"]["predict"]
     assumed = gpu_compute(predict, [])
@@ -390,7 +385,7 @@ def test_predicted_scaling_uses_a_measured_gpu_run_and_finds_device_0s_limit():
     spread = gpu_compute(predict, [dict(gpu_run, iterations=pd.DataFrame({"time_compute": [0.1, 0.3] * 10}))])
     assert spread.variance_per_image == pytest.approx(pd.Series([0.1, 0.3] * 10).var() / 2)
     cluster = Cluster.of(predict["clusters"][0])
-    ddp_at_8 = [predict_point({"strategy": "ddp", "comm_hook": "none", "workers": 8}, compute, 2,
+    ddp_at_8 = [predict_point(DDP, {"strategy": "ddp", "comm_hook": "none", "workers": 8}, compute, 2,
                               cluster.network(8))["predicted_efficiency"] for compute in (measured, spread)]
     assert ddp_at_8[1] < ddp_at_8[0]
     points = prediction_points(predict, assumed)
@@ -406,4 +401,4 @@ def test_predicted_scaling_uses_a_measured_gpu_run_and_finds_device_0s_limit():
     slow = Cluster("slow", 8, 32, Link.from_bandwidth(8, 0), Link.from_bandwidth(8, 0), 0)
     compute = Compute(seconds_per_image=0.5, gradient_bytes=1e8, source="test")
     # 2 (N-1) x 0.1 s against 1 s of compute (2 images): 50 % efficiency at N = 6, so 8 is the first power of 2
-    assert device0_saturation(slow, compute, per_gpu=2) == 8
+    assert saturation(DP, slow, compute, per_gpu=2) == 8

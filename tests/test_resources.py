@@ -152,11 +152,16 @@ def test_commbench_skips_runs_over_several_nodes(machine):
     assert resources.commbench_processes(cfg, sweep.runs(cfg)) == []
 
 
-def test_a_commbench_job_is_a_ddp_job_of_that_many_processes_on_one_node():
-    job = resources.link_resources(preset("demo", nnodes=2), 3)
+def test_a_commbench_job_is_its_processes_on_one_node_with_a_gpu_each_under_nccl():
+    job = resources.commbench_resources(preset("demo", nnodes=2), 3)
     assert (job["nodes"], job["processes"], job["tasks"], job["mpi"], job["gpu"]) == (1, 3, 1, None, 0)
-    nccl = resources.link_resources(preset("demo", backend="nccl"), 2)
+    nccl = resources.commbench_resources(preset("demo", backend="nccl"), 2)
     assert (nccl["gpu"], nccl["tasks_per_gpu"]) == (2, 0)
+    # the launcher starts it where its job asks: one torchrun on this node, no restarts
+    argv = launch.commbench_command(preset("demo", nnodes=2), 3, "out.json", python="python")
+    assert argv[:7] == ["python", "-m", "pipeline.runtime.elastic", "--nproc-per-node=3",
+                        "--nnodes=1", "--max-restarts=0", "--standalone"]
+    assert argv[7:9] == ["-m", "pipeline.commbench"] and argv[-2:] == ["--out", "out.json"]
 
 
 @pytest.mark.parametrize("name", ["demo", "coco2017"])
@@ -182,9 +187,9 @@ def test_scheduler_settings_reach_every_job():
     expected = {"runtime": 30, "slurm_partition": "gpu", "slurm_account": "bench"}
     assert resources.scheduler(cfg) == expected
     for job in (resources.run_resources(cfg, first_run(cfg, "ddp", 2)),
-                resources.equivalence_resources(cfg), resources.link_resources(cfg, 2)):
+                resources.equivalence_resources(cfg), resources.commbench_resources(cfg, 2)):
         assert expected.items() <= job.items()
-    assert set(resources.resource_names(cfg)) == set(resources.link_resources(cfg, 2))
+    assert set(resources.resource_names(cfg)) == set(resources.commbench_resources(cfg, 2))
 
 
 def test_planning_the_workflow_imports_no_torch():

@@ -51,8 +51,8 @@ STAGES = {
                          FAULT_KNOBS + ("train.checkpoint_every", "train.sync_debug")),
     # The machine's links for the cost model, and how much its processes slow each other's
     # compute (with the run's model): one job per process count the sweep runs
-    "commbench": Stage(("parallel", "commbench", "model"), ("pipeline.runtime.elastic", "pipeline.commbench"),
-                       FAULT_KNOBS),
+    "commbench": Stage(("parallel", "commbench", "model"),
+                       ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.commbench"), FAULT_KNOBS),
     "report": Stage(("report",), ("pipeline.report",)),
     "paper": Stage((), ("pipeline.report.paper",)),
 }

@@ -1,11 +1,16 @@
-"""How long communication takes: the shared half of every strategy's cost model.
+"""The cost model, in one place and without torch: how long a strategy's iteration takes on a
+network, from compute measured elsewhere.
 
-    network.py    links (latency, bandwidth), flows, and the busiest link of a phase
-    links.py      this machine's links measured and fitted (alpha-beta), for the commbench
-                  stage (pipeline/commbench.py)
+    network.py    links (latency, bandwidth) and their fit, flows, the network that places a
+                  job's processes and times a phase by its busiest link (one host's, as a
+                  commbench JSON measured it, or a cluster's)
+    predict.py    a predicted iteration of one strategy (passed in: its spec), the wait for
+                  the slowest worker, a predicted point on a cluster, where a strategy saturates
+    clusters.py   the hypothetical clusters of report.predict, and one GPU's compute
     bands.py      the bands of a quiet machine's measurements: outside, commbench repeats a
                   measurement, then marks it disturbed
 
-Each strategy states its own messages (`Strategy.phases`, pipeline/strategies/); the report
-turns them into predictions (pipeline/report/prediction.py, clusters.py).
+Each strategy states its own messages (`Strategy.phases`, pipeline/strategies/). The stage that
+times this machine's links is pipeline/commbench/; the report makes frames, tables and
+sentences of the predictions (pipeline/report/prediction.py, clusters.py).
 """

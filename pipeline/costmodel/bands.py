@@ -1,9 +1,9 @@
 """When a commbench measurement is trusted: the bands a quiet machine's measurements fall in.
-Outside its band the commbench stage (pipeline/commbench.py) measures it again, up to
-`commbench.retries` more times (params.yaml); if every attempt stays outside, it keeps the least disturbed attempt and marks it
-`disturbed` in its JSON, with the reason and every attempt's values. The report says which
-inputs the cost model trusted (pipeline/report/prediction.py). No torch here: the report reads
-the bands too.
+Outside its band the commbench stage (pipeline/commbench/) measures it again, up to
+`commbench.retries` more times (params.yaml); if every attempt stays outside, it keeps the
+least disturbed attempt and marks it `disturbed` in its JSON, with the reason and every
+attempt's values. The report says which inputs the cost model trusted
+(pipeline/report/prediction.py). No torch here: the report reads the bands too.
 
 The bands, and why (measured on this project's 2-core Xeon VM with the demo's commbench: tiny
 detector, 4 images, gloo, 2 processes; quiet = the machine's other processes took 0.2-0.3 CPU-s

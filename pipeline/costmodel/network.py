@@ -1,7 +1,6 @@
 """The cost model's shared half: links measured as latency + bytes x seconds-per-byte, their
-least-squares fit from timings (pipeline/costmodel/links.py), the network that carries a strategy's
-messages (one host, or a cluster of GPU nodes), and the one place that adds compute, data wait,
-optimizer and communication into a predicted iteration.
+least-squares fit from timings (pipeline/commbench/links.py), and the network that carries a
+strategy's messages (one host as commbench measured it, or a cluster of GPU nodes).
 
 What each strategy communicates is the strategy's own (`Strategy.phases` in
 pipeline/strategies/: the ring of all-reduce in ddp.py, the copies through device 0 in dp.py,
@@ -11,8 +10,6 @@ here is a prediction, and labelled as one where it is shown.
 """
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,45 +129,14 @@ class Network:
         return max((seconds for _, seconds in self._ports(flows).values()), default=0.0)
 
 
-def slowest_wait(workers: int, variance_per_image: float, images: int) -> float:
-    """Expected seconds by which the slowest of `workers` workers finishes its batch of `images`
-    after the mean worker: each image's compute independent, with variance `variance_per_image`,
-    so a batch's time is normal with standard deviation sqrt(variance x images), and the slowest
-    of N lands that times E[max of N standard normals] (`expected_maximum`) past the mean. A
-    synchronous step waits for that worker; 0 for one worker or no variance measured (NaN)."""
-    if workers < 2 or not variance_per_image > 0:
-        return 0.0
-    return math.sqrt(variance_per_image * images) * expected_maximum(workers)
-
-
-@functools.lru_cache(maxsize=None)
-def expected_maximum(n: int) -> float:
-    """E[max of n standard normals] (0.56 at 2, 1.03 at 4, 1.42 at 8), integrated numerically:
-    the integral of x n pdf(x) cdf(x)^(n-1)."""
-    x = np.linspace(-10.0, 10.0, 8001)
-    pdf = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
-    cdf = 0.5 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x]))
-    return float(np.sum(x * n * pdf * cdf ** (n - 1)) * (x[1] - x[0]))
-
-
-@dataclass(frozen=True)
-class Iteration:
-    """A predicted iteration, the one place its parts add up: compute, data wait and optimizer
-    from measured runs, communication from a strategy's model (which subtracts what overlaps),
-    and the wait for the slowest worker of a synchronous step (`slowest_wait`)."""
-
-    compute: float          # forward + backward of one worker's batch (measured: single's)
-    data: float             # waiting for the loader
-    optimizer: float        # the update (on the worker, or on the server)
-    communication: float    # exposed communication: what overlap with backward leaves
-    images: int             # images per iteration over all workers
-    wait: float = 0.0       # for the slowest worker, past the mean one's compute
-
-    @property
-    def seconds(self) -> float:
-        return self.compute + self.data + self.optimizer + self.communication + self.wait
-
-    @property
-    def images_per_second(self) -> float:
-        return self.images / self.seconds if self.seconds > 0 else math.nan
-
+def measured_network(commbench: dict | None) -> Network | None:
+    """This host's network as one commbench JSON measured it (None without one): each
+    process's point-to-point link, all-reduce and broadcast where timed, and what it timed of
+    strategies on the model (`calibrations`)."""
+    if not commbench:
+        return None
+    links = {name: Link(p["alpha_s"], p["beta_s_per_byte"])
+             for name, p in commbench["primitives"].items()}
+    return Network(intra=links["send_recv"], all_reduce=links.get("all_reduce"),
+                   broadcast=links.get("broadcast"),
+                   calibrations=(commbench.get("calibrations") or {}).get("strategies"))

@@ -4,19 +4,21 @@ the hypothetical clusters of `report.predict` (params.yaml), for each strategy's
 One GPU's compute per image is measured where a `single` run of `report.predict.compute.preset`
 ran on a GPU (its summary, with M, the gradient bytes); otherwise the stated assumption of
 params is used, and the report says which. Communication is each strategy's own model
-(`Strategy.communication_seconds` over a `costmodel.Network` of the cluster). Every number here
-is a prediction and is labelled as one; the measured runs are marked beside the curves, never
-mixed into them.
+(`Strategy.communication_seconds` over a `costmodel.Network` of the cluster), predicted by
+pipeline/costmodel/predict.py; this module makes its frames, table and sentences. Every number
+here is a prediction and is labelled as one; the measured runs are marked beside the curves,
+never mixed into them.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import pandas as pd
 
-from ..costmodel.network import Iteration, Link, Network, slowest_wait
-from .prediction import BACKWARD_SHARE, single_inputs
+from ..costmodel.clusters import Cluster, Compute
+from ..costmodel.predict import BACKWARD_SHARE, predict_point, saturation
+from ..strategies import DDP, REGISTERED, DataParallel, ParameterServer, lookup
+from .prediction import single_inputs
 
 COLUMNS = ["cluster", "model", "gpus", "nodes", "predicted_images_per_second",
            "predicted_efficiency", "predicted_communication_s", "busiest_link_bytes",
@@ -24,58 +26,10 @@ COLUMNS = ["cluster", "model", "gpus", "nodes", "predicted_images_per_second",
 SHOWN_GPUS = (1, 8, 64, 256)  # the compact table's columns (where a cluster reaches them)
 
 
-@dataclass(frozen=True)
-class Compute:
-    """One GPU's work per image and the gradient bytes M, and where they come from."""
-
-    seconds_per_image: float  # forward + backward (+ data wait and optimizer, when measured)
-    gradient_bytes: float
-    source: str
-    variance_per_image: float = math.nan  # of compute, when measured: the slowest worker's wait
-
-
-@dataclass(frozen=True)
-class Cluster:
-    name: str
-    gpus_per_node: int
-    nodes: int
-    intra: Link
-    inter: Link
-    spare_cpu_machines_per_node: int
-
-    @classmethod
-    def of(cls, cfg: dict) -> "Cluster":
-        return cls(cfg["name"], cfg["gpus_per_node"], cfg["nodes"],
-                   Link.from_bandwidth(cfg["intra_gbit_s"], cfg["intra_latency_us"]),
-                   Link.from_bandwidth(cfg["inter_gbit_s"], cfg["inter_latency_us"]),
-                   cfg["spare_cpu_machines_per_node"])
-
-    def gpu_counts(self) -> list[int]:
-        """1, 2, 4 .. one node's GPUs, then whole nodes doubling up to all of them."""
-        within = [g for g in (2 ** i for i in range(12)) if g < self.gpus_per_node] + [self.gpus_per_node]
-        across = [self.gpus_per_node * n for n in (2 ** i for i in range(1, 12)) if n < self.nodes]
-        return within + across + ([self.gpus_per_node * self.nodes] if self.nodes > 1 else [])
-
-    def nodes_for(self, gpus: int) -> int:
-        return math.ceil(gpus / self.gpus_per_node)
-
-    def network(self, gpus: int) -> Network:
-        return Network(intra=self.intra, inter=self.inter, gpus_per_node=self.gpus_per_node,
-                       nodes=self.nodes_for(gpus), server_machines=self.servers(gpus, spare_only=True))
-
-    def servers(self, gpus: int, spare_only: bool = False) -> int:
-        """K of the sharded parameter server: one per spare CPU machine (without any, one on
-        the GPU nodes; `spare_only`: the spare machines alone)."""
-        spare = self.spare_cpu_machines_per_node * self.nodes_for(gpus)
-        return spare if spare_only else max(1, spare)
-
-
 def models(predict: dict) -> dict[str, dict]:
     """label -> the sweep entry (without workers) whose strategy's cost model draws the curve:
     each registered strategy's own curves (Strategy.predicted_curves), in registry order. The
     sharded server's K follows the cluster (`Cluster.servers`)."""
-    from pipeline.strategies import REGISTERED  # imports torch: only when a prediction is made
-
     return {label: entry for cls in REGISTERED for label, entry in cls.predicted_curves(predict).items()}
 
 
@@ -93,30 +47,6 @@ def gpu_compute(predict: dict, runs: list[dict]) -> Compute:
                    f"assumed: {wanted['assumed_source']}")
 
 
-def predict_point(run: dict, compute: Compute, per_gpu: int, network: Network) -> dict | None:
-    """Predicted images/s, efficiency, exposed communication and the busiest link's bytes of
-    one run (a sweep entry with its workers) on one network; None where the strategy cannot
-    run there (DataParallel past one node)."""
-    from pipeline.strategies import lookup  # imports torch: only when a prediction is made
-
-    strategy, gpus, work = lookup(run["strategy"]), run["workers"], compute.seconds_per_image * per_gpu
-    communication = strategy.communication_seconds(run, compute.gradient_bytes, network,
-                                                   work * BACKWARD_SHARE)
-    if math.isnan(communication):
-        return None
-    wait = (slowest_wait(gpus, compute.variance_per_image, per_gpu)
-            if strategy.waits_for_slowest(run) else 0.0)  # none without a measured variance
-    rate = Iteration(work, 0.0, 0.0, communication, per_gpu * gpus, wait).images_per_second
-    flows = [f for phase in strategy.phases(run, compute.gradient_bytes) or [] for f in phase]
-    return {"predicted_images_per_second": rate,
-            "predicted_efficiency": rate * compute.seconds_per_image / gpus,
-            "predicted_communication_s": communication,
-            "busiest_link_bytes": max(network.loads(flows).values(), default=0.0),
-            # weights, gradients and optimizer state of the process that holds the most
-            "predicted_state_mb_per_gpu": sum(strategy.memory_theory(
-                run, compute.gradient_bytes).values()) / 2**20}
-
-
 def prediction_points(predict: dict, compute: Compute) -> pd.DataFrame:
     """One row per cluster, model and GPU count: predicted images/s, scaling efficiency
     (images/s over GPUs times one GPU's), exposed communication seconds per iteration and the
@@ -128,25 +58,12 @@ def prediction_points(predict: dict, compute: Compute) -> pd.DataFrame:
                 run = {**entry, "workers": gpus, "images_per_worker": predict["images_per_gpu"]}
                 if run.get("servers") == "K":
                     run["servers"] = cluster.servers(gpus)
-                point = predict_point(run, compute, predict["images_per_gpu"], cluster.network(gpus))
+                point = predict_point(lookup(run["strategy"]), run, compute, predict["images_per_gpu"],
+                                      cluster.network(gpus))
                 if point:
                     rows.append({"cluster": cluster.name, "model": label, "gpus": gpus,
                                  "nodes": cluster.nodes_for(gpus), **point})
     return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def device0_saturation(cluster: Cluster, compute: Compute, per_gpu: int) -> int | None:
-    """The fewest GPUs at which DataParallel's device 0, were they all in one machine on its
-    intra-node links, would spend as long communicating as computing (efficiency below 50 %):
-    where its design, not the machine's size, stops it. None: not up to the cluster's GPUs."""
-    for gpus in (2 ** i for i in range(1, 16)):
-        if gpus > cluster.gpus_per_node * cluster.nodes:
-            return None
-        point = predict_point({"strategy": "dp", "workers": gpus}, compute, per_gpu,
-                              Network(intra=cluster.intra, gpus_per_node=gpus))
-        if point["predicted_efficiency"] < 0.5:
-            return gpus
-    return None
 
 
 def compact_table(points: pd.DataFrame) -> pd.DataFrame:
@@ -166,8 +83,6 @@ def findings(points: pd.DataFrame, predict: dict, compute: Compute) -> list[str]
     """Generated sentences per cluster: where, by the model, the sharded parameter server
     overtakes ring all-reduce in bytes over the busiest link and in images/s, and where
     DataParallel's device 0 saturates."""
-    from pipeline.strategies import DDP, DataParallel, ParameterServer
-
     ring, sharded = DDP.RING, ParameterServer.SHARDED
     sentences = []
     for cluster in map(Cluster.of, predict["clusters"]):
@@ -194,7 +109,7 @@ def findings(points: pd.DataFrame, predict: dict, compute: Compute) -> list[str]
                f"against {rate.loc[top, ring]:.0f}): its gradients leave only after the backward "
                "pass and its weights return only after the update, while DDP's buckets overlap "
                "the backward pass."))
-        saturated = device0_saturation(cluster, compute, predict["images_per_gpu"])
+        saturated = saturation(DataParallel, cluster, compute, predict["images_per_gpu"])
         within = frame[frame["model"] == DataParallel.DEVICE_0]
         widest = within.loc[within["gpus"].idxmax()]
         sentences.append(

@@ -1,7 +1,8 @@
-"""Predicted against measured: every run's iteration rebuilt by the cost model from what was
-measured elsewhere (the `single` runs' compute, data wait and optimizer; the machine's links
-from the commbench stage) and set beside what the run itself measured. A run the model misses
-by more than BOUND is flagged, not hidden. Everything predicted is labelled as a prediction.
+"""Predicted against measured: every run's iteration rebuilt by the cost model
+(pipeline/costmodel/predict.py) from what was measured elsewhere (the `single` runs' compute,
+data wait and optimizer; the machine's links from the commbench stage) and set beside what the
+run itself measured. A run the model misses by more than BOUND is flagged, not hidden.
+Everything predicted is labelled as a prediction.
 
 The compute input is `single`'s seconds per image. On a CPU the processes of one run share its
 cores, so it is taken from a `single` run with as many threads as each process had (the demo
@@ -11,7 +12,7 @@ something of its own); without one, single's time is scaled by the ratio of thre
 assumption, named per row). On GPUs each process has its own device.
 Either way `single` had the host to itself, and a run's processes share it: its compute is
 single's times the slowdown commbench measured with every process computing at once
-(pipeline/training/shared_compute.py), 1 where that was not measured. A commbench input that
+(pipeline/commbench/shared_compute.py), 1 where that was not measured. A commbench input that
 stayed outside its band is not used silently (pipeline/report/disturbance.py): a disturbed
 shared-compute factor is replaced by a quiet machine's (1 where the processes have the cores to
 themselves), named per row; disturbed links and strategy timings are used, flagged; the
@@ -24,13 +25,14 @@ from statistics import fmean
 
 import pandas as pd
 
-from ..costmodel.network import Iteration, Link, Network, slowest_wait
+from ..costmodel.network import Network, measured_network
+from ..costmodel.predict import Iteration, iteration
 from ..runtime.record import RunSummary, as_summary
+from ..strategies import lookup
 from .disturbance import commbench_inputs, shared_factor_disturbed, verdict
 from .load import is_baseline
 
 BOUND = 0.20  # |predicted / measured - 1| above this is a miss
-BACKWARD_SHARE = 2 / 3  # of forward + backward: what DDP's all-reduce can overlap with
 ASSUMPTIONS = (
     "Predictions (cost model): data wait per image from the mean of the `single` runs in the "
     "same data mode; compute and optimizer from the `single` runs (on a CPU, those with the "
@@ -51,19 +53,6 @@ COLUMNS = ["run_id", "entry", "strategy", "workers", "processes", "compute_input
            "shared_compute_factor", "measured_images_per_second",
            "predicted_images_per_second", "ratio", "measured_communication_s",
            "predicted_communication_s", "flag"]
-
-
-def network_of(commbench: dict | None) -> Network | None:
-    """This host's network as one commbench JSON measured it (None without one): each
-    process's point-to-point link, all-reduce and broadcast where timed, and what it timed of
-    strategies on the model (`calibrations`)."""
-    if not commbench:
-        return None
-    links = {name: Link(p["alpha_s"], p["beta_s_per_byte"])
-             for name, p in commbench["primitives"].items()}
-    return Network(intra=links["send_recv"], all_reduce=links.get("all_reduce"),
-                   broadcast=links.get("broadcast"),
-                   calibrations=(commbench.get("calibrations") or {}).get("strategies"))
 
 
 def single_inputs(runs: list[dict]) -> list[dict]:
@@ -152,28 +141,19 @@ def predict_run(summary: RunSummary, single: dict, network: Network | None,
                 shared: float = 1.0) -> Iteration:
     """The cost model's iteration for one run (its summary), from single's inputs, the host's
     network and the slowdown `shared` of compute beside the run's other processes."""
-    from pipeline.strategies import lookup  # imports torch: only when a prediction is made
-
-    strategy = lookup(summary.strategy)
     run = {**(summary.provenance.get("run") or {}), "workers": summary.workers}
     per_worker = summary.images_per_worker
-    compute = single["compute"] * per_worker * shared
-    grad_bytes = summary.ranks[0].gradient_bytes
-    communication = strategy.communication_seconds(
-        run, grad_bytes, network, compute * BACKWARD_SHARE) if network else math.nan
-    wait = (slowest_wait(summary.workers, single["compute_variance"] * shared ** 2, per_worker)
-            if strategy.waits_for_slowest(run) else 0.0)
-    return Iteration(compute=compute, data=single["data"] * per_worker,
-                     optimizer=single["optimizer"], communication=communication,
-                     images=summary.global_batch, wait=wait)
+    return iteration(lookup(summary.strategy), run, compute=single["compute"] * per_worker * shared,
+                     gradient_bytes=summary.ranks[0].gradient_bytes, network=network,
+                     variance_per_image=single["compute_variance"] * shared ** 2,
+                     images_per_worker=per_worker, images=summary.global_batch,
+                     data=single["data"] * per_worker, optimizer=single["optimizer"])
 
 
 def measured_communication(summary: RunSummary) -> float:
     """The run's communication seconds per iteration, as its time split timed them; NaN where
     its strategy exchanges inside the forward and backward (Strategy.communication_timed None:
     the split holds them in compute) or the split was off."""
-    from pipeline.strategies import lookup
-
     split = summary.time_split
     if lookup(summary.strategy).communication_timed is None or not split or split.communication is None:
         return math.nan
@@ -191,7 +171,7 @@ def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFra
         if (s.processes or 1) < 2 or chosen is None:
             continue
         single, how = chosen
-        network = network_of(commbench.get(s.processes))
+        network = measured_network(commbench.get(s.processes))
         shared = shared_factor(commbench.get(s.processes))
         if shared_factor_disturbed(commbench.get(s.processes)):
             disturbed = commbench[s.processes]["shared_compute"]["factor"]

@@ -56,6 +56,12 @@ def gpu_count() -> int:
     return visible_gpus(installed, os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
+def uses_gpus(backend: str) -> bool:
+    """Whether a process group of `backend` (parallel.backend) puts one process on each GPU:
+    NCCL always, `auto` where this machine has GPUs."""
+    return backend == "nccl" or (backend == "auto" and gpu_count() > 0)
+
+
 def visible_gpus(installed: int, visible: str | None) -> int:
     """How many of `installed` GPUs CUDA_VISIBLE_DEVICES=`visible` leaves (None: unset), as
     torch counts them: up to the first invalid entry, and none if an entry repeats."""

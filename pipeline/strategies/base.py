@@ -249,7 +249,7 @@ class Strategy:
     @classmethod
     def waits_for_slowest(cls, run: dict) -> bool:
         """Whether each step waits for every worker's batch, so that the cost model adds the
-        expected wait for the slowest worker (costmodel.network.slowest_wait): true for a
+        expected wait for the slowest worker (costmodel.predict.slowest_wait): true for a
         synchronous strategy of more than one worker."""
         return run["workers"] > 1
 

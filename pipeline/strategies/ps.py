@@ -98,7 +98,7 @@ class ParameterServer(TorchrunStrategy):
     @classmethod
     def predicted_curves(cls, predict: dict) -> dict[str, dict]:
         """One server beside the first worker, and K dedicated shards (K follows the cluster:
-        report/clusters.py Cluster.servers)."""
+        costmodel/clusters.py Cluster.servers)."""
         return {"PS, 1 server (colocated)": {"strategy": cls.name, "placement": "colocated", "servers": 1},
                 cls.SHARDED: {"strategy": cls.name, "placement": "dedicated", "servers": "K"}}
 

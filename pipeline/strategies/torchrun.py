@@ -28,9 +28,7 @@ class TorchrunStrategy(Strategy):
         return max(1, self.per_node()[0])  # an uneven split is skipped; ask for one process
 
     def gpus(self) -> int:
-        uses_gpus = self.parallel["backend"] == "nccl" or (
-            self.parallel["backend"] == "auto" and distributed.gpu_count() > 0)
-        return self.per_node()[0] if uses_gpus else 0
+        return self.per_node()[0] if distributed.uses_gpus(self.parallel["backend"]) else 0
 
     def unavailable(self) -> str | None:
         per_node, why = self.per_node()

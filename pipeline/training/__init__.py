@@ -11,5 +11,4 @@
     monitor.py    CPU, memory and GPU sampling while the loop runs
     summary.py    the run summary from explicit inputs and every rank's report; a diverged
                   run's failed record
-    shared_compute.py  what commbench measures of the model's compute (used by pipeline/commbench.py)
 """

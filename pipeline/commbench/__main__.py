@@ -1,28 +1,30 @@
 """The commbench stage: what the cost model measures on this machine at N processes, with the
 preset's model. The links (send/recv, all-reduce and broadcast, timed over message sizes and
-fitted: pipeline/costmodel/links.py), how much slower the model computes when all N processes
-compute at once (pipeline/training/shared_compute.py), and what each strategy that asks for it
-adds to the model's forward + backward (`Strategy.calibrate`: FSDP2).
+fitted: links.py), how much slower the model computes when all N processes compute at once
+(shared_compute.py), and what each strategy that asks for it adds to the model's forward +
+backward (`Strategy.calibrate`: FSDP2).
 
-    python -m pipeline.runtime.elastic --nproc-per-node N -m pipeline.commbench --config '<stage JSON>' --out FILE
+    python -m pipeline.launch --stage commbench --processes N --config '<stage JSON>' --out FILE
+
+which becomes the job's torchrun (job.py), starting `python -m pipeline.commbench` in each process.
 
 The sizes and repeats are the config's `commbench` section (params.yaml). A measurement outside
 the band a quiet machine's fall in (pipeline/costmodel/bands.py: the CPU other processes took
 meanwhile, the spread of its repeats, the shared-compute factor) is measured again, up to
-`commbench.retries` more times; one that stays outside is kept marked `disturbed` (its `check`: the
-reason and every attempt's values), and the JSON's `disturbed` lists them all, for the report.
+`commbench.retries` more times; one that stays outside is kept marked `disturbed` (its
+`check`: the reason and every attempt's values), and the JSON's `disturbed` lists them all, for the report.
 """
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-from .config import cli
-from .costmodel import bands, links
-from .runtime import distributed, lifetime, provenance
-from .runtime.files import write_json
-from .strategies import REGISTERED
-from .training import shared_compute
+from ..config import cli
+from ..costmodel import bands
+from ..runtime import distributed, lifetime, provenance
+from ..runtime.files import write_json
+from ..strategies import REGISTERED
+from . import links, shared_compute
 
 log = logging.getLogger("commbench")
 

@@ -2,13 +2,14 @@
 timed over message sizes from 4 KiB up (64 MiB by default), and latency alpha and seconds per
 byte beta fitted per primitive (pipeline/costmodel/network.py), with the fit's residuals. The
 cost model takes its links from here instead of assuming a network; the commbench stage
-(pipeline/commbench.py) runs `measure`.
+(__main__.py) runs `measure`.
 
 send_recv is a ping-pong between ranks 0 and 1, half its round trip; all_reduce and broadcast
 (from rank 0) are every rank's, the slowest rank's time after a barrier. Each takes the median
 of the repeats, after untimed warm-ups (the first use of a connection or a buffer is slower),
 and keeps their spread and the CPU other processes took meanwhile (`with_other_load`); a
-primitive outside its band (bands.py) is timed again, and marked disturbed if it stays outside.
+primitive outside its band (pipeline/costmodel/bands.py) is timed again, and marked disturbed
+if it stays outside.
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ import time
 import torch
 import torch.distributed as dist
 
+from ..costmodel import bands
+from ..costmodel.network import fit
 from ..runtime.distributed import available_cores
-from . import bands
-from .network import fit
 
 log = logging.getLogger("commbench")
 

@@ -6,7 +6,7 @@ feeds them). Measured here, with the run's own model, instead of assumed to be 1
 
 Rank 0 times a forward + backward alone while the other ranks wait at a barrier, then every rank
 times the same at once; the factor is the mean rank's median together over rank 0's median
-alone. The commbench stage (pipeline/commbench.py) runs it beside the links and keeps it in its
+alone. The commbench stage (__main__.py) runs it beside the links and keeps it in its
 JSON, and times with `together` what a strategy that asks for it (`Strategy.calibrate`: FSDP2)
 adds to the same step when it wraps the model. Each timing keeps the spread of its repeats, and
 the stage measures again what falls outside its band (pipeline/costmodel/bands.py).
@@ -19,9 +19,9 @@ import torch
 import torch.distributed as dist
 
 from ..costmodel import bands
-from ..costmodel.links import seconds_of  # the one timer of everything commbench times
-from ..costmodel.links import with_other_load  # ... and what else loaded the machine meanwhile
 from ..detection.model import build_model
+from .links import seconds_of  # the one timer of everything commbench times
+from .links import with_other_load  # ... and what else loaded the machine meanwhile
 
 NUM_CLASSES = 2  # the box predictor's last layer, negligible beside the rest of the model
 WARMUPS = 3
@@ -101,8 +101,8 @@ def calibrations(strategies, model_cfg: dict, images: int, repeats: int, device:
                  rank: int = 0) -> dict:
     """{images, repeats, strategies: name -> its timings, checks: name -> its check} for each
     strategy whose `calibrate` times itself on the model (pipeline/strategies/base.py), the same
-    on every rank. Each is timed again, up to `retries` times, while outside its band (bands.calibration_verdict,
-    against `shared`: measure's dict, where measured)."""
+    on every rank. Each is timed again, up to `retries` times, while outside its band
+    (bands.calibration_verdict, against `shared`: measure's dict, where measured)."""
     found, checks = {}, {}
     alone_s, expected = (shared or {}).get("alone_s", 0.0), (shared or {}).get("expected", 1.0)
     for strategy in strategies:

@@ -1,0 +1,131 @@
+"""A predicted iteration of one strategy on one network, from compute measured elsewhere: the one
+place compute, data wait, optimizer, exposed communication and the wait for the slowest worker
+add up.
+
+The strategy is an argument (its spec: `StrategyModel` below), so the cost model names no
+strategy and stays below them in the layers. Everything here is a prediction, and labelled as
+one where it is shown (pipeline/report/prediction.py, clusters.py).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from .clusters import Cluster, Compute
+from .network import Flow, Network
+
+BACKWARD_SHARE = 2 / 3  # of forward + backward: what DDP's all-reduce can overlap with
+
+
+class StrategyModel(Protocol):
+    """What the cost model reads of a strategy (pipeline/strategies/base.py states each)."""
+
+    name: str
+
+    def phases(self, run: dict, grad_bytes: float) -> list[list[Flow]] | None: ...
+
+    def communication_seconds(self, run: dict, grad_bytes: float, network: Network,
+                              backward: float) -> float: ...
+
+    def waits_for_slowest(self, run: dict) -> bool: ...
+
+    def memory_theory(self, run: dict, grad_bytes: float) -> dict[str, float]: ...
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """A predicted iteration: compute, data wait and optimizer from measured runs,
+    communication from a strategy's model (which subtracts what overlaps), and the wait for
+    the slowest worker of a synchronous step (`slowest_wait`)."""
+
+    compute: float          # forward + backward of one worker's batch (measured: single's)
+    data: float             # waiting for the loader
+    optimizer: float        # the update (on the worker, or on the server)
+    communication: float    # exposed communication: what overlap with backward leaves
+    images: int             # images per iteration over all workers
+    wait: float = 0.0       # for the slowest worker, past the mean one's compute
+
+    @property
+    def seconds(self) -> float:
+        return self.compute + self.data + self.optimizer + self.communication + self.wait
+
+    @property
+    def images_per_second(self) -> float:
+        return self.images / self.seconds if self.seconds > 0 else math.nan
+
+
+def slowest_wait(workers: int, variance_per_image: float, images: int) -> float:
+    """Expected seconds by which the slowest of `workers` workers finishes its batch of `images`
+    after the mean worker: each image's compute independent, with variance `variance_per_image`,
+    so a batch's time is normal with standard deviation sqrt(variance x images), and the slowest
+    of N lands that times E[max of N standard normals] (`expected_maximum`) past the mean. A
+    synchronous step waits for that worker; 0 for one worker or no variance measured (NaN)."""
+    if workers < 2 or not variance_per_image > 0:
+        return 0.0
+    return math.sqrt(variance_per_image * images) * expected_maximum(workers)
+
+
+@functools.lru_cache(maxsize=None)
+def expected_maximum(n: int) -> float:
+    """E[max of n standard normals] (0.56 at 2, 1.03 at 4, 1.42 at 8), integrated numerically:
+    the integral of x n pdf(x) cdf(x)^(n-1)."""
+    x = np.linspace(-10.0, 10.0, 8001)
+    pdf = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    cdf = 0.5 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x]))
+    return float(np.sum(x * n * pdf * cdf ** (n - 1)) * (x[1] - x[0]))
+
+
+def iteration(strategy: StrategyModel, run: dict, *, compute: float, gradient_bytes: float,
+              network: Network | None, variance_per_image: float, images_per_worker: int,
+              images: int, data: float = 0.0, optimizer: float = 0.0) -> Iteration:
+    """`strategy`'s iteration of `run` (a sweep entry with its workers): `compute` seconds of
+    one worker's forward + backward, its variance per image, M = `gradient_bytes`, over
+    `network` (None: no links measured, communication NaN)."""
+    communication = (strategy.communication_seconds(run, gradient_bytes, network,
+                                                    compute * BACKWARD_SHARE)
+                     if network else math.nan)
+    wait = (slowest_wait(run["workers"], variance_per_image, images_per_worker)
+            if strategy.waits_for_slowest(run) else 0.0)  # none without a measured variance
+    return Iteration(compute, data, optimizer, communication, images, wait)
+
+
+def predict_point(strategy: StrategyModel, run: dict, compute: Compute, per_gpu: int,
+                  network: Network) -> dict | None:
+    """Predicted images/s, efficiency, exposed communication, the busiest link's bytes and the
+    memory per GPU of one run (a sweep entry with its workers) on one network; None where the
+    strategy cannot run there (DataParallel past one node)."""
+    gpus = run["workers"]
+    predicted = iteration(strategy, run, compute=compute.seconds_per_image * per_gpu,
+                          gradient_bytes=compute.gradient_bytes, network=network,
+                          variance_per_image=compute.variance_per_image,
+                          images_per_worker=per_gpu, images=per_gpu * gpus)
+    if math.isnan(predicted.communication):
+        return None
+    rate = predicted.images_per_second
+    flows = [f for phase in strategy.phases(run, compute.gradient_bytes) or [] for f in phase]
+    return {"predicted_images_per_second": rate,
+            "predicted_efficiency": rate * compute.seconds_per_image / gpus,
+            "predicted_communication_s": predicted.communication,
+            "busiest_link_bytes": max(network.loads(flows).values(), default=0.0),
+            # weights, gradients and optimizer state of the process that holds the most
+            "predicted_state_mb_per_gpu": sum(strategy.memory_theory(
+                run, compute.gradient_bytes).values()) / 2**20}
+
+
+def saturation(strategy: StrategyModel, cluster: Cluster, compute: Compute, per_gpu: int) -> int | None:
+    """The fewest GPUs (a power of 2) at which `strategy`, were they all in one machine on its
+    intra-node links, would spend as long communicating as computing (efficiency below 50 %):
+    where its design, not the machine's size, stops it (DataParallel's device 0). None: not up
+    to the cluster's GPUs."""
+    for gpus in (2 ** i for i in range(1, 16)):
+        if gpus > cluster.gpus_per_node * cluster.nodes:
+            return None
+        point = predict_point(strategy, {"strategy": strategy.name, "workers": gpus}, compute,
+                              per_gpu, Network(intra=cluster.intra, gpus_per_node=gpus))
+        if point["predicted_efficiency"] < 0.5:
+            return gpus
+    return None

@@ -12,13 +12,15 @@ from pipeline.report.findings import answer, numbers_tex, parse_numbers
 from pipeline.report.load import SUMMARY_COLUMNS, scaling_frame
 from pipeline.report.noise import comparisons
 from pipeline.report.tables import data_mode_table
+from pipeline.runtime.record import EquivalenceRecord
 
 COMPARED = {"images_per_second": 2, "AP": 3}  # as pipeline/report/build.py compares
-EQUIVALENCE = {"reference": "single-w1-b8-s0", "max_abs_step_of_single": 0.06,
-               "strategies": {"ddp-w2-b4-s0": {"max_abs_difference": 0.0012, "relative_to_step": 0.0194},
-                              "zero-w2-b4-s0": {"max_abs_difference": 0.0012, "relative_to_step": 0.0194},
-                              "dp-w2-b4-s0": {"skipped": "needs 2 GPUs, found 0"}},
-               "why": "Each worker samples its own anchors and proposals."}
+EQUIVALENCE = EquivalenceRecord.from_json({
+    "reference": "single-w1-b8-s0", "max_abs_step_of_single": 0.06,
+    "strategies": {"ddp-w2-b4-s0": {"max_abs_difference": 0.0012, "relative_to_step": 0.0194},
+                   "zero-w2-b4-s0": {"max_abs_difference": 0.0012, "relative_to_step": 0.0194},
+                   "dp-w2-b4-s0": {"skipped": "needs 2 GPUs, found 0"}},
+    "why": "Each worker samples its own anchors and proposals."})
 REASON = "DataParallel needs at least 2 GPUs in one process; found 0"
 
 

@@ -17,6 +17,7 @@ import pytest
 from pipeline.runtime.record import (
     STRATEGY_REMEDY,
     Evaluation,
+    Provenance,
     RankReport,
     RecordError,
     RunSummary,
@@ -155,11 +156,11 @@ def test_an_old_run_folders_summary_upgrades_and_loads():
     del run["servers"], run["staleness"]
     old["ranks"] = [rank(0, "server+worker"), rank(1, "worker")]
     record = RunSummary.from_json(old, folder="ps-colocated-w2-b4")
-    assert record.workers == 2 and record.provenance["workers"] == 2
+    assert record.workers == 2 and record.provenance.workers == 2
     assert record.run_id == record.entry == "ps-colocated-w2-b4"
     assert record.seed == 1  # from the provenance
-    assert record.provenance["run"]["servers"] == 1 and record.provenance["run"]["staleness"] == 0
-    assert record.provenance["run"]["workers"] == 2 and "world_size" not in record.provenance["run"]
+    assert record.provenance.run["servers"] == 1 and record.provenance.run["staleness"] == 0
+    assert record.provenance.run["workers"] == 2 and "world_size" not in record.provenance.run
     assert record.utilisation is None and record.checkpoints is None and record.evaluations == []
     assert record.data_mode == "real" and record.precision == "fp32"
     assert record.timing_excludes_first_iterations is None and record.restarts is None
@@ -178,7 +179,7 @@ def test_an_old_skipped_summary_loads():
     record = RunSummary.from_json({"run_id": "dp-w2-b4", "strategy": "dp", "world_size": 2,
                                    "images_per_worker": 4, "status": "skipped",
                                    "reason": "needs 2 GPUs, found 0"})
-    assert record.workers == 2 and record.entry == "dp-w2-b4" and record.provenance == {}
+    assert record.workers == 2 and record.entry == "dp-w2-b4" and record.provenance == Provenance()
     assert record.status == "skipped" and record.seed is None and record.variant is None
 
 

@@ -273,7 +273,7 @@ def test_run_directories_from_before_the_rename_still_load(tmp_path):
     (run / "utilisation.jsonl").unlink()
     path.write_text(json.dumps(old))
     loaded = load_run(run)
-    assert loaded["utilisation"] == [] and loaded["summary"].utilisation is None
+    assert loaded.utilisation == [] and loaded.summary.utilisation is None
     frame = summary_frame([loaded], "demo")
     assert frame.loc[0, "workers"] == 2 and frame.loc[0, "seed"] == 0
     pd.testing.assert_frame_equal(frame, new)
@@ -324,8 +324,8 @@ def extra_figure():
     """A figure added the way a contributor adds one: one decorated function, nothing else."""
     @figure("runs_per_strategy", "Completed runs per strategy")
     def draw_runs_per_strategy(ax, data: ReportData) -> None:
-        strategies = sorted({run["summary"].strategy for run in data.ok})
-        ax.bar(strategies, [sum(run["summary"].strategy == s for run in data.ok)
+        strategies = sorted({run.summary.strategy for run in data.ok})
+        ax.bar(strategies, [sum(run.summary.strategy == s for run in data.ok)
                             for s in strategies])
 
     yield "runs_per_strategy"
@@ -405,7 +405,7 @@ def test_utilisation_figure_draws_recorded_samples(tmp_path):
                 "gpus": [{"index": rank, "util_percent": 70.0, "memory_mb": 900.0}]}
                for i in range(1, 6) for rank in (0, 1)]
     (run / "utilisation.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
-    assert load_run(run)["utilisation"] == samples
+    assert load_run(run).utilisation == samples
     build_report([run], REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "r")
     assert (tmp_path / "r" / "figures" / "utilisation.png").stat().st_size > 1000
 
@@ -553,7 +553,7 @@ def report_data(run_dirs) -> ReportData:
     summary = summary_frame(runs, "demo", 0.2)
     predict = REPORT_CFG["predict"]
     return ReportData(
-        [r for r in runs if r["status"] == "ok"],
+        [r for r in runs if r.ok],
         comparison_table(summary, REPORT_CFG["published"], AP_TABLE, "demo", dataset_of(runs)),
         scaling_frame(summary), summary, data_mode_table(summary), prediction_frame(runs, {}),
         clusters.prediction_points(predict, clusters.gpu_compute(predict, runs)))

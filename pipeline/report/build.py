@@ -5,13 +5,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..runtime.files import atomic_path, read_json, write_text
+from ..runtime.files import atomic_path, write_text
+from ..runtime.record import CommbenchRecord, EquivalenceRecord
 from . import clusters
 from . import prediction as cost_model
 from .disturbance import measurement_check
 from .figures import FIGURES, ReportData, write_figures
 from .findings import answer, inference_seconds, numbers_tex
-from .load import _read_input, dataset_of, load_run, scaling_frame, summary_frame, traffic_frame
+from .load import read_input, dataset_of, load_run, scaling_frame, summary_frame, traffic_frame
 from .noise import comparisons
 from .render import (
     TORCHVISION_BOX_AP,
@@ -29,7 +30,7 @@ from .tables import (
     TIME_DECIMALS,
     TIME_TABLE,
     TIME_TO_ACCURACY_DECIMALS,
-    _tex_escape,
+    tex_escape,
     comparison_pairs,
     comparison_table,
     data_mode_table,
@@ -58,7 +59,7 @@ def figures_tex(figure_ext: str = "pdf") -> str:
         "\\begin{figure}[tbp]\n  \\centering\n"
         "  \\includegraphics[width=\\linewidth,height=0.8\\textheight,keepaspectratio]"
         f"{{\\reportdir/figures/{name}.{figure_ext}}}\n"
-        f"  \\caption{{{_tex_escape(entry.caption)}}}\n  \\label{{fig:{name}}}\n"
+        f"  \\caption{{{tex_escape(entry.caption)}}}\n  \\label{{fig:{name}}}\n"
         "\\end{figure}\n" for name, entry in FIGURES.items())
 
 
@@ -88,7 +89,7 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
                                             "time_to_accuracy")
     data_modes = data_mode_table(summary)
     shown["data_modes"] = write_table(data_modes, DATA_MODE_DECIMALS, 0, out_dir, "data_modes")
-    links = {int(found["processes"]): found for found in map(read_json, commbench)}
+    links = {found.processes: found for found in map(CommbenchRecord.read, commbench)}
     predicted = cost_model.prediction_frame(runs, links)
     shown["prediction"] = write_table(predicted, cost_model.DECIMALS, 0, out_dir, "prediction",
                                       hide=("entry",))  # the run id says it
@@ -113,14 +114,14 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
     # (pipeline/report/disturbance.py)
     checked = measurement_check(runs, links)
     # The answer (findings.answer): the paper's and the report's first words
-    found = answer(summary, compared, predicted, _read_input(Path(equivalence)) if equivalence else None,
-                   dataset, inference_seconds(runs))
+    checked_steps = EquivalenceRecord.from_json(read_input(Path(equivalence)), equivalence) if equivalence else None
+    found = answer(summary, compared, predicted, checked_steps, dataset, inference_seconds(runs))
     write_text(out_dir / "numbers.tex",
                numbers_tex(runs, summary, compared, scaling, data_modes, preset, dataset,
                            published, TORCHVISION_BOX_AP, found) + checked.tex_macro())
     formats = list(report_cfg.get("figure_formats") or ["png"])
     write_text(out_dir / "figures.tex", figures_tex("pdf" if "pdf" in formats else formats[0]))
-    ok = [run for run in runs if run["status"] == "ok"]
+    ok = [run for run in runs if run.ok]
     pngs = write_figures(ReportData(ok, table1, scaling, summary, data_modes, predicted, points), out_dir, formats,
                          int(report_cfg.get("dpi", 150)))
     figure_ext = "png" if "png" in formats else formats[0]
@@ -130,7 +131,7 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
     sections.insert(results_end, cost_model.section(shown["prediction"], predicted, links))
     sections.insert(results_end + 1, clusters.section(shown["predicted_scaling"], points, predict, compute))
     if equivalence:
-        sections.insert(results_end + 2, equivalence_section(equivalence))  # after the results
+        sections.insert(results_end + 2, equivalence_section(checked_steps))  # after the results
     # The answer opens the report, the measurement check right after it; a noisy machine or a
     # disturbed commbench is said in the answer's first line too.
     opening = found.section()

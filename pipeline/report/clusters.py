@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..costmodel.network import Iteration, Link, Network, slowest_wait
+from .load import RunDir
 from .prediction import BACKWARD_SHARE, single_inputs
 
 COLUMNS = ["cluster", "model", "gpus", "nodes", "predicted_images_per_second",
@@ -79,7 +80,7 @@ def models(predict: dict) -> dict[str, dict]:
     return {label: entry for cls in REGISTERED for label, entry in cls.predicted_curves(predict).items()}
 
 
-def gpu_compute(predict: dict, runs: list[dict]) -> Compute:
+def gpu_compute(predict: dict, runs: list[RunDir]) -> Compute:
     """The first measured single-GPU baseline run among `runs` (those of report.predict's
     compute preset) where there is one, else the assumption of params."""
     wanted = predict["compute"]

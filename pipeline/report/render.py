@@ -19,7 +19,8 @@ import pandas as pd
 from .figures import FIGURES
 from .findings import (bytes_sentences, communication_definition, data_mode_findings,
                        memory_sentences, scaling_findings, time_to_accuracy_findings)
-from .load import PROGRESS_DEFINITION, _read_input, strategy_label
+from ..runtime.record import EquivalenceRecord
+from .load import PROGRESS_DEFINITION, RunDir, strategy_label
 from .noise import NOISE_RULE
 from .tables import (NO_NUMBER, NO_TEXT, _formatted, markdown_table, numeric_columns,
                      wrapping_columns)
@@ -47,27 +48,25 @@ CSS = ("body{font-family:system-ui,sans-serif;max-width:1320px;margin:1.5em auto
 PROVENANCE_PACKAGES = ("python", "torch", "torchvision", "pycocotools", "numpy")
 
 
-def _cpu(hardware: dict) -> str:
-    if not hardware:
-        return ""
-    return f"{hardware.get('processor') or hardware.get('machine', '?')} x{hardware.get('cpu_count', '?')}"
+def _shown(value) -> str:
+    """A recorded value as the provenance table shows it; empty where it was not recorded."""
+    return "" if value is None else str(value)
 
 
-def provenance_table(runs: list[dict]) -> pd.DataFrame:
+def provenance_table(runs: list[RunDir]) -> pd.DataFrame:
     """One row per run: where its numbers came from (the host name is left out)."""
     rows = []
     for run in runs:
-        p = run["summary"].provenance  # a dict: what runtime/provenance.py collected
-        hardware, packages = p.get("hardware") or {}, p.get("packages") or {}
+        p, hw = run.summary.provenance, run.summary.provenance.hardware
         rows.append({
-            "run_id": run["run_id"], "git": p.get("git_revision", "none recorded"),
-            "seed": p.get("seed", ""), "workers": p.get("workers") or "",
-            "processes": p.get("processes", ""), "threads": p.get("threads", ""),
-            "device": p.get("device", ""), "backend": p.get("backend", ""),
-            "cpu": _cpu(hardware),
-            "gpus": ", ".join(hardware.get("gpus") or []) or ("none" if hardware else ""),
-            "cuda": hardware.get("cuda", ""), "driver": hardware.get("driver") or "",
-            **{name: packages.get(name, "") for name in PROVENANCE_PACKAGES}})
+            "run_id": run.run_id, "git": p.git_revision or "none recorded",
+            "seed": _shown(p.seed), "workers": p.workers or "",
+            "processes": _shown(p.processes), "threads": _shown(p.threads),
+            "device": _shown(p.device), "backend": _shown(p.backend),
+            "cpu": f"{hw.model} x{hw.cores}" if hw else "",
+            "gpus": (", ".join(hw.gpus or []) or "none") if hw else "",
+            "cuda": _shown(hw.cuda) if hw else "", "driver": (hw.driver or "") if hw else "",
+            **{name: p.package(name) or "" for name in PROVENANCE_PACKAGES}})
     return pd.DataFrame(rows).astype(str)
 
 
@@ -81,7 +80,7 @@ def constant_columns(frame: pd.DataFrame, keep=()) -> tuple[pd.DataFrame, list[s
     return frame.drop(columns=constant), said
 
 
-def run_sections(runs, summary) -> list[dict]:
+def run_sections(runs: list[RunDir], summary: pd.DataFrame) -> list[dict]:
     """The appendices: every run (its strategy, shape, status and reason), and where its
     numbers came from; columns one value for every run are said once, above the table."""
     frame = pd.DataFrame({
@@ -127,8 +126,8 @@ def report_sections(runs, summary, shown, published, preset, figure_ext, compare
     memory = completed[["run_id", "workers", "processes", "peak_memory_mb", "owned_state_mb",
                         "theory_state_mb"]]
     # Each run records how many warm-up iterations its timing statistics leave out.
-    warmup = sorted({str(run["summary"].timing_excludes_first_iterations) for run in runs
-                     if run["summary"].timing_excludes_first_iterations is not None}
+    warmup = sorted({str(run.summary.timing_excludes_first_iterations) for run in runs
+                     if run.summary.timing_excludes_first_iterations is not None}
                     ) or ["an unrecorded number of"]
     return [
         {"title": "Table 1: COCO box AP", "text": [
@@ -194,20 +193,18 @@ def report_sections(runs, summary, shown, published, preset, figure_ext, compare
     ]
 
 
-def equivalence_section(path) -> dict:
+def equivalence_section(found: EquivalenceRecord) -> dict:
     """One step of each strategy against `single` on Faster R-CNN (pipeline/equivalence.py)."""
-    found = _read_input(Path(path))
     # No '|' in headers: it would split the Markdown table's columns.
     rows = [{"run": name, "largest weight difference from single after one step": (
-                f"{r['max_abs_difference']:.3g}" if "skipped" not in r else "skipped"),
+                f"{r.max_abs_difference:.3g}" if r.skipped is None else "skipped"),
              "relative to single's step": (
-                f"{r['relative_to_step']:.3g}" if r.get("relative_to_step") is not None else
-                r.get("skipped", ""))}
-            for name, r in found["strategies"].items()]
+                f"{r.relative_to_step:.3g}" if r.relative_to_step is not None else r.skipped or "")}
+            for name, r in found.strategies.items()]
     return {"title": "Equivalence with single", "text": [
         f"From the same weights and the same global batch, one SGD step of each strategy, "
-        f"compared with {found['reference']} (whose largest weight change was "
-        f"{found['max_abs_step_of_single']:.3g}). Why they differ: {found['why']}"],
+        f"compared with {found.reference} (whose largest weight change was "
+        f"{found.max_abs_step_of_single:.3g}). Why they differ: {found.why}"],
         "table": pd.DataFrame(rows)}
 
 

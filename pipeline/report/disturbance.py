@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from ..costmodel.bands import BANDS_TEXT
 from ..runtime.record import Check, CommbenchRecord, RunSummary
 from .load import RunDir
+from .render import Section
 from .tables import tex_escape
 
 TOLERANCE = 0.10  # fastest over slowest of runs identical by construction, minus 1
@@ -206,8 +207,8 @@ class MeasurementCheck:
                          + ". The cost model's section says what it did with them.")
         return lines
 
-    def section(self) -> dict:
-        return {"title": "Measurement check: noisy machine, disturbed measurements", "text": [
+    def section(self) -> Section:
+        return Section("Measurement check: noisy machine, disturbed measurements", [
             self.lines()[0],
             f"Rule: runs that compute exactly single's steps (one worker in one process of "
             f"single, ddp without a compression hook, ps, zero or fsdp, with the same images a "
@@ -215,7 +216,7 @@ class MeasurementCheck:
             f"on a quiet machine: the fastest more than {TOLERANCE:.0%} above the slowest marks "
             "it noisy (the wrappers' own cost at one process is at most 5% of the demo's step). "
             "The commbench stage repeats a measurement outside its band and marks one that stays "
-            f"there ({BANDS_TEXT})."], "bullets": self.lines()[1:]}
+            f"there ({BANDS_TEXT})."], bullets=self.lines()[1:])
 
     def tex_macro(self) -> str:
         """\\MachineNoise for numbers.tex: the paper's Method section's sentence."""

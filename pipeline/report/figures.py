@@ -28,40 +28,14 @@ import pandas as pd
 
 from ..runtime.distributed import available_cores
 from ..runtime.files import atomic_path
-from .load import AP_COLUMNS, TIME_SPLIT, RunDir, baseline_mask, strategy_label
+from .data import ReportData
+from .load import AP_COLUMNS, TIME_SPLIT, baseline_mask, strategy_label
 
 WIDTH_IN = 6.2  # the paper's text is 16 cm (6.3 in) wide: figures print at 1:1
 MAX_HEIGHT_IN = 7.5  # the paper includes figures up to 0.8 of its 9.7 in of text height
 MIN_PT = 7  # no text of a figure smaller, at print size
 FONT_PT = {"font.size": 8.5, "axes.labelsize": 9, "axes.titlesize": 9, "xtick.labelsize": 8,
            "ytick.labelsize": 8, "legend.fontsize": 8, "legend.title_fontsize": 8.5}
-
-
-@dataclass(frozen=True)
-class ReportData:
-    """Everything a figure may draw from: the completed runs, one row per run (summary.csv),
-    Table 1 and the scaling and data-mode tables."""
-    ok: list[RunDir]
-    table1: pd.DataFrame
-    scaling: pd.DataFrame
-    summary: pd.DataFrame
-    data_modes: pd.DataFrame
-    prediction: pd.DataFrame  # the cost model's images/s beside the measured (prediction.py)
-    cluster_points: pd.DataFrame  # predicted scaling on hypothetical clusters (clusters.py)
-
-    @property
-    def first_seeds(self) -> list[RunDir]:
-        """One run per sweep entry (its first seed): for figures that draw a run's every line."""
-        seen, runs = set(), []
-        for run in self.ok:
-            if run.entry not in seen:
-                seen.add(run.entry)
-                runs.append(run)
-        return runs
-
-    @property
-    def entries(self) -> int:
-        return len({run.entry for run in self.ok})
 
 
 def _default_height(data: ReportData) -> float:

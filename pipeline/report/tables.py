@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -165,7 +167,7 @@ def _numeric(column: pd.Series) -> bool:
         and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column.dropna()))
 
 
-def _formatted(table: pd.DataFrame, decimals: dict[str, int], hide=()) -> pd.DataFrame:
+def formatted(table: pd.DataFrame, decimals: dict[str, int], hide=()) -> pd.DataFrame:
     """The table as a reader sees it: every number to its column's precision (`decimals`, else
     places_for), "n/a" and "-" for empty cells, headers in words (HEADERS). A column with a
     `COLUMN sd` beside it shows 'mean ± sd' in one cell; a `COLUMN note` marks its cells [1],
@@ -296,13 +298,37 @@ def write_table(table: pd.DataFrame, decimals: dict[str, int], n_published: int,
                 name: str, hide=(), csv: pd.DataFrame | None = None, **tex) -> pd.DataFrame:
     """Write NAME.csv (rounded numbers; or `csv` as it is), NAME.md and NAME.tex (latex_table's
     `tex` options); return the table as shown (the columns of `hide` left out)."""
-    shown = _formatted(table, decimals, hide)
+    shown = formatted(table, decimals, hide)
     rounded = {**decimals, **{f"{c} sd": p for c, p in decimals.items() if f"{c} sd" in table}}
     with atomic_path(out_dir / f"{name}.csv") as tmp:
         (table.round(rounded) if csv is None else csv).to_csv(tmp, index=False)
     write_text(out_dir / f"{name}.md", markdown_table(shown))
     write_text(out_dir / f"{name}.tex", latex_table(shown, n_published, **tex))
     return shown
+
+
+@dataclass(frozen=True, eq=False)
+class Table:
+    """One table of the report: its frame, the decimals it is shown with, the published rows
+    that open it (a rule under them), the columns kept to its CSV (`hide`), a CSV of its own
+    (`csv`: every comparison, where the table shows one row a pair) and latex_table's `tex`
+    options."""
+
+    frame: pd.DataFrame
+    decimals: dict[str, int] = field(default_factory=dict)
+    n_published: int = 0
+    hide: tuple[str, ...] = ()
+    csv: pd.DataFrame | None = None
+    tex: dict = field(default_factory=dict)
+
+    @cached_property
+    def shown(self) -> pd.DataFrame:
+        """As a reader sees it (formatted)."""
+        return formatted(self.frame, self.decimals, self.hide)
+
+    def write(self, out_dir: Path, name: str) -> None:
+        write_table(self.frame, self.decimals, self.n_published, out_dir, name, self.hide,
+                    self.csv, **self.tex)
 
 
 def time_to_accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:

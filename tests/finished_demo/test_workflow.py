@@ -23,7 +23,8 @@ import yaml
 import pipeline.report.paper
 from pipeline.report.disturbance import shared_factor_disturbed
 from pipeline.report.figures import FIGURES
-from pipeline.report.findings import MACRO_COLUMNS, parse_numbers
+from pipeline.report.findings import MACRO_COLUMNS
+from pipeline.report.numbers import parse_numbers
 from pipeline.runtime.distributed import available_cores
 
 from ..conftest import REPO, SMALL_DATA

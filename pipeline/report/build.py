@@ -62,6 +62,10 @@ def figures_tex(figure_ext: str = "pdf") -> str:
         "\\end{figure}\n" for name, entry in FIGURES.items())
 
 
+def figure_formats(report_cfg: dict) -> list[str]:
+    return list(report_cfg.get("figure_formats") or ["png"])
+
+
 def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
                 links: dict[int, CommbenchRecord] | None = None,
                 equivalence: EquivalenceRecord | None = None,
@@ -97,7 +101,7 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
         "comparisons": Table(pairs, {f"{name} a/b": 3 for name in COMPARED_NAMES.values()},
                              csv=compared, tex={"long": (COMPARISON_CAPTION, "tab:comparisons"),
                                                 "rules_before": {beyond}})}
-    formats = list(report_cfg.get("figure_formats") or ["png"])
+    formats = figure_formats(report_cfg)
     return ReportData(
         runs=runs, summary=summary, preset=preset, dataset=dataset, published=published,
         table1=table1, scaling=scaling, data_modes=data_modes, compared=compared,
@@ -134,7 +138,7 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
     with atomic_path(out_dir / "predicted_scaling_points.csv") as tmp:
         data.cluster_points.to_csv(tmp, index=False)
     write_text(out_dir / "numbers.tex", numbers_tex(data) + data.checked.tex_macro())
-    formats = list(report_cfg.get("figure_formats") or ["png"])
+    formats = figure_formats(report_cfg)
     write_text(out_dir / "figures.tex", figures_tex("pdf" if "pdf" in formats else formats[0]))
     pngs = write_figures(data, out_dir, formats, int(report_cfg.get("dpi", 150)))
 

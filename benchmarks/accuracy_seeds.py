@@ -77,10 +77,10 @@ def train_and_score(cfg: dict, entry: dict, seed: int, out: Path) -> dict:
     run = dict(sweep.fill(entry, cfg), seed=seed)
     summary = train(cfg, run, out)
     metrics = evaluate(cfg, run, out)
-    return {"seed": seed, "AP": metrics["AP"], "AP50": metrics["AP50"],
-            "images_per_second": summary["images_per_second"], "warmup_iters": summary["warmup_iters"],
-            "iterations": summary["iterations"], "run_id": summary["run_id"],
-            **({"staleness": summary["staleness"]} if "staleness" in summary else {})}
+    return {"seed": seed, "AP": metrics.AP, "AP50": metrics.AP50,
+            "images_per_second": summary.images_per_second, "warmup_iters": summary.warmup_iters,
+            "iterations": summary.iterations, "run_id": summary.run_id,
+            **({"staleness": summary.staleness.to_json()} if summary.staleness else {})}
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -44,10 +44,10 @@ def demo_runs(epochs: int, work: Path) -> None:
     for interval in (every, 0):
         cfg["train"]["checkpoint_every"] = interval
         summary = train(cfg, run, work / f"every-{interval}")
-        saves, seconds = summary["checkpoints"]["count"], summary["checkpoints"]["seconds"]
+        saves, seconds = summary.checkpoints.count, summary.checkpoints.seconds
         print(f"  checkpoint_every {interval:>3}: {saves:3d} saves, {seconds:.3f} s, "
-              f"{seconds / saves * 1000:.1f} ms per save, {100 * seconds / summary['train_seconds']:.2f} % "
-              f"of {summary['train_seconds']:.1f} s training; {summary['images_per_second']:.1f} images/s")
+              f"{seconds / saves * 1000:.1f} ms per save, {100 * seconds / summary.train_seconds:.2f} % "
+              f"of {summary.train_seconds:.1f} s training; {summary.images_per_second:.1f} images/s")
 
 
 def coco_model(work: Path) -> None:

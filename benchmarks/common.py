@@ -1,8 +1,8 @@
-"""What the benchmark scripts share: training one run the way the workflow does, and its summary;
-the entries that run every registered strategy (the registry decides, nothing here lists them)."""
+"""What the benchmark scripts share: training one run the way the workflow does, and its summary
+and metrics as the report reads them (pipeline/runtime/record.py); the entries that run every
+registered strategy (the registry decides, nothing here lists them)."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -13,6 +13,7 @@ sys.path.insert(0, str(REPO))
 
 from pipeline.config import params  # noqa: E402
 from pipeline.launch import command, evaluation_command  # noqa: E402
+from pipeline.runtime.record import Metrics, RunSummary  # noqa: E402
 from pipeline.strategies import REGISTERED, sweep  # noqa: E402
 
 
@@ -23,17 +24,17 @@ def _run(argv: list[str], what: str, env: dict | None = None) -> None:
         raise SystemExit(f"{what} failed:\n{result.stderr[-3000:]}")
 
 
-def train(cfg: dict, run: dict, out: Path, env: dict | None = None) -> dict:
+def train(cfg: dict, run: dict, out: Path, env: dict | None = None) -> RunSummary:
     """Train `run` (a filled sweep entry) of the resolved preset `cfg` into `out`, as the
     workflow's train job does; its train_summary.json, or exit naming the run and its error."""
     _run(command(cfg, run, str(out)), f"training {sweep.run_id(run)} ({out})", env)
-    return json.loads((Path(out) / "train_summary.json").read_text())
+    return RunSummary.read(Path(out) / "train_summary.json")
 
 
-def evaluate(cfg: dict, run: dict, out: Path) -> dict:
+def evaluate(cfg: dict, run: dict, out: Path) -> Metrics:
     """Score the trained run in `out` as the workflow's evaluate job does; its metrics.json."""
     _run(evaluation_command(cfg, run, str(out)), f"evaluating {sweep.run_id(run)} ({out})")
-    return json.loads((Path(out) / "metrics.json").read_text())
+    return Metrics.read(Path(out) / "metrics.json")
 
 
 def workers_for(cls, processes: int) -> int:

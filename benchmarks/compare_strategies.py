@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pipeline.config import params
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.launch import command  # noqa: E402
 from pipeline.report.load import busiest_rank_bytes  # noqa: E402
+from pipeline.runtime.record import RunSummary  # noqa: E402
 from pipeline.strategies import sweep
 
 GLOBAL_BATCH = 8
@@ -72,31 +72,32 @@ def main() -> None:
             if result.returncode != 0:
                 print(f"{sweep.run_id(run)} failed:\n{result.stderr[-2000:]}", file=sys.stderr)
                 continue
-            summaries[sweep.run_id(run)] = json.loads((out / "train_summary.json").read_text())
+            summaries[sweep.run_id(run)] = RunSummary.read(out / "train_summary.json")
             print(f"pass {repeat + 1}: done {sweep.run_id(run)}", file=sys.stderr)
         passes.append(summaries)
     rows, single = [], sweep.run_id(sweep.fill(SWEEP[0], cfg))
     for run_id, first in passes[0].items():
         runs = [p[run_id] for p in passes if run_id in p]
-        speedups = [p[run_id]["images_per_second"] / p[single]["images_per_second"]
+        speedups = [p[run_id].images_per_second / p[single].images_per_second
                     for p in passes if run_id in p and single in p]
-        rows.append({**first, "images_per_second": median(r["images_per_second"] for r in runs),
+        rows.append({"first": first, "images_per_second": median(r.images_per_second for r in runs),
                      "speedup": median(speedups),
-                     "communication_share": (None if first["communication_share"] is None else
-                                             median(r["communication_share"] for r in runs)),
-                     "sec_per_iter": {"p50": median(r["sec_per_iter"]["p50"] for r in runs)},
-                     "replicas_identical": all(r["replicas_identical"] for r in runs)})
+                     "communication_share": (None if first.communication_share is None else
+                                             median(r.communication_share for r in runs)),
+                     "sec_per_iter_p50": median(r.sec_per_iter.p50 for r in runs),
+                     "replicas_identical": all(r.replicas_identical for r in runs)})
     header = (f"{'run':<24}{'procs':>6}{'threads':>8}{'img/s':>8}{'speed-up':>9}{'s/it p50':>9}"
               f"{'comm %':>8}{'MB/it measured':>16}{'MB/it theory':>14}{'ratio':>7}{'same':>6}")
     print(f"global batch {GLOBAL_BATCH}, {args.epochs} epoch(s) of {args.train_images} images, "
           f"median of {args.repeats} interleaved passes, timings exclude the first iterations")
     print(header)
     for r in rows:
-        measured = busiest_rank_bytes(r, "bytes_per_iteration") / 1e6
-        theory = busiest_rank_bytes(r, "theory_bytes_per_iteration") / 1e6
+        first = r["first"]
+        measured = busiest_rank_bytes(first, "bytes_per_iteration") / 1e6
+        theory = busiest_rank_bytes(first, "theory_bytes_per_iteration") / 1e6
         ratio = f"{measured / theory:.3f}" if theory else "-"
-        print(f"{r['run_id']:<24}{r['processes']:>6}{r['threads']:>8}{r['images_per_second']:>8.1f}"
-              f"{r['speedup']:>9.2f}{r['sec_per_iter']['p50']:>9.3f}"
+        print(f"{first.run_id:<24}{first.processes:>6}{first.threads:>8}{r['images_per_second']:>8.1f}"
+              f"{r['speedup']:>9.2f}{r['sec_per_iter_p50']:>9.3f}"
               f"{percent(r['communication_share']):>8}{measured:>16.2f}{theory:>14.2f}{ratio:>7}"
               f"{'yes' if r['replicas_identical'] else 'NO':>6}")
 

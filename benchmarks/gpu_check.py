@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import math
 import shutil
@@ -72,6 +73,7 @@ from pipeline.data import synthetic  # noqa: E402
 from pipeline.launch import command, commbench_command, evaluation_command  # noqa: E402
 from pipeline.runtime import distributed, provenance  # noqa: E402
 from pipeline.runtime.files import write_json, write_text  # noqa: E402
+from pipeline.runtime.record import RunSummary  # noqa: E402
 from pipeline.strategies import REGISTERED, sweep  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -162,27 +164,41 @@ def with_model(cfg: dict, sizes: Sizes, tiny: bool) -> dict:
     return cfg
 
 
-def train(cfg: dict, entry: dict, out: Path, steps: int) -> dict:
+@dataclass(frozen=True)
+class Outcome:
+    """One run of the check: its summary (None where it did not train: refused, unavailable on
+    this machine, failed), or why not; and what the check measured beside it."""
+
+    run_id: str
+    status: str
+    reason: str = ""
+    summary: RunSummary | None = None
+    log: str = ""  # the end of a failed run's output
+    wall_seconds: float | None = None
+    losses_finite: bool | None = None
+    model: str | None = None
+
+
+def train(cfg: dict, entry: dict, out: Path, steps: int) -> Outcome:
     """`steps` iterations of one run through the launcher, as the workflow's train job starts
     it; its summary, or an exception naming what failed."""
     try:
         run = sweep.fill(entry, cfg, where="gpu check")
     except params.ParamsError as refused:  # the strategy refuses the entry (ps in fp16): why
-        return {"run_id": f"{entry['strategy']} (refused)", "status": "skipped",
-                "reason": str(refused)}
+        return Outcome(f"{entry['strategy']} (refused)", "skipped", str(refused))
     why = REGISTERED_BY_NAME[run["strategy"]](run, cfg["parallel"]).unavailable()
     if why:
-        return {"run_id": sweep.run_id(run), "status": "skipped", "reason": why}
+        return Outcome(sweep.run_id(run), "skipped", why)
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
     result = subprocess.run(command(cfg, run, str(out)) + ["--max-steps", str(steps)], cwd=REPO,
                             capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         raise RunFailed(f"{sweep.run_id(run)}: {failure_line(result.stderr)}", result.stderr[-3000:])
-    summary = json.loads((out / "train_summary.json").read_text())
-    summary["wall_seconds"] = time.perf_counter() - started
-    summary["losses_finite"] = losses_finite(out / "iterations.jsonl")
-    return summary
+    summary = RunSummary.read(out / "train_summary.json")
+    return Outcome(summary.run_id, summary.status, summary.reason, summary,
+                   wall_seconds=time.perf_counter() - started,
+                   losses_finite=losses_finite(out / "iterations.jsonl"))
 
 
 class RunFailed(RuntimeError):
@@ -211,32 +227,31 @@ def losses_finite(iterations: Path) -> bool | None:
 REGISTERED_BY_NAME = {cls.name: cls for cls in REGISTERED}
 
 
-def row(summary: dict, **extra) -> dict:
+def row(found: Outcome, **extra) -> dict:
     """The figures of one run that the bundle keeps."""
-    if summary.get("status") != "ok":
-        return {"run_id": summary["run_id"], "status": summary.get("status"),
-                "reason": summary.get("reason"), **extra,
-                **({"log": summary["log"]} if summary.get("log") else {})}
-    ranks = summary.get("ranks") or []
-    busiest = max(ranks, key=lambda r: r["bytes_per_iteration"]["sent"]) if ranks else None
-    split = summary.get("time_split") or {}
-    return {"run_id": summary["run_id"], "status": "ok", **extra,
-            "images_per_second": summary["images_per_second"],
-            "sec_per_iter": summary["sec_per_iter"]["mean"],
-            "losses_finite": summary.get("losses_finite"),
-            "model": summary.get("model"),
-            "data_share": split.get("data", 0.0) / summary["sec_per_iter"]["mean"] if split else None,
+    if found.status != "ok":
+        return {"run_id": found.run_id, "status": found.status, "reason": found.reason, **extra,
+                **({"log": found.log} if found.log else {})}
+    s = found.summary
+    mean, split = s.sec_per_iter.mean, s.time_split
+    busiest = max(s.ranks, key=lambda r: r.bytes_per_iteration.sent) if s.ranks else None
+    return {"run_id": s.run_id, "status": "ok", **extra,
+            "images_per_second": s.images_per_second,
+            "sec_per_iter": mean,
+            "losses_finite": found.losses_finite,
+            "model": found.model,
+            "data_share": (split.data or 0.0) / mean if split else None,
             # the time split off leaves the data wait only
-            "compute_share": split["compute"] / summary["sec_per_iter"]["mean"] if split.get("compute") else None,
-            "replicas_identical": summary.get("replicas_identical"),
-            "bytes_sent_per_iter": busiest["bytes_per_iteration"]["sent"] if busiest else None,
-            "theory_bytes_sent_per_iter": busiest["theory_bytes_per_iteration"]["sent"] if busiest else None,
+            "compute_share": split.compute / mean if split and split.compute else None,
+            "replicas_identical": s.replicas_identical,
+            "bytes_sent_per_iter": busiest.bytes_per_iteration.sent if busiest else None,
+            "theory_bytes_sent_per_iter": busiest.theory_bytes_per_iteration.sent if busiest else None,
             # the process that holds the most (fsdp/zero shard it; dp's device 0 gathers)
-            "peak_memory_mb": max((r["memory"]["peak_bytes"] for r in ranks if r.get("memory")),
+            "peak_memory_mb": max((r.memory.peak_bytes for r in s.ranks if r.memory),
                                   default=0) / 2**20,
-            "owned_state_mb": max((sum(r["memory"]["state"].values()) for r in ranks
-                                   if r.get("memory")), default=0) / 2**20,
-            "device": summary.get("device"), "backend": summary.get("backend")}
+            "owned_state_mb": max((r.memory.state.total for r in s.ranks
+                                   if r.memory and r.memory.state), default=0) / 2**20,
+            "device": s.device, "backend": s.backend}
 
 
 class Check:
@@ -297,21 +312,20 @@ class Check:
         self.save()
 
     def _run(self, entry: dict, name: str, per_gpu: int, iterations: int, tiny: bool,
-             **train_overrides) -> dict:
+             **train_overrides) -> Outcome:
         cfg = with_model(self.cfg, self.sizes, tiny)
         cfg["train"].update(train_overrides)
         entry = {"images_per_worker": per_gpu, **entry}
         out = self.work / "runs" / name
         try:
-            summary = train(cfg, entry, out, WARMUP + iterations)
+            found = train(cfg, entry, out, WARMUP + iterations)
         except RunFailed as err:
-            return {"run_id": name, "status": "failed", "reason": str(err), "log": err.log}
+            return Outcome(name, "failed", str(err), log=err.log)
         except Exception as err:
-            return {"run_id": name, "status": "failed", "reason": f"{type(err).__name__}: {err}"}
-        summary["model"] = cfg["model"]["arch"]
+            return Outcome(name, "failed", f"{type(err).__name__}: {err}")
         if (out / "utilisation.jsonl").exists():
             self.utilisation_dirs.append(out)
-        return summary
+        return dataclasses.replace(found, model=cfg["model"]["arch"])
 
     def _each(self, jobs: list, at_once: int = 1) -> list:
         """Run each job (a function of no arguments), `at_once` at a time; their rows in order."""
@@ -345,10 +359,10 @@ class Check:
     def strategies(self) -> dict:
         def job(i: int, entry: dict):
             def run():
-                summary = self._run(entry, f"strategy-{i}", 2, self.sizes.iterations,
-                                    self.sizes.tiny_model)
-                print(f"   {summary['run_id']}: {summary.get('status')}", flush=True)
-                return self.add("strategies", row(summary, entry=entry))
+                found = self._run(entry, f"strategy-{i}", 2, self.sizes.iterations,
+                                  self.sizes.tiny_model)
+                print(f"   {found.run_id}: {found.status}", flush=True)
+                return self.add("strategies", row(found, entry=entry))
             return run
         return {"runs": self._each([job(i, e) for i, e in enumerate(strategy_entries(self.processes))])}
 
@@ -366,13 +380,13 @@ class Check:
 
         def job(i: int, entry: dict, channels_last: bool, time_split: bool):
             def run():
-                summary = self._run(entry, f"precision-{i}", 2, self.sizes.iterations,
-                                    self.sizes.tiny_model, channels_last=channels_last,
-                                    time_split=time_split)
+                found = self._run(entry, f"precision-{i}", 2, self.sizes.iterations,
+                                  self.sizes.tiny_model, channels_last=channels_last,
+                                  time_split=time_split)
                 print(f"   {entry['strategy']} {entry['precision']} channels_last={channels_last} "
-                      f"time_split={time_split}: {summary.get('status')}", flush=True)
+                      f"time_split={time_split}: {found.status}", flush=True)
                 return self.add("precision", row(
-                    summary, strategy=entry["strategy"], precision=entry["precision"],
+                    found, strategy=entry["strategy"], precision=entry["precision"],
                     channels_last=channels_last, time_split=time_split))
             return run
         jobs = [job(i, *setting) for i, setting in enumerate(single + others)]
@@ -420,12 +434,12 @@ class Check:
                 entry = {"strategy": "single", "workers": 1, "precision": precision}
                 name = f"throughput-b{per_gpu}-{precision}"
                 tiny = self.sizes.tiny_model and precision != "fp32"
-                summary = self._run(entry, name, per_gpu, self.sizes.table_iterations, tiny)
-                found = row(summary, images_per_gpu=per_gpu, precision=precision)
+                outcome = self._run(entry, name, per_gpu, self.sizes.table_iterations, tiny)
+                found = row(outcome, images_per_gpu=per_gpu, precision=precision)
                 found.update(self._gpu_figures(self.work / "runs" / name))
                 rows.append(self.add("throughput", found))
                 print(f"   {per_gpu} images/GPU {precision}: {found.get('images_per_second')}", flush=True)
-                if per_gpu == 2 and precision == "fp32" and summary.get("status") == "ok":
+                if per_gpu == 2 and precision == "fp32" and outcome.status == "ok":
                     self._keep_baseline(self.work / "runs" / name, tiny)
         return {"runs": rows}
 
@@ -438,8 +452,7 @@ class Check:
         rows = []
         for cls in REGISTERED:
             entry = dict(one_process_entry(cls, self.cfg), precision="bf16")
-            summary = self._run(entry, f"sync-{cls.name}", 2, 3, self.sizes.tiny_model, sync_debug=True)
-            found = row(summary)
+            found = row(self._run(entry, f"sync-{cls.name}", 2, 3, self.sizes.tiny_model, sync_debug=True))
             print(f"   {found['run_id']}: {found['status']} {found.get('reason') or ''}", flush=True)
             rows.append(self.add("sync", found))
         return {"runs": rows}

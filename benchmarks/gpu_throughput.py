@@ -103,8 +103,8 @@ def pipeline_run(cfg: dict, batch: int, precision: str, iterations: int, work: P
     summary = train(cfg, run, out)
     samples = [json.loads(line) for line in (out / "utilisation.jsonl").read_text().splitlines()]
     utilisation = [g["util_percent"] for sample in samples[3:] for g in sample.get("gpus", [])]
-    return {"images_per_second": summary["images_per_second"],
-            "data_share": summary["time_split"]["data"] / summary["sec_per_iter"]["mean"],
+    return {"images_per_second": summary.images_per_second,
+            "data_share": summary.time_split.data / summary.sec_per_iter.mean,
             "sm_percent": statistics.median(utilisation) if utilisation else float("nan")}
 
 

@@ -26,7 +26,7 @@ ENTRIES = [{"strategy": "single", "workers": 1}, {"strategy": "ddp", "workers": 
 
 
 def images_per_second(cfg: dict, run: dict, out: Path) -> float:
-    return train(cfg, run, out)["images_per_second"]
+    return train(cfg, run, out).images_per_second
 
 
 def main() -> None:

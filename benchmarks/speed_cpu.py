@@ -56,8 +56,8 @@ def throughput(cfg: dict, work: Path, passes: int) -> None:
         for p in range(passes):
             for config in CONFIGS:
                 summary = train_run(cfg, entry, config, work / f"speed-{entry['strategy']}-{config}-{p}")
-                speed[config].append(summary["images_per_second"])
-                wait[config].append(summary["time_split"]["data"] / summary["sec_per_iter"]["mean"])
+                speed[config].append(summary.images_per_second)
+                wait[config].append(summary.time_split.data / summary.sec_per_iter.mean)
         before = statistics.median(speed["before"])
         for config in CONFIGS:
             value = statistics.median(speed[config])
@@ -78,7 +78,7 @@ def accuracy(cfg: dict, work: Path, seeds: int) -> list[Path]:
             scores.append(evaluate(seeded, sweep.fill(ENTRIES[0], seeded), out))
             runs.append(out)
         for name in ("AP", "AP50"):
-            values = [s[name] for s in scores]
+            values = [getattr(s, name) for s in scores]
             print(f"   {config:<5} {name:<5} {statistics.mean(values):.4f} ± {statistics.stdev(values) if len(values) > 1 else 0:.4f}"
                   f"  ({', '.join(f'{v:.3f}' for v in values)})")
     return runs

@@ -8,17 +8,21 @@ import re
 import pandas as pd
 import pytest
 
-from pipeline.report.findings import answer, numbers_tex, parse_numbers
+from pipeline.report.data import ReportData
+from pipeline.report.findings import answer
+from pipeline.report.numbers import numbers_tex, parse_numbers
 from pipeline.report.load import SUMMARY_COLUMNS, scaling_frame
 from pipeline.report.noise import comparisons
 from pipeline.report.tables import data_mode_table
+from pipeline.runtime.record import EquivalenceRecord
 
 COMPARED = {"images_per_second": 2, "AP": 3}  # as pipeline/report/build.py compares
-EQUIVALENCE = {"reference": "single-w1-b8-s0", "max_abs_step_of_single": 0.06,
-               "strategies": {"ddp-w2-b4-s0": {"max_abs_difference": 0.0012, "relative_to_step": 0.0194},
-                              "zero-w2-b4-s0": {"max_abs_difference": 0.0012, "relative_to_step": 0.0194},
-                              "dp-w2-b4-s0": {"skipped": "needs 2 GPUs, found 0"}},
-               "why": "Each worker samples its own anchors and proposals."}
+EQUIVALENCE = EquivalenceRecord.from_json({
+    "reference": "single-w1-b8-s0", "max_abs_step_of_single": 0.06,
+    "strategies": {"ddp-w2-b4-s0": {"max_abs_difference": 0.0012, "relative_to_step": 0.0194},
+                   "zero-w2-b4-s0": {"max_abs_difference": 0.0012, "relative_to_step": 0.0194},
+                   "dp-w2-b4-s0": {"skipped": "needs 2 GPUs, found 0"}},
+    "why": "Each worker samples its own anchors and proposals."})
 REASON = "DataParallel needs at least 2 GPUs in one process; found 0"
 
 
@@ -121,7 +125,7 @@ def test_the_why_and_the_accuracy_come_from_the_runs():
 
 def test_a_skipped_strategy_is_named_once_with_its_reason_and_never_ranked():
     _, found = the_answer()
-    said = " ".join(found.section()["text"] + [found.abstract, found.conclusion])
+    said = " ".join([*found.section().text, found.abstract, found.conclusion])
     assert len(re.findall(r"(?<![a-z])dp-w2-b4", said)) == 1 and said.count("DataParallel (") == 1
     assert found.not_run == ("Not run on this machine, so neither ranked nor discussed: "
                              f"DataParallel (dp-w2-b4, 3 runs) was skipped: {REASON}.")
@@ -139,8 +143,9 @@ def test_the_counts_and_the_numbers_are_the_runs_fed_in():
         "16 training runs of 6 sweep entries (an entry's runs differ only in their seed): 13 "
         "completed, 3 skipped. Of the 5 entries that ran, 4 ran over 3 seeds and 1 ran once.")
     assert found.workflow_time == "2 min"  # 13 runs x (10 s training + 1 s evaluation)
-    tex = numbers_tex([], summary, comparisons(summary, COMPARED), scaling_frame(summary),
-                      data_mode_table(summary), "demo", "synthetic", {}, 0.37, found)
+    tex = numbers_tex(ReportData(summary=summary, preset="demo", dataset="synthetic",
+                                 scaling=scaling_frame(summary), data_modes=data_mode_table(summary),
+                                 compared=comparisons(summary, COMPARED), answer=found))
     for name, value in found.counts.items():
         assert f"\\newcommand{{\\{name}}}{{{value}}}" in tex
     assert "\\newcommand{\\WorkflowTime}{2 min}" in tex

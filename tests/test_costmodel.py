@@ -8,7 +8,8 @@ import pytest
 import torch
 from pipeline.costmodel.network import Link, Network, fit
 from pipeline.costmodel.predict import Iteration
-
+from pipeline.report.load import RunDir
+from pipeline.runtime.record import CommbenchRecord, RunSummary
 from pipeline.strategies import STRATEGIES
 
 M = 100e6  # bytes of gradients
@@ -129,6 +130,17 @@ def summary(strategy: str, workers: int, per_worker: int, threads: int, images_p
                         "provenance": {"run": {"strategy": strategy, "workers": workers, **run}}}}
 
 
+def typed(runs: list[dict]) -> list[RunDir]:
+    """summary()'s runs (changed by a test) as the report reads run directories."""
+    return [RunDir(RunSummary.from_json({"run_id": r["run_id"], "entry": r["entry"], **r["summary"]}),
+                   r["status"], iterations=r.get("iterations")) for r in runs]
+
+
+def benches(commbench: dict[int, dict]) -> dict[int, CommbenchRecord]:
+    """Commbench JSON objects (process count -> object) as the report reads their files."""
+    return {n: CommbenchRecord.from_json(found) for n, found in commbench.items()}
+
+
 def test_every_multi_process_run_is_predicted_and_a_miss_is_flagged():
     from pipeline.report.prediction import prediction_frame
 
@@ -140,7 +152,7 @@ def test_every_multi_process_run_is_predicted_and_a_miss_is_flagged():
     commbench = {2: {"processes": 2, "backend": "gloo", "primitives": {
         "all_reduce": {"alpha_s": 1e-3, "beta_s_per_byte": 1e-9},
         "send_recv": {"alpha_s": 1e-4, "beta_s_per_byte": 5e-10}}}}
-    frame = prediction_frame([single, near, far], commbench)
+    frame = prediction_frame(typed([single, near, far]), benches(commbench))
     assert list(frame["run_id"]) == ["ddp-w2", "ddp-far"]  # single is the input, not predicted
     # single: 0.1 s compute and 0.0025 s data per image at 2 threads; ddp's processes have 1:
     # 4 images x 0.1 x 2 (scaled by threads) = 0.8 s compute, 0.02 optimizer (scaled), 4 x
@@ -152,7 +164,7 @@ def test_every_multi_process_run_is_predicted_and_a_miss_is_flagged():
     assert row["predicted_images_per_second"] == pytest.approx(8 / seconds)
     assert row["ratio"] == pytest.approx(8 / seconds / 9.5) and row["flag"] == ""
     assert frame.iloc[1]["flag"] == "missed by more than 20%"
-    unmeasured = prediction_frame([single, near], {})
+    unmeasured = prediction_frame(typed([single, near]), {})
     assert unmeasured.iloc[0]["flag"] == "no commbench for this process count"
 
 
@@ -171,7 +183,7 @@ def test_a_strategy_exchanging_inside_its_passes_shows_no_measured_communication
     commbench = {2: {"processes": 2, "backend": "gloo", "primitives": {
         "all_reduce": {"alpha_s": 1e-3, "beta_s_per_byte": 1e-9},
         "send_recv": {"alpha_s": 1e-4, "beta_s_per_byte": 5e-10}}}}
-    frame = prediction_frame([single, ddp_run, fsdp_run], commbench).set_index("run_id")
+    frame = prediction_frame(typed([single, ddp_run, fsdp_run]), benches(commbench)).set_index("run_id")
     assert frame.loc["ddp-w2", "measured_communication_s"] == pytest.approx(0.01)
     assert math.isnan(frame.loc["fsdp-w2", "measured_communication_s"])
     assert frame.loc["fsdp-w2", "predicted_communication_s"] > 0  # the model still states it
@@ -194,17 +206,17 @@ def test_compute_slows_by_what_commbench_measured_with_every_process_at_once():
     run = summary("ddp", 2, 4, 1, 15.0, split, comm_hook="none")
     free = {"all_reduce": {"alpha_s": 0.0, "beta_s_per_byte": 0.0},
             "send_recv": {"alpha_s": 0.0, "beta_s_per_byte": 0.0}}
-    alone = prediction_frame([single, run], {2: {"processes": 2, "primitives": free}}).iloc[0]
+    alone = prediction_frame(typed([single, run]), benches({2: {"processes": 2, "primitives": free}})).iloc[0]
     assert alone["shared_compute_factor"] == 1.0  # not measured: not assumed either
     assert alone["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.1))
     shared = {"alone_s": 0.4, "together_s": 0.5, "factor": 1.25, "images": 4, "repeats": 15}
     commbench = {2: {"processes": 2, "backend": "gloo", "primitives": free, "shared_compute": shared}}
-    row = prediction_frame([single, run], commbench).iloc[0]
+    row = prediction_frame(typed([single, run]), benches(commbench)).iloc[0]
     assert row["shared_compute_factor"] == 1.25
     assert row["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.1 * 1.25))
     assert row["ratio"] == pytest.approx(8 / 0.5 / 15.0) and row["flag"] == ""
     assert ("2 processes computing at once: forward + backward of 4 images 400.0 ms alone, "
-            "500.0 ms together (x1.250)") in link_rows({2: dict(commbench[2], primitives={})})
+            "500.0 ms together (x1.250)") in link_rows(benches({2: dict(commbench[2], primitives={})}))
 
 
 def test_the_compute_input_is_single_at_the_threads_of_the_runs_processes():
@@ -217,22 +229,22 @@ def test_the_compute_input_is_single_at_the_threads_of_the_runs_processes():
     commbench = {2: {"processes": 2, "backend": "gloo", "primitives": {
         "all_reduce": {"alpha_s": 0.0, "beta_s_per_byte": 0.0},
         "send_recv": {"alpha_s": 0.0, "beta_s_per_byte": 0.0}}}}
-    measured = prediction_frame([two_threads, one_thread, run], commbench).iloc[0]
+    measured = prediction_frame(typed([two_threads, one_thread, run]), benches(commbench)).iloc[0]
     assert measured["compute_input"] == "single at 1 thread(s), measured, per image of 8 a step"
     assert measured["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.15))
     # a single run with the worker's 4 images a step is preferred: a step costs something of its own
     four = summary("single", 1, 4, 1, 8.0, dict(split, compute=0.64))  # 0.16 s an image
-    matched = prediction_frame([two_threads, one_thread, four, run], commbench).iloc[0]
+    matched = prediction_frame(typed([two_threads, one_thread, four, run]), benches(commbench)).iloc[0]
     assert matched["compute_input"] == "single at 1 thread(s), measured, 4 images a step"
     assert matched["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.16))
     # the model's work does not depend on the data mode: an in-memory run takes the same compute
     in_memory = dict(run, run_id="ddp-mem", summary=dict(run["summary"], data_mode="synthetic"))
     memory_single = dict(two_threads, summary=dict(two_threads["summary"], data_mode="synthetic"))
-    both = prediction_frame([one_thread, memory_single, in_memory], commbench).iloc[0]
+    both = prediction_frame(typed([one_thread, memory_single, in_memory]), benches(commbench)).iloc[0]
     assert both["compute_input"] == "single at 1 thread(s), measured, per image of 8 a step"
     assert both["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.15))
-    assert prediction_frame([one_thread, in_memory], commbench).empty  # no in-memory data wait
-    scaled = prediction_frame([two_threads, run], commbench).iloc[0]  # no 1-thread single
+    assert prediction_frame(typed([one_thread, in_memory]), benches(commbench)).empty  # no in-memory data wait
+    scaled = prediction_frame(typed([two_threads, run]), benches(commbench)).iloc[0]  # no 1-thread single
     assert scaled["compute_input"] == "single at 2 thread(s), scaled x2 (assumption), per image of 8 a step"
     assert scaled["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.1 * 2))
 
@@ -257,7 +269,7 @@ def test_a_synchronous_step_waits_for_its_slowest_worker():
     free = {2: {"processes": 2, "backend": "gloo", "primitives": {  # links that cost nothing
         "all_reduce": {"alpha_s": 0.0, "beta_s_per_byte": 0.0},
         "send_recv": {"alpha_s": 0.0, "beta_s_per_byte": 0.0}}}}
-    frame = prediction_frame([single, run, stale], free).set_index("run_id")
+    frame = prediction_frame(typed([single, run, stale]), benches(free)).set_index("run_id")
     # per image: 1/8 of the iteration's variance; a worker's 4 images: half of it
     worker_sd = math.sqrt(pd.Series([0.6, 1.0] * 10).var() / 8 * 4)
     assert frame.loc["ddp-w2", "predicted_images_per_second"] == pytest.approx(
@@ -372,17 +384,17 @@ def test_predicted_scaling_uses_a_measured_gpu_run_and_finds_device_0s_limit():
     from pipeline.report.clusters import findings, gpu_compute, prediction_points
 
     predict = load_resolved("params.yaml")["report"]["predict"]
-    assumed = gpu_compute(predict, [])
+    assumed = gpu_compute(predict, typed([]))
     assert assumed.source.startswith("assumed: ") and assumed.gradient_bytes == predict["compute"]["gradient_bytes"]
     gpu_run = summary("single", 1, 2, 8, 10.0, {"compute": 0.1, "data": 0.02, "optimizer": 0.08,
                                                 "communication": 0.0})
     gpu_run["summary"]["device"] = "cuda:0"
-    measured = gpu_compute(predict, [gpu_run])
+    measured = gpu_compute(predict, typed([gpu_run]))
     assert measured.seconds_per_image == pytest.approx(0.1) and measured.gradient_bytes == 10e6
     assert measured.source.startswith("measured: single-w1")
     # its iterations' spread: the slowest of N GPUs is waited for (none without a spread)
     import pandas as pd
-    spread = gpu_compute(predict, [dict(gpu_run, iterations=pd.DataFrame({"time_compute": [0.1, 0.3] * 10}))])
+    spread = gpu_compute(predict, typed([dict(gpu_run, iterations=pd.DataFrame({"time_compute": [0.1, 0.3] * 10}))]))
     assert spread.variance_per_image == pytest.approx(pd.Series([0.1, 0.3] * 10).var() / 2)
     cluster = Cluster.of(predict["clusters"][0])
     ddp_at_8 = [predict_point(DDP, {"strategy": "ddp", "comm_hook": "none", "workers": 8}, compute, 2,

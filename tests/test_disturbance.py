@@ -13,7 +13,7 @@ from pipeline.report import build_report
 from pipeline.report.disturbance import TOLERANCE, identical_runs_check, measurement_check
 from pipeline.report.prediction import prediction_frame, section
 
-from .test_costmodel import summary
+from .test_costmodel import benches, summary, typed
 from .test_report import REPORT_CFG, make_ok_run
 
 
@@ -116,11 +116,11 @@ def test_the_cost_model_does_not_use_a_disturbed_shared_compute_factor_and_says_
     run = summary("ddp", 2, 4, 1, 19.0, split, comm_hook="none")
     disturbed = {2: dict(commbench_json(1.536, disturbed=True), primitives=free())}
     disturbed[2]["primitives"]["all_reduce"]["check"] = {"disturbed": "fit residual 0.90 > 0.50"}
-    row = prediction_frame([single, run], disturbed).iloc[0]
+    row = prediction_frame(typed([single, run]), benches(disturbed)).iloc[0]
     assert row["shared_compute_factor"] == 1.0  # a quiet machine's, not the disturbed x1.536
     assert row["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.1))
     assert row["compute_input"].endswith("; shared-compute factor x1 assumed (commbench's x1.536 disturbed)")
-    text = " ".join(section(None, prediction_frame([single, run], disturbed), disturbed)["text"])
+    text = " ".join(section(None, prediction_frame(typed([single, run]), benches(disturbed)), benches(disturbed))["text"])
     assert "NOT trusted, disturbed: shared-compute factor at 2 processes (x1.536): factor x1.536 outside" in text
     assert "not used: the factor of a quiet machine" in text
     assert ("NOT trusted, disturbed: all_reduce link at 2 processes (latency 0.0 us, nan Gbit/s): "
@@ -131,15 +131,15 @@ def test_the_cost_model_does_not_use_a_disturbed_shared_compute_factor_and_says_
     quiet = {2: dict(commbench_json(1.04, disturbed=False), primitives=free())}
     for primitive in quiet[2]["primitives"].values():
         primitive["check"] = {"disturbed": None}
-    row = prediction_frame([single, run], quiet).iloc[0]
+    row = prediction_frame(typed([single, run]), benches(quiet)).iloc[0]
     assert row["shared_compute_factor"] == 1.04 and "assumed" not in row["compute_input"]
-    text = " ".join(section(None, prediction_frame([single, run], quiet), quiet)["text"])
+    text = " ".join(section(None, prediction_frame(typed([single, run]), benches(quiet)), benches(quiet))["text"])
     assert "NOT trusted" not in text and "read this count with care" not in text
     # a JSON from before the checks: used as measured, and said to be unchecked
     old = {2: {"processes": 2, "backend": "gloo", "primitives": free(), "shared_compute": shared(1.25)}}
-    assert prediction_frame([single, run], old).iloc[0]["shared_compute_factor"] == 1.25
+    assert prediction_frame(typed([single, run]), benches(old)).iloc[0]["shared_compute_factor"] == 1.25
     assert "Unchecked (a commbench JSON from before its checks" in " ".join(
-        section(None, prediction_frame([single, run], old), old)["text"])
+        section(None, prediction_frame(typed([single, run]), benches(old)), benches(old))["text"])
 
 
 def identical(speeds: dict[str, float], **settings) -> list[dict]:
@@ -158,16 +158,16 @@ def identical(speeds: dict[str, float], **settings) -> list[dict]:
 def test_identical_runs_that_disagree_mark_the_machine_noisy_and_agreeing_ones_do_not():
     noisy = identical({"single-s0": 24.3, "single-s1": 30.0, "ddp-w1": 34.4, "ps-w1": 28.0,
                        "zero-w1": 29.0, "fsdp-w1": 27.5})
-    (group,) = identical_runs_check(noisy)
+    (group,) = identical_runs_check(typed(noisy))
     assert group.speeds[0] == ("single-s0", 24.3) and group.speeds[-1] == ("ddp-w1", 34.4)
     assert group.spread == pytest.approx(34.4 / 24.3 - 1) and group.noisy
-    check = measurement_check(noisy, {})
+    check = measurement_check(typed(noisy), {})
     assert check.noisy and check.lines()[0].startswith(
         "The machine was noisy: runs identical by construction differ in speed by up to 42%, "
         "more than the 10% tolerance")
     assert "ddp-w1 34.4" in check.lines()[1] and "the machine was noisy" in check.lines()[1]
     quiet = identical({"single-s0": 30.0, "single-s1": 30.9, "ddp-w1": 29.8, "fsdp-w1": 28.4})
-    check = measurement_check(quiet, {})
+    check = measurement_check(typed(quiet), {})
     assert not check.noisy and check.identical[0].spread <= TOLERANCE
     assert check.lines()[0].startswith("No sign of a noisy machine")
     assert "No sign of a noisy machine" in check.tex_macro()
@@ -179,8 +179,8 @@ def test_identical_runs_that_disagree_mark_the_machine_noisy_and_agreeing_ones_d
     bf16 = identical({"zero-bf16": 60.0})[0]
     bf16["summary"]["precision"] = "bf16"
     failed = dict(identical({"fsdp-failed": 1.0})[0], status="failed")
-    assert tuple(identical_runs_check(quiet + others + [bf16, failed])) == check.identical
-    assert measurement_check(others, {}).lines()[0].startswith("Machine noise not checked")
+    assert tuple(identical_runs_check(typed(quiet + others + [bf16, failed]))) == check.identical
+    assert measurement_check(typed(others), {}).lines()[0].startswith("Machine noise not checked")
 
 
 @pytest.mark.parametrize("noisy", [True, pytest.param(False, marks=pytest.mark.slow)],

@@ -1,7 +1,6 @@
-"""The run record (pipeline/runtime/record.py): train_summary.json as types, read back as written,
-older run folders upgraded, a misspelt key refused where it is read. No training: the summaries
-are written here by hand, key for key as pipeline/training/summary.py and pipeline/launch.py
-write them."""
+"""The run records (pipeline/runtime/record.py): train_summary.json and the files beside it as
+types, read back as written, older run folders upgraded, a misspelt key refused where it is
+read. No training: the files are written here by hand, key for key as the stages write them."""
 from __future__ import annotations
 
 import copy
@@ -16,7 +15,11 @@ import pytest
 
 from pipeline.runtime.record import (
     STRATEGY_REMEDY,
+    CommbenchRecord,
+    EquivalenceRecord,
     Evaluation,
+    Metrics,
+    Provenance,
     RankReport,
     RecordError,
     RunSummary,
@@ -155,11 +158,11 @@ def test_an_old_run_folders_summary_upgrades_and_loads():
     del run["servers"], run["staleness"]
     old["ranks"] = [rank(0, "server+worker"), rank(1, "worker")]
     record = RunSummary.from_json(old, folder="ps-colocated-w2-b4")
-    assert record.workers == 2 and record.provenance["workers"] == 2
+    assert record.workers == 2 and record.provenance.workers == 2
     assert record.run_id == record.entry == "ps-colocated-w2-b4"
     assert record.seed == 1  # from the provenance
-    assert record.provenance["run"]["servers"] == 1 and record.provenance["run"]["staleness"] == 0
-    assert record.provenance["run"]["workers"] == 2 and "world_size" not in record.provenance["run"]
+    assert record.provenance.run["servers"] == 1 and record.provenance.run["staleness"] == 0
+    assert record.provenance.run["workers"] == 2 and "world_size" not in record.provenance.run
     assert record.utilisation is None and record.checkpoints is None and record.evaluations == []
     assert record.data_mode == "real" and record.precision == "fp32"
     assert record.timing_excludes_first_iterations is None and record.restarts is None
@@ -178,7 +181,7 @@ def test_an_old_skipped_summary_loads():
     record = RunSummary.from_json({"run_id": "dp-w2-b4", "strategy": "dp", "world_size": 2,
                                    "images_per_worker": 4, "status": "skipped",
                                    "reason": "needs 2 GPUs, found 0"})
-    assert record.workers == 2 and record.entry == "dp-w2-b4" and record.provenance == {}
+    assert record.workers == 2 and record.entry == "dp-w2-b4" and record.provenance == Provenance()
     assert record.status == "skipped" and record.seed is None and record.variant is None
 
 
@@ -224,3 +227,63 @@ def test_the_record_imports_no_torch():
                           timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+# ---- the records beside the summary ---------------------------------------------------------
+CHECKED = {"attempts": [{"score": 0.5}], "kept": 0, "disturbed": None}  # costmodel/bands.checked
+COMMBENCH = {"backend": "gloo", "processes": 2, "repeats": 5, "bands": "...", "disturbed": [],
+             "primitives": {"send_recv": {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9, "r2": 0.99,
+                                          "bandwidth_gbit_s": 8.0, "relative_residuals": [0.1],
+                                          "bytes": [4096], "seconds": [1e-4],
+                                          "check": CHECKED}},
+             "shared_compute": {"factor": 1.6, "expected": 1.0, "images": 4, "alone_s": 0.1,
+                                "together_s": 0.16,
+                                "check": dict(CHECKED, disturbed="factor x1.600 outside")},
+             "calibrations": {"images": 4, "strategies": {"fsdp": {"keep_s": 0.2}},
+                              "checks": {"fsdp": CHECKED}},
+             "provenance": PROVENANCE}
+
+
+def test_another_stages_records_read_back_as_written_their_other_keys_kept(tmp_path):
+    """Provenance and commbench's files are OpenRecords: a key no field declares (bytes,
+    seconds, repeats, a newer stage's) is kept, not refused, and written back as it was."""
+    path = tmp_path / "p2.json"
+    path.write_text(json.dumps(dict(COMMBENCH, newer={"key": 1})))
+    bench = CommbenchRecord.read(path)
+    assert bench.primitives["send_recv"].alpha_s == 1e-4 and bench.shared_compute.disturbed
+    assert bench.calibrations.checks["fsdp"].disturbed is None
+    assert bench.primitives["send_recv"].other == {"bytes": [4096], "seconds": [1e-4]}
+    assert bench.to_json() == dict(COMMBENCH, newer={"key": 1})
+    provenance = Provenance.from_json(dict(PROVENANCE, stage_fact=3))
+    assert provenance.hardware.model == "x86_64" and provenance.hardware.cores == "2"
+    assert provenance.dataset == "synthetic" and provenance.package("torch") == "2.14.1"
+    assert provenance.to_json() == dict(PROVENANCE, stage_fact=3)
+
+
+def test_a_commbench_file_from_before_its_checks_reads():
+    old = {"processes": 2, "primitives": {"send_recv": {"alpha_s": 0.0, "beta_s_per_byte": 0.0,
+                                                        "worst_residual": 0.1}},
+           "shared_compute": {"factor": 1.25, "timings": [0.1]}}
+    bench = CommbenchRecord.from_json(old)
+    assert bench.primitives["send_recv"].check is None and bench.shared_compute.expected == 1.0
+    assert not bench.shared_compute.disturbed and bench.calibrations is None
+
+
+def test_metrics_and_the_equivalence_check_are_records(tmp_path):
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({"run_id": "ddp-w2-b4-s0", "AP": 0.2, "APs": -1,
+                                "inference_seconds": 3.0, "provenance": PROVENANCE}))
+    metrics = Metrics.read(path)
+    assert metrics.scored and metrics.AP == 0.2 and metrics.AP50 is None
+    assert metrics.provenance.git_revision == "0123abc"
+    skipped = Metrics.from_json({"run_id": "dp-w2-b2", "status": "skipped", "reason": "no GPU"})
+    assert not skipped.scored and skipped.reason == "no GPU"
+    path.write_text(json.dumps({"run_id": "x", "Ap": 0.2}))
+    with pytest.raises(RecordError, match=re.escape(f"{path}: unknown key 'Ap' (did you mean 'AP'?)")):
+        Metrics.read(path)
+    steps = EquivalenceRecord.from_json({
+        "reference": "single-w1-b8-s0", "max_abs_step_of_single": 0.06, "why": "sampling",
+        "strategies": {"ddp-w2-b4-s0": {"max_abs_difference": 0.001, "relative_to_step": 0.02},
+                       "dp-w2-b4-s0": {"skipped": "needs 2 GPUs, found 0"}}})
+    assert steps.relative_steps == {"ddp-w2-b4-s0": 0.02}
+    assert steps.strategies["dp-w2-b4-s0"].skipped == "needs 2 GPUs, found 0"

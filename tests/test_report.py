@@ -1,6 +1,7 @@
 """The report stage on fake but realistic run directories (no training, a few seconds)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -14,9 +15,10 @@ import pytest
 from pipeline.config.params import load_resolved
 from pipeline.report import SUMMARY_COLUMNS, build_report, progress_per_epoch
 from pipeline.report.figures import FIGURES as REGISTERED_FIGURES
-from pipeline.report.figures import ReportData, figure
+from pipeline.report.data import ReportData
+from pipeline.report.figures import figure
 from pipeline.report.load import load_run, summary_frame
-from pipeline.report.render import provenance_table
+from pipeline.report.sections import SECTIONS, Section, provenance_table, section
 from pipeline.runtime.record import (RecordError, RunSummary, SecondsPerIteration, TimeSplit,
                                       Utilisation)
 
@@ -273,7 +275,7 @@ def test_run_directories_from_before_the_rename_still_load(tmp_path):
     (run / "utilisation.jsonl").unlink()
     path.write_text(json.dumps(old))
     loaded = load_run(run)
-    assert loaded["utilisation"] == [] and loaded["summary"].utilisation is None
+    assert loaded.utilisation == [] and loaded.summary.utilisation is None
     frame = summary_frame([loaded], "demo")
     assert frame.loc[0, "workers"] == 2 and frame.loc[0, "seed"] == 0
     pd.testing.assert_frame_equal(frame, new)
@@ -324,12 +326,32 @@ def extra_figure():
     """A figure added the way a contributor adds one: one decorated function, nothing else."""
     @figure("runs_per_strategy", "Completed runs per strategy")
     def draw_runs_per_strategy(ax, data: ReportData) -> None:
-        strategies = sorted({run["summary"].strategy for run in data.ok})
-        ax.bar(strategies, [sum(run["summary"].strategy == s for run in data.ok)
+        strategies = sorted({run.summary.strategy for run in data.ok})
+        ax.bar(strategies, [sum(run.summary.strategy == s for run in data.ok)
                             for s in strategies])
 
     yield "runs_per_strategy"
     del REGISTERED_FIGURES["runs_per_strategy"]  # the other tests see the real registry
+
+
+@pytest.fixture
+def extra_section():
+    """A section added the way a contributor adds one: one decorated function, nothing else."""
+    @section
+    def completed_runs(data: ReportData) -> Section:
+        return Section("Completed runs", [f"{len(data.ok)} of {len(data.runs)} runs completed."])
+
+    yield "Completed runs"
+    SECTIONS.remove(completed_runs)  # the other tests see the real registry
+
+
+def test_a_new_section_is_one_function(runs, tmp_path, extra_section):
+    build_report(runs, REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "report")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert md.endswith(f"## {extra_section}\n\n2 of 3 runs completed.\n")  # the last registered
+    assert f"- [{extra_section}](#completed-runs)" in md  # in the contents list
+    assert f"<section id='completed-runs'><h2>{extra_section}</h2>" in (
+        tmp_path / "report" / "report.html").read_text()
 
 
 def test_a_new_figure_is_one_function(runs, tmp_path, extra_figure):
@@ -405,7 +427,7 @@ def test_utilisation_figure_draws_recorded_samples(tmp_path):
                 "gpus": [{"index": rank, "util_percent": 70.0, "memory_mb": 900.0}]}
                for i in range(1, 6) for rank in (0, 1)]
     (run / "utilisation.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
-    assert load_run(run)["utilisation"] == samples
+    assert load_run(run).utilisation == samples
     build_report([run], REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "r")
     assert (tmp_path / "r" / "figures" / "utilisation.png").stat().st_size > 1000
 
@@ -427,7 +449,8 @@ def test_predicted_scaling_draws_the_measured_runs_beside_the_predictions(report
     plt = _pyplot()
     for name, measured in (("predicted_throughput", "images_per_second"), ("predicted_efficiency", "efficiency")):
         fig, ax = plt.subplots()
-        DRAWN[name].draw(ax, ReportData([], None, scaling_frame(summary), summary, None, None, points))
+        DRAWN[name].draw(ax, ReportData(summary=summary, scaling=scaling_frame(summary),
+                                        cluster_points=points))
         crosses = [c for c in ax.collections if c.get_label().startswith("measured")]
         assert len(crosses) == 1 and sorted(map(tuple, crosses[0].get_offsets().tolist())) == sorted(
             zip([1.0, 2.0], scaling_frame(summary).set_index("workers").loc[[1, 2], measured]))
@@ -440,7 +463,7 @@ def test_predicted_scaling_draws_the_measured_runs_beside_the_predictions(report
 
 
 def test_numbers_are_shown_to_their_columns_precision_and_empty_cells_as_na():
-    from pipeline.report.tables import _formatted, latex_table, markdown_table
+    from pipeline.report.tables import formatted, latex_table, markdown_table
 
     table = pd.DataFrame({
         "run_id": ["a-w1", "b-w2", "c-w2"], "images_per_second": [12.3456, float("nan"), 7.0],
@@ -449,7 +472,7 @@ def test_numbers_are_shown_to_their_columns_precision_and_empty_cells_as_na():
         "share": [0.01234, 0.2, 0.0],                            # declared nowhere, small
         "workers": pd.array([1, 2, None], dtype="Int64"), "reason": ["", None, "needs 2 GPUs"],
         "identical": [True, False, None]})
-    shown = _formatted(table, {"images_per_second": 2})
+    shown = formatted(table, {"images_per_second": 2})
     assert list(shown.columns) == ["run", "images/s", "memory", "share", "workers", "reason",
                                    "identical"]  # headers in words, the sd merged into its column
     assert shown["images/s"].tolist() == ["12.35 ± 0.41", "n/a", "7.00"]
@@ -543,20 +566,11 @@ def test_the_html_report_opens_with_the_answer_and_links_every_section(report):
 
 
 def report_data(run_dirs) -> ReportData:
-    """What build_report hands the figures, from run directories."""
-    from pipeline.report import clusters
-    from pipeline.report.load import dataset_of, scaling_frame
-    from pipeline.report.prediction import prediction_frame
-    from pipeline.report.tables import AP_TABLE, comparison_table, data_mode_table
+    """What build_report hands the figures and sections, from run directories."""
+    from pipeline.report import build
 
-    runs = [load_run(d) for d in run_dirs]
-    summary = summary_frame(runs, "demo", 0.2)
-    predict = REPORT_CFG["predict"]
-    return ReportData(
-        [r for r in runs if r["status"] == "ok"],
-        comparison_table(summary, REPORT_CFG["published"], AP_TABLE, "demo", dataset_of(runs)),
-        scaling_frame(summary), summary, data_mode_table(summary), prediction_frame(runs, {}),
-        clusters.prediction_points(predict, clusters.gpu_compute(predict, runs)))
+    return build.report_data([load_run(d) for d in run_dirs], dict(REPORT_CFG, target_ap={"demo": 0.2}),
+                             "demo")
 
 
 @pytest.fixture(scope="module")
@@ -628,8 +642,7 @@ def test_the_prediction_legend_names_the_band_within_20_percent(crowded):
     frame = pd.DataFrame({"run_id": ["ddp-w2-b4"], "entry": ["ddp-w2-b4"], "strategy": ["ddp"],
                           "measured_images_per_second": [16.0], "predicted_images_per_second": [15.0],
                           "flag": [""]})
-    data = ReportData(crowded.ok, crowded.table1, crowded.scaling, crowded.summary,
-                      crowded.data_modes, frame, crowded.cluster_points)
+    data = dataclasses.replace(crowded, prediction=frame)
     fig = drawn(REGISTERED_FIGURES["prediction"], data)
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     _pyplot().close(fig)

@@ -28,8 +28,8 @@ def test_a_strategy_at_one_process_synchronises_nothing(small_dataset, tmp_path,
     cfg["train"]["sync_debug"] = True
     run = sweep.fill(dict(one_process_entry(strategy, cfg), images_per_worker=2), cfg)
     summary = train(cfg, run, tmp_path / "run")
-    if summary["status"] == "skipped":
-        pytest.skip(summary["reason"])
-    assert summary["status"] == "ok", summary["reason"]
+    if summary.status == "skipped":
+        pytest.skip(summary.reason)
+    assert summary.status == "ok", summary.reason
     records = [json.loads(line) for line in (tmp_path / "run" / "iterations.jsonl").read_text().splitlines()]
     assert len(records) > SYNC_CHECK_AFTER + 2  # iterations were checked, not only warmed up

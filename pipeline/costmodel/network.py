@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..runtime.record import CommbenchRecord
+
 
 @dataclass(frozen=True)
 class Link:
@@ -129,14 +131,13 @@ class Network:
         return max((seconds for _, seconds in self._ports(flows).values()), default=0.0)
 
 
-def measured_network(commbench: dict | None) -> Network | None:
+def measured_network(commbench: CommbenchRecord | None) -> Network | None:
     """This host's network as one commbench JSON measured it (None without one): each
     process's point-to-point link, all-reduce and broadcast where timed, and what it timed of
     strategies on the model (`calibrations`)."""
     if not commbench:
         return None
-    links = {name: Link(p["alpha_s"], p["beta_s_per_byte"])
-             for name, p in commbench["primitives"].items()}
+    links = {name: Link(p.alpha_s, p.beta_s_per_byte) for name, p in commbench.primitives.items()}
     return Network(intra=links["send_recv"], all_reduce=links.get("all_reduce"),
                    broadcast=links.get("broadcast"),
-                   calibrations=(commbench.get("calibrations") or {}).get("strategies"))
+                   calibrations=commbench.calibrations.strategies if commbench.calibrations else None)

@@ -1,19 +1,23 @@
 """The report stage: one table of every run, the two tables of the published study, figures, reports.
 
 Data flow, one module per step:
-    load.py     RUN_DIR/{train_summary.json, metrics.json, iterations.jsonl} -> runs, summary frame
-    tables.py   summary -> table1 (AP) and table2 (time, progress): published rows, then ours
-    figures.py  runs and table1 -> figures, one registered function each (FIGURES)
-    render.py   all of it -> report sections -> report.md and report.html
+    load.py     RUN_DIR/{train_summary.json, metrics.json, iterations.jsonl} -> RunDir (the
+                records of pipeline/runtime/record.py), the summary frame
+    tables.py   summary -> table1 (AP) and table2 (time, progress): published rows, then ours;
+                every table's Table (frame, decimals) written as .csv, .md and .tex
+    noise.py    entries compared pair by pair: beyond the noise or within it
+    prediction.py, clusters.py  the cost model against the measured runs, and past this machine
     disturbance.py  runs identical by construction that disagree (a noisy machine) and commbench
-                inputs outside their bands -> the report's measurement check (its first section
-                when it warns), \\MachineNoise in numbers.tex, the cost model's verdict
-    noise.py    repeats: each entry's mean and spread, and whether two entries differ
-    prediction.py  every run's iteration predicted by the cost model, beside what it measured
-    clusters.py predicted scaling on the hypothetical clusters of report.predict
-    findings.py what the results say in sentences, and numbers.tex for the paper
-    build.py    build_report: the steps above in order; __main__.py is its command line
-    paper.py    the paper stage: paper/paper.tex compiled with latexmk into one PDF
+                inputs outside their bands -> the report's measurement check, \\MachineNoise in
+                numbers.tex, the cost model's verdict
+    findings.py the answer and every generated sentence
+    data.py     ReportData: all of the above, computed once (build.report_data)
+    figures.py  ReportData -> figures, one registered function each (FIGURES)
+    numbers.py  ReportData -> numbers.tex: every number the paper quotes, as LaTeX macros
+    sections.py ReportData -> the report's sections, one registered function each (SECTIONS)
+    render.py   sections -> report.md and report.html
+    build.py    build_report: read, compute, write, render; __main__.py is its command line
+    paper.py    the paper compiled from the report's files
 
 Writes:
   SUMMARY (results/summary/<preset>.csv) one row per training run, skipped and failed runs included

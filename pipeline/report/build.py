@@ -1,25 +1,25 @@
-"""build_report: every run directory in, summary.csv and the whole report out."""
+"""build_report: every run directory in, summary.csv and the whole report out, in four steps:
+read (the run directories and the other stages' files), compute (report_data: every frame and
+table, the checks and the answer, once), write (summary.csv, the tables, numbers.tex, the
+figures), render (the registered sections, sections.py, as report.md and report.html)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
 
-from ..runtime.files import atomic_path, read_json, write_text
-from . import clusters
-from . import prediction as cost_model
+from ..runtime.files import atomic_path, write_text
+from ..runtime.record import CommbenchRecord, EquivalenceRecord
+from . import clusters, prediction
+from .data import ReportData
 from .disturbance import measurement_check
-from .figures import FIGURES, ReportData, write_figures
-from .findings import answer, inference_seconds, numbers_tex
-from .load import _read_input, dataset_of, load_run, scaling_frame, summary_frame, traffic_frame
+from .figures import FIGURES, write_figures
+from .findings import answer, inference_seconds
+from .numbers import numbers_tex
+from .load import RunDir, dataset_of, load_run, read_input, scaling_frame, summary_frame, traffic_frame
 from .noise import comparisons
-from .render import (
-    TORCHVISION_BOX_AP,
-    equivalence_section,
-    render_html,
-    render_markdown,
-    report_sections,
-)
+from .render import render_html, render_markdown
+from .sections import report_sections
 from .tables import (
     AP_DECIMALS,
     AP_TABLE,
@@ -29,12 +29,12 @@ from .tables import (
     TIME_DECIMALS,
     TIME_TABLE,
     TIME_TO_ACCURACY_DECIMALS,
-    _tex_escape,
+    Table,
     comparison_pairs,
     comparison_table,
     data_mode_table,
+    tex_escape,
     time_to_accuracy_table,
-    write_table,
 )
 
 # What the report stage writes into its directory besides the figures (the Snakefile declares
@@ -58,85 +58,91 @@ def figures_tex(figure_ext: str = "pdf") -> str:
         "\\begin{figure}[tbp]\n  \\centering\n"
         "  \\includegraphics[width=\\linewidth,height=0.8\\textheight,keepaspectratio]"
         f"{{\\reportdir/figures/{name}.{figure_ext}}}\n"
-        f"  \\caption{{{_tex_escape(entry.caption)}}}\n  \\label{{fig:{name}}}\n"
+        f"  \\caption{{{tex_escape(entry.caption)}}}\n  \\label{{fig:{name}}}\n"
         "\\end{figure}\n" for name, entry in FIGURES.items())
 
 
-def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
-                 equivalence=None, commbench=(), compute_runs=()) -> pd.DataFrame:
-    """Read every run directory (and the commbench stage's files, and the run directories of
-    report.predict's compute preset when that is another preset), write summary.csv and the
-    whole report; return the summary."""
-    out_dir = Path(out_dir)
-    runs = [load_run(d) for d in run_dirs]
+def figure_formats(report_cfg: dict) -> list[str]:
+    return list(report_cfg.get("figure_formats") or ["png"])
+
+
+def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
+                links: dict[int, CommbenchRecord] | None = None,
+                equivalence: EquivalenceRecord | None = None,
+                compute_runs: list[RunDir] | None = None) -> ReportData:
+    """Every frame, table, check and conclusion of the report, from the runs read, the
+    commbench stage's records (process count -> record), the one-step check and the runs of
+    report.predict's compute preset (None: `runs`, the same preset)."""
+    links = links or {}
     summary = summary_frame(runs, preset, (report_cfg.get("target_ap") or {}).get(preset))
-    with atomic_path(summary_path) as tmp:
-        summary.to_csv(tmp, index=False)
-    with atomic_path(out_dir / "traffic.csv") as tmp:
-        traffic_frame(runs).to_csv(tmp, index=False)
     published = report_cfg.get("published") or {}
     n_published = sum(isinstance(v, dict) for v in published.values())
     dataset = dataset_of(runs)
     table1 = comparison_table(summary, published, AP_TABLE, preset, dataset)
-    table2 = comparison_table(summary, published, TIME_TABLE, preset, dataset)
-    shown = {"table1": write_table(table1, AP_DECIMALS, n_published, out_dir, "table1"),
-             "table2": write_table(table2, TIME_DECIMALS, n_published, out_dir, "table2")}
-    scaling = scaling_frame(summary)
-    shown["scaling"] = write_table(scaling, SCALING_DECIMALS, 0, out_dir, "scaling")
-    shown["time_to_accuracy"] = write_table(time_to_accuracy_table(summary),
-                                            TIME_TO_ACCURACY_DECIMALS, 0, out_dir,
-                                            "time_to_accuracy")
-    data_modes = data_mode_table(summary)
-    shown["data_modes"] = write_table(data_modes, DATA_MODE_DECIMALS, 0, out_dir, "data_modes")
-    links = {int(found["processes"]): found for found in map(read_json, commbench)}
-    predicted = cost_model.prediction_frame(runs, links)
-    shown["prediction"] = write_table(predicted, cost_model.DECIMALS, 0, out_dir, "prediction",
-                                      hide=("entry",))  # the run id says it
+    scaling, data_modes = scaling_frame(summary), data_mode_table(summary)
+    predicted = prediction.prediction_frame(runs, links)
     predict = report_cfg["predict"]
-    compute = clusters.gpu_compute(predict, runs if predict["compute"]["preset"] == preset
-                                     else [load_run(d) for d in compute_runs])
+    compute = clusters.gpu_compute(predict, runs if compute_runs is None else compute_runs)
     points = clusters.prediction_points(predict, compute)
-    with atomic_path(out_dir / "predicted_scaling_points.csv") as tmp:
-        points.to_csv(tmp, index=False)
     compact = clusters.compact_table(points)
-    shown["predicted_scaling"] = write_table(
-        compact, {c: 1 if c.endswith("(predicted images/s)") else 0 for c in compact.columns
-                  if c.endswith(("(predicted images/s)", "(predicted MiB per GPU)"))}, 0, out_dir,
-        "predicted_scaling")
     compared = comparisons(summary, COMPARED)
     pairs, beyond = comparison_pairs(compared, COMPARED_NAMES)
-    shown["comparisons"] = write_table(
-        pairs, {f"{name} a/b": 3 for name in COMPARED_NAMES.values()}, 0, out_dir, "comparisons",
-        csv=compared, long=(COMPARISON_CAPTION, "tab:comparisons"), rules_before={beyond})
-    # Runs identical by construction that disagree, commbench inputs outside their bands: a
-    # section of the report (its first when it warns) and the paper's \MachineNoise
-    # (pipeline/report/disturbance.py)
-    checked = measurement_check(runs, links)
-    # The answer (findings.answer): the paper's and the report's first words
-    found = answer(summary, compared, predicted, _read_input(Path(equivalence)) if equivalence else None,
-                   dataset, inference_seconds(runs))
-    write_text(out_dir / "numbers.tex",
-               numbers_tex(runs, summary, compared, scaling, data_modes, preset, dataset,
-                           published, TORCHVISION_BOX_AP, found) + checked.tex_macro())
-    formats = list(report_cfg.get("figure_formats") or ["png"])
+    tables = {  # TABLES, by file name
+        "table1": Table(table1, AP_DECIMALS, n_published),
+        "table2": Table(comparison_table(summary, published, TIME_TABLE, preset, dataset),
+                        TIME_DECIMALS, n_published),
+        "scaling": Table(scaling, SCALING_DECIMALS),
+        "time_to_accuracy": Table(time_to_accuracy_table(summary), TIME_TO_ACCURACY_DECIMALS),
+        "data_modes": Table(data_modes, DATA_MODE_DECIMALS),
+        "prediction": Table(predicted, prediction.DECIMALS, hide=("entry",)),  # the run id says it
+        "predicted_scaling": Table(compact, {
+            c: 1 if c.endswith("(predicted images/s)") else 0 for c in compact.columns
+            if c.endswith(("(predicted images/s)", "(predicted MiB per GPU)"))}),
+        "comparisons": Table(pairs, {f"{name} a/b": 3 for name in COMPARED_NAMES.values()},
+                             csv=compared, tex={"long": (COMPARISON_CAPTION, "tab:comparisons"),
+                                                "rules_before": {beyond}})}
+    formats = figure_formats(report_cfg)
+    return ReportData(
+        runs=runs, summary=summary, preset=preset, dataset=dataset, published=published,
+        table1=table1, scaling=scaling, data_modes=data_modes, compared=compared,
+        prediction=predicted, cluster_points=points, tables=tables, links=links,
+        equivalence=equivalence, predict=predict, compute=compute,
+        # Runs identical by construction that disagree, commbench inputs outside their bands
+        # (pipeline/report/disturbance.py)
+        checked=measurement_check(runs, links),
+        # The answer (findings.answer): the paper's and the report's first words
+        answer=answer(summary, compared, predicted, equivalence, dataset, inference_seconds(runs)),
+        figure_ext="png" if "png" in formats else formats[0])
+
+
+def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
+                 equivalence=None, commbench=(), compute_runs=()) -> pd.DataFrame:
+    """Read every run directory (and the commbench stage's files, the one-step check's, and
+    the run directories of report.predict's compute preset when that is another preset), write
+    summary.csv and the whole report; return the summary."""
+    out_dir = Path(out_dir)
+    runs = [load_run(d) for d in run_dirs]
+    links = {found.processes: found for found in map(CommbenchRecord.read, commbench)}
+    steps = (EquivalenceRecord.from_json(read_input(Path(equivalence)), str(equivalence))
+             if equivalence else None)
+    same_preset = report_cfg["predict"]["compute"]["preset"] == preset
+    data = report_data(runs, report_cfg, preset, links, steps,
+                       None if same_preset else [load_run(d) for d in compute_runs])
+
+    with atomic_path(summary_path) as tmp:
+        data.summary.to_csv(tmp, index=False)
+    with atomic_path(out_dir / "traffic.csv") as tmp:
+        traffic_frame(runs).to_csv(tmp, index=False)
+    for name, table in data.tables.items():
+        table.write(out_dir, name)
+    with atomic_path(out_dir / "predicted_scaling_points.csv") as tmp:
+        data.cluster_points.to_csv(tmp, index=False)
+    write_text(out_dir / "numbers.tex", numbers_tex(data) + data.checked.tex_macro())
+    formats = figure_formats(report_cfg)
     write_text(out_dir / "figures.tex", figures_tex("pdf" if "pdf" in formats else formats[0]))
-    ok = [run for run in runs if run["status"] == "ok"]
-    pngs = write_figures(ReportData(ok, table1, scaling, summary, data_modes, predicted, points), out_dir, formats,
-                         int(report_cfg.get("dpi", 150)))
-    figure_ext = "png" if "png" in formats else formats[0]
-    sections = report_sections(runs, summary, shown, published, preset, figure_ext, compared,
-                               scaling, data_modes)
-    results_end = [s["title"] for s in sections].index("Definitions")
-    sections.insert(results_end, cost_model.section(shown["prediction"], predicted, links))
-    sections.insert(results_end + 1, clusters.section(shown["predicted_scaling"], points, predict, compute))
-    if equivalence:
-        sections.insert(results_end + 2, equivalence_section(equivalence))  # after the results
-    # The answer opens the report, the measurement check right after it; a noisy machine or a
-    # disturbed commbench is said in the answer's first line too.
-    opening = found.section()
-    if checked.warns:
-        opening["text"] = [checked.lines()[0]] + list(opening["text"])
-    sections[:0] = [opening, checked.section()]
+    pngs = write_figures(data, out_dir, formats, int(report_cfg.get("dpi", 150)))
+
+    sections = report_sections(data)
     write_text(out_dir / "report.md", render_markdown(sections))
     write_text(out_dir / "report.html", render_html(sections, pngs))
-    return summary
+    return data.summary

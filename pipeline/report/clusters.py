@@ -18,6 +18,7 @@ import pandas as pd
 from ..costmodel.clusters import Cluster, Compute
 from ..costmodel.predict import BACKWARD_SHARE, predict_point, saturation
 from ..strategies import DDP, REGISTERED, DataParallel, ParameterServer, lookup
+from .load import RunDir
 from .prediction import single_inputs
 
 COLUMNS = ["cluster", "model", "gpus", "nodes", "predicted_images_per_second",
@@ -33,7 +34,7 @@ def models(predict: dict) -> dict[str, dict]:
     return {label: entry for cls in REGISTERED for label, entry in cls.predicted_curves(predict).items()}
 
 
-def gpu_compute(predict: dict, runs: list[dict]) -> Compute:
+def gpu_compute(predict: dict, runs: list[RunDir]) -> Compute:
     """The first measured single-GPU baseline run among `runs` (those of report.predict's
     compute preset) where there is one, else the assumption of params."""
     wanted = predict["compute"]

@@ -26,8 +26,10 @@ import math
 from dataclasses import dataclass
 
 from ..costmodel.bands import BANDS_TEXT
-from ..runtime.record import RunSummary, as_summary
-from .tables import _tex_escape
+from ..runtime.record import Check, CommbenchRecord, RunSummary
+from .load import RunDir
+from .render import Section
+from .tables import tex_escape
 
 TOLERANCE = 0.10  # fastest over slowest of runs identical by construction, minus 1
 # What computes exactly single's steps at one worker in one process: strategy -> its variants
@@ -68,22 +70,21 @@ class IdenticalRuns:
                 f"fastest {self.spread:.0%} above the slowest, {verdict}.")
 
 
-def identical_runs_check(runs: list[dict]) -> list[IdenticalRuns]:
-    """THE check of a noisy machine: the report's runs (load_run's dicts, or {run_id, status,
-    summary} put together by hand) that compute exactly single's steps (`identical_to_single`),
+def identical_runs_check(runs: list[RunDir]) -> list[IdenticalRuns]:
+    """THE check of a noisy machine: the report's runs that compute exactly single's steps (`identical_to_single`),
     grouped by images a step, data mode, precision, memory layout, threads and device; one
     IdenticalRuns per group of 2 or more (a group of one has nothing to agree with). A group
     whose `noisy` is true says the machine was."""
     groups: dict[tuple, list[tuple[str, float]]] = {}
     for run in runs:
-        if run.get("status", "ok") != "ok":
+        if not run.ok:
             continue
-        s = as_summary(run["summary"], f"run {run.get('run_id', '?')}: summary")
+        s = run.summary
         if not identical_to_single(s):
             continue
         key = (s.images_per_worker, s.data_mode, s.precision, bool(s.channels_last), s.threads,
                str(s.device or "cpu"))
-        groups.setdefault(key, []).append((run.get("run_id") or s.run_id, float(s.images_per_second)))
+        groups.setdefault(key, []).append((run.run_id, float(s.images_per_second)))
     return [IdenticalRuns(f"one worker, {images} images a step, {mode} data, {precision}"
                           f"{', channels last' if layout else ''}, {threads} thread(s), {device}",
                           tuple(sorted(speeds, key=lambda pair: pair[1])))
@@ -107,42 +108,40 @@ class Input:
                 + (f": {self.reason}" if self.reason else ""))
 
 
-def _status(check: dict | None) -> tuple[str, str]:
-    if not check:
+def _status(check: Check | None) -> tuple[str, str]:
+    if check is None:
         return "unchecked", ""
-    return ("disturbed", check["disturbed"]) if check.get("disturbed") else ("trusted", "")
+    return ("disturbed", check.disturbed) if check.disturbed else ("trusted", "")
 
 
-def commbench_inputs(commbench: dict[int, dict]) -> list[Input]:
+def commbench_inputs(commbench: dict[int, CommbenchRecord]) -> list[Input]:
     """Every input the cost model takes from the commbench JSONs (process count -> JSON):
     each link's fit, the shared-compute factor and each strategy timed on the model, with
     its check's verdict."""
     found = []
     for n, bench in sorted(commbench.items()):
-        for name, prim in bench.get("primitives", {}).items():
-            value = (f"latency {prim['alpha_s'] * 1e6:.1f} us, "
-                     f"{(prim.get('bandwidth_gbit_s') or math.nan):.2f} Gbit/s")
-            found.append(Input(n, f"{name} link", value, *_status(prim.get("check"))))
-        shared = bench.get("shared_compute")
-        if shared:
-            found.append(Input(n, "shared-compute factor", f"x{shared['factor']:.3f}",
-                               *_status(shared.get("check"))))
-        calibrations = bench.get("calibrations") or {}
-        for name, timings in (calibrations.get("strategies") or {}).items():
+        for name, prim in bench.primitives.items():
+            value = (f"latency {prim.alpha_s * 1e6:.1f} us, "
+                     f"{(prim.bandwidth_gbit_s or math.nan):.2f} Gbit/s")
+            found.append(Input(n, f"{name} link", value, *_status(prim.check)))
+        if bench.shared_compute:
+            found.append(Input(n, "shared-compute factor", f"x{bench.shared_compute.factor:.3f}",
+                               *_status(bench.shared_compute.check)))
+        calibrations = bench.calibrations
+        for name, timings in (calibrations.strategies if calibrations else {}).items():
             value = ", ".join(f"{key.removesuffix('_s')} {seconds * 1e3:.1f} ms"
                               for key, seconds in timings.items())
             found.append(Input(n, f"{name} timed on the model", value,
-                               *_status((calibrations.get("checks") or {}).get(name))))
+                               *_status(calibrations.checks.get(name))))
     return found
 
 
-def shared_factor_disturbed(bench: dict | None) -> bool:
-    """Whether this commbench JSON marked its shared-compute factor disturbed."""
-    check = ((bench or {}).get("shared_compute") or {}).get("check") or {}
-    return bool(check.get("disturbed"))
+def shared_factor_disturbed(bench: CommbenchRecord | None) -> bool:
+    """Whether this commbench file marked its shared-compute factor disturbed."""
+    return bool(bench and bench.shared_compute and bench.shared_compute.disturbed)
 
 
-def verdict(commbench: dict[int, dict]) -> str:
+def verdict(commbench: dict[int, CommbenchRecord]) -> str:
     """The cost model's verdict on its commbench inputs: which it trusted, which it did not
     and what it did instead, which nobody checked."""
     inputs = commbench_inputs(commbench)
@@ -208,8 +207,8 @@ class MeasurementCheck:
                          + ". The cost model's section says what it did with them.")
         return lines
 
-    def section(self) -> dict:
-        return {"title": "Measurement check: noisy machine, disturbed measurements", "text": [
+    def section(self) -> Section:
+        return Section("Measurement check: noisy machine, disturbed measurements", [
             self.lines()[0],
             f"Rule: runs that compute exactly single's steps (one worker in one process of "
             f"single, ddp without a compression hook, ps, zero or fsdp, with the same images a "
@@ -217,7 +216,7 @@ class MeasurementCheck:
             f"on a quiet machine: the fastest more than {TOLERANCE:.0%} above the slowest marks "
             "it noisy (the wrappers' own cost at one process is at most 5% of the demo's step). "
             "The commbench stage repeats a measurement outside its band and marks one that stays "
-            f"there ({BANDS_TEXT})."], "bullets": self.lines()[1:]}
+            f"there ({BANDS_TEXT})."], bullets=self.lines()[1:])
 
     def tex_macro(self) -> str:
         """\\MachineNoise for numbers.tex: the paper's Method section's sentence."""
@@ -228,10 +227,10 @@ class MeasurementCheck:
             [f"The commbench stage's {disturbed} stayed outside the band of a quiet machine after "
              "its repeats and are flagged in the report; the cost model does not use a disturbed "
              "shared-compute factor."] if self.disturbed else []))
-        return f"\\newcommand{{\\MachineNoise}}{{{_tex_escape(text)}}}\n"
+        return f"\\newcommand{{\\MachineNoise}}{{{tex_escape(text)}}}\n"
 
 
-def measurement_check(runs: list[dict], commbench: dict[int, dict]) -> MeasurementCheck:
+def measurement_check(runs: list[RunDir], commbench: dict[int, CommbenchRecord]) -> MeasurementCheck:
     """Both checks over the report's runs and commbench JSONs (process count -> JSON)."""
     return MeasurementCheck(tuple(identical_runs_check(runs)),
                             tuple(i for i in commbench_inputs(commbench) if i.status == "disturbed"))

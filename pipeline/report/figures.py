@@ -28,6 +28,7 @@ import pandas as pd
 
 from ..runtime.distributed import available_cores
 from ..runtime.files import atomic_path
+from .data import ReportData
 from .load import AP_COLUMNS, TIME_SPLIT, baseline_mask, strategy_label
 
 WIDTH_IN = 6.2  # the paper's text is 16 cm (6.3 in) wide: figures print at 1:1
@@ -35,33 +36,6 @@ MAX_HEIGHT_IN = 7.5  # the paper includes figures up to 0.8 of its 9.7 in of tex
 MIN_PT = 7  # no text of a figure smaller, at print size
 FONT_PT = {"font.size": 8.5, "axes.labelsize": 9, "axes.titlesize": 9, "xtick.labelsize": 8,
            "ytick.labelsize": 8, "legend.fontsize": 8, "legend.title_fontsize": 8.5}
-
-
-@dataclass(frozen=True)
-class ReportData:
-    """Everything a figure may draw from: the completed runs, one row per run (summary.csv),
-    Table 1 and the scaling and data-mode tables."""
-    ok: list[dict]
-    table1: pd.DataFrame
-    scaling: pd.DataFrame
-    summary: pd.DataFrame
-    data_modes: pd.DataFrame
-    prediction: pd.DataFrame  # the cost model's images/s beside the measured (prediction.py)
-    cluster_points: pd.DataFrame  # predicted scaling on hypothetical clusters (clusters.py)
-
-    @property
-    def first_seeds(self) -> list[dict]:
-        """One run per sweep entry (its first seed): for figures that draw a run's every line."""
-        seen, runs = set(), []
-        for run in self.ok:
-            if run["entry"] not in seen:
-                seen.add(run["entry"])
-                runs.append(run)
-        return runs
-
-    @property
-    def entries(self) -> int:
-        return len({run["entry"] for run in self.ok})
 
 
 def _default_height(data: ReportData) -> float:
@@ -142,11 +116,11 @@ def _bar_rows(per_row: float, rows: Callable[[ReportData], int], base: float = 0
 def draw_loss_vs_time(ax, data: ReportData) -> None:
     frames = []
     for run in data.first_seeds:
-        it = run["iterations"].sort_values("elapsed")
+        it = run.iterations.sort_values("elapsed")
         # Per-iteration loss is noisy; smooth over ~2% of the run (at least 5 iterations), then
         # keep at most ~2000 points so a 26-epoch COCO run still gives a light PDF.
         window = max(5, len(it) // 50)
-        it = it.assign(smoothed=it["loss"].rolling(window, min_periods=1).mean(), run=run["entry"])
+        it = it.assign(smoothed=it["loss"].rolling(window, min_periods=1).mean(), run=run.entry)
         frames.append(it.iloc[::max(1, len(it) // 2000)])
     _seaborn().lineplot(pd.concat(frames), x="elapsed", y="smoothed", hue="run", estimator=None,
                         ax=ax)
@@ -157,8 +131,8 @@ def draw_loss_vs_time(ax, data: ReportData) -> None:
 @figure("loss_vs_epoch", "Epoch-mean training loss per epoch: mean over each sweep entry's "
                          "seeds, band: 95% interval")
 def draw_loss_vs_epoch(ax, data: ReportData) -> None:
-    rows = [{"entry": run["entry"], "epoch": i + 1, "loss": loss} for run in data.ok
-            for i, loss in enumerate(run["summary"].epoch_loss)]
+    rows = [{"entry": run.entry, "epoch": i + 1, "loss": loss} for run in data.ok
+            for i, loss in enumerate(run.summary.epoch_loss)]
     _seaborn().lineplot(pd.DataFrame(rows), x="epoch", y="loss", hue="entry", marker="o", ax=ax)
     ax.set(xlabel="epoch", ylabel="epoch-mean total loss")
     ax.xaxis.get_major_locator().set_params(integer=True)
@@ -219,11 +193,11 @@ def draw_time_split(ax, data: ReportData) -> None:
 def draw_utilisation(ax, data: ReportData) -> None:
     rows = []
     for run in data.first_seeds:
-        for s in run.get("utilisation") or []:
+        for s in run.utilisation:
             rows.append({"t": s["t"], "util": s["cpu_percent"],
-                         "line": f"{run['entry']} rank {s['rank']} CPU"})
+                         "line": f"{run.entry} rank {s['rank']} CPU"})
             rows += [{"t": s["t"], "util": g["util_percent"],
-                      "line": f"{run['entry']} rank {s['rank']} GPU {g['index']}"}
+                      "line": f"{run.entry} rank {s['rank']} GPU {g['index']}"}
                      for g in s["gpus"]]
     if not rows:
         return _no_runs(ax, "no utilisation samples")
@@ -299,8 +273,8 @@ def draw_scaling(ax, data: ReportData) -> None:
 @figure("ap_vs_time", "Time to accuracy: COCO box AP on the validation split during training "
                       "against training seconds (evaluations excluded); dotted: the target")
 def draw_ap_vs_time(ax, data: ReportData) -> None:
-    rows = [{"run": run["run_id"], "entry": run["entry"], "seconds": e.train_seconds, "AP": e.AP}
-            for run in data.ok for e in run["summary"].evaluations]
+    rows = [{"run": run.run_id, "entry": run.entry, "seconds": e.train_seconds, "AP": e.AP}
+            for run in data.ok for e in run.summary.evaluations]
     if not rows:
         return _no_runs(ax, "no evaluations during training (eval.every_epochs: 0)")
     _seaborn().lineplot(pd.DataFrame(rows), x="seconds", y="AP", hue="entry", units="run",

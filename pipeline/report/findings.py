@@ -1,21 +1,6 @@
-"""What the results say, in generated sentences, and every number the paper quotes, as LaTeX
-macros (numbers.tex). The HTML report and the paper read the same sentences, so no number is
-typed by hand anywhere and the two cannot disagree.
-
-numbers.tex defines
-  \\Preset, \\Dataset, \\TargetAP, \\NoiseRule, \\GitRevision, \\Hardware, \\TorchVersion
-  \\RunCount, \\CompletedCount, \\SkippedCount, \\FailedCount   runs of the sweep, by status
-  \\EntryCount, \\CompletedEntryCount    sweep entries, and those with a completed run
-  \\SeededEntries, \\SingleSeedEntries   entries that completed 2 or more runs, and exactly 1
-  \\WorkflowTime                        the completed runs' recorded training + evaluation time
-  \\AnswerAbstract, \\AnswerCounts, \\AnswerThroughput, \\AnswerAccuracy, \\AnswerConclusion,
-  \\AnswerTime, \\AnswerScope, \\NotRun   the answer (answer() below), paragraphs of sentences
-  \\published{dp|ddp}{KEY}   the study's published values (report.published), e.g. {dp}{AP50}
-  \\TorchvisionAP             torchvision's published box AP of fasterrcnn_resnet50_fpn
-  \\result{ENTRY}{COLUMN}     an entry's mean over its seeds of a summary.csv column, e.g.
-                             \\result{ddp-w2-b4}{images_per_second}; COLUMN_sd its spread, n its runs
-  \\ScalingFindings, \\DataModeFindings, \\TimeToAccuracyFindings
-                             itemized generated sentences (or a sentence saying there are none)
+"""What the results say, in generated sentences: the answer (answer()) and the findings of each
+table. The HTML report and the paper (numbers.py writes the sentences as LaTeX macros) read the
+same sentences, so no number is typed by hand anywhere and the two cannot disagree.
 """
 from __future__ import annotations
 
@@ -24,10 +9,16 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .load import baseline_mask
-from .noise import NOISE_RULE, Difference, Spread, difference
+from ..runtime.record import EquivalenceRecord
+from .load import RunDir, baseline_mask
+from .noise import Difference, Spread, difference
 from .noise import spreads as noise_spreads
-from .tables import _tex_escape, entry_means
+from .render import Section
+from .tables import entry_means, tex_escape
+
+# torchvision's published box AP@[.5:.95] of fasterrcnn_resnet50_fpn (COCO_V1 weights) on COCO
+# val2017, trained with its reference recipe (26 epochs): the model card's "box_map": 37.0.
+TORCHVISION_BOX_AP = 0.370
 
 # Columns of summary.csv whose per-entry mean (and sd) numbers.tex defines, with the decimals.
 MACRO_COLUMNS = {"images_per_second": 2, "speedup_vs_single": 3, "sec_per_iter_mean": 4,
@@ -65,28 +56,8 @@ def time_to_accuracy_findings(summary: pd.DataFrame) -> list[str]:
     return found
 
 
-def _itemize(sentences: list[str], none: str) -> str:
-    if not sentences:
-        return _tex_escape(none)
-    return ("\\begin{itemize}\n" + "".join(f"  \\item {_tex_escape(s)}\n" for s in sentences)
-            + "\\end{itemize}")
-
-
-def _macro(name: str, value: str) -> str:
+def macro(name: str, value: str) -> str:
     return f"\\newcommand{{\\{name}}}{{{value}}}\n"
-
-
-def _provenance(runs: list[dict]) -> tuple[str, str, str]:
-    """The git revision(s), hardware and torch version the completed runs recorded."""
-    records = [run["summary"].provenance for run in runs if run["status"] == "ok"]
-    revisions = sorted({p.get("git_revision", "none recorded") for p in records}) or ["none"]
-    hardware = sorted({f"{(p.get('hardware') or {}).get('processor') or (p.get('hardware') or {}).get('machine', '?')}"
-                       f", {(p.get('hardware') or {}).get('cpu_count', '?')} cores"
-                       + (f", GPUs: {', '.join(p['hardware']['gpus'])}"
-                          if (p.get("hardware") or {}).get("gpus") else ", no GPU")
-                       for p in records}) or ["unknown"]
-    torch = sorted({(p.get("packages") or {}).get("torch", "?") for p in records}) or ["?"]
-    return ", ".join(revisions), "; ".join(hardware), ", ".join(torch)
 
 
 def bytes_sentences() -> str:
@@ -125,62 +96,9 @@ def memory_sentences() -> str:
             f"for M bytes of gradients: {held}.")
 
 
-def inference_seconds(runs: list[dict]) -> dict[str, float]:
+def inference_seconds(runs: list[RunDir]) -> dict[str, float]:
     """run id -> the seconds its final evaluation's inference took (metrics.json)."""
-    return {run["run_id"]: float(run["metrics"].get("inference_seconds") or 0.0)
-            for run in runs if run["status"] == "ok"}
-
-
-def numbers_tex(runs: list[dict], summary: pd.DataFrame, comparisons: pd.DataFrame,
-                scaling: pd.DataFrame, data_modes: pd.DataFrame, preset: str,
-                dataset: str, published: dict, torchvision_ap: float,
-                found: "Answer | None" = None) -> str:
-    """`found`: the answer (answer()); without one, the answer of `summary` and `comparisons`
-    alone (no cost model, no equivalence check)."""
-    found = found or answer(summary, comparisons, dataset=dataset, inference=inference_seconds(runs))
-    target = summary["target_ap"].dropna()
-    revision, hardware, torch = _provenance(runs)
-    out = ["% Generated by the report stage (pipeline/report/findings.py) from results/summary/<preset>.csv;\n"
-           "% do not edit: rerun the workflow.\n",
-           _macro("Preset", _tex_escape(preset)), _macro("Dataset", _tex_escape(dataset)),
-           found.macros(),
-           _macro("TargetAP", f"{float(target.iloc[0]):.3f}" if len(target) else "none set"),
-           _macro("NoiseRule", _tex_escape(NOISE_RULE)),
-           _macro("GitRevision", _tex_escape(revision)), _macro("Hardware", _tex_escape(hardware)),
-           _macro("TorchVersion", _tex_escape(torch)),
-           _macro("TorchvisionAP", f"{torchvision_ap:.3f}"),
-           _macro("BytesCounted", _tex_escape(bytes_sentences())),
-           _macro("CommunicationTimed", _tex_escape(communication_definition())),
-           "\\newcommand{\\published}[2]{\\csname published@#1@#2\\endcsname}\n",
-           "\\newcommand{\\result}[2]{\\csname result@#1@#2\\endcsname}\n"]
-    out += [f"\\expandafter\\def\\csname published@{method}@{key}\\endcsname{{{value}}}\n"
-            for method, values in sorted(published.items()) if isinstance(values, dict)
-            for key, value in sorted(values.items())]
-    means = entry_means(summary, list(MACRO_COLUMNS))
-    for _, row in means.iterrows():
-        values = {"n": str(int(row["n"]))}
-        for column, places in MACRO_COLUMNS.items():
-            for key in (column, f"{column}_sd"):
-                if not (isinstance(row[key], float) and math.isnan(row[key])):
-                    values[key] = f"{row[key]:.{places}f}"
-        out += [f"\\expandafter\\def\\csname result@{row['entry']}@{key}\\endcsname{{{value}}}\n"
-                for key, value in values.items()]
-    out += [_macro("ScalingFindings", _itemize(scaling_findings(scaling),
-                                               "No run used more than one worker.")),
-            _macro("DataModeFindings", _itemize(data_mode_findings(data_modes),
-                                                "No entry ran in both data modes.")),
-            _macro("TimeToAccuracyFindings", _itemize(time_to_accuracy_findings(summary),
-                                                      "No target AP was set for this preset, or no "
-                                                      "run evaluated during training."))]
-    return "".join(out)
-
-
-def parse_numbers(text: str) -> dict[tuple[str, str], str]:
-    """(entry, column) -> value as written in numbers.tex: what tests compare with summary.csv."""
-    import re
-
-    return {(entry, key): value for entry, key, value in
-            re.findall(r"\\csname result@([^@]+)@([^\\]+)\\endcsname\{([^}]*)\}", text)}
+    return {run.run_id: float(run.metrics.inference_seconds or 0.0) for run in runs if run.ok}
 
 
 # ---- The answer: what the results say, generated from them ----------------------------------
@@ -668,29 +586,22 @@ def gap_headline(g: BaselineGap) -> str:
             f"{_join(verdicts)}.")
 
 
-def checked_steps(equivalence: dict | None) -> dict[str, float]:
-    """strategy -> how far its one step landed from single's, relative to the step, for each
-    strategy the one-step check (pipeline/equivalence.py) ran."""
-    return {name: r["relative_to_step"] for name, r in (equivalence or {}).get("strategies", {}).items()
-            if "skipped" not in r and r.get("relative_to_step") is not None}
-
-
-def equivalence_sentence(equivalence: dict | None) -> str:
+def equivalence_sentence(equivalence: EquivalenceRecord | None) -> str:
     """What the one-step check (pipeline/equivalence.py) found, and its why."""
-    checked = checked_steps(equivalence)
+    checked = equivalence.relative_steps if equivalence else {}
     if not checked:
         return ""
     values = {_significant(v) for v in checked.values()}
     away = (f"{values.pop()} of single's step" if len(values) == 1 else
             ", ".join(f"{name} {_significant(v)}" for name, v in checked.items()) + " of single's step")
     return (f"From the same weights and the same global batch, one SGD step of each of "
-            f"{_join(checked)} lands {away} away from that of {equivalence['reference']} (the "
-            f"one-step equivalence check). {equivalence['why']}")
+            f"{_join(checked)} lands {away} away from that of {equivalence.reference} (the "
+            f"one-step equivalence check). {equivalence.why}")
 
 
-def equivalence_short(equivalence: dict | None) -> str:
+def equivalence_short(equivalence: EquivalenceRecord | None) -> str:
     """The one-step check in one clause: how far the strategies' step lands from single's."""
-    checked = list(checked_steps(equivalence).values())
+    checked = list(equivalence.relative_steps.values()) if equivalence else []
     if not checked:
         return ""
     return (f"one SGD step of each of the {len(checked)} strategies checked lands "
@@ -736,11 +647,10 @@ class Answer:
     conclusion: str
     scope: str
 
-    def section(self) -> dict:
+    def section(self) -> Section:
         """The report's first section."""
-        return {"title": "The answer", "text": [
-            self.counts_sentence, *self.throughput, *self.accuracy, self.not_run,
-            self.time_sentence, self.scope]}
+        return Section("The answer", [self.counts_sentence, *self.throughput, *self.accuracy,
+                                      self.not_run, self.time_sentence, self.scope])
 
     def macros(self) -> str:
         paragraphs = {"AnswerCounts": [self.counts_sentence], "AnswerTime": [self.time_sentence],
@@ -748,8 +658,8 @@ class Answer:
                       "AnswerThroughput": self.throughput, "AnswerAccuracy": self.accuracy,
                       "NotRun": [self.not_run], "AnswerAbstract": [self.abstract],
                       "AnswerConclusion": [self.conclusion], "AnswerScope": [self.scope]}
-        return ("".join(_macro(name, str(value)) for name, value in self.counts.items())
-                + "".join(_macro(name, "\n\n".join(_tex_escape(p) for p in texts))
+        return ("".join(macro(name, str(value)) for name, value in self.counts.items())
+                + "".join(macro(name, "\n\n".join(tex_escape(p) for p in texts))
                           for name, texts in paragraphs.items()))
 
 
@@ -801,11 +711,11 @@ def scope_sentence(dataset: str) -> str:
 
 
 def answer(summary: pd.DataFrame, compared: pd.DataFrame, predicted: pd.DataFrame | None = None,
-           equivalence: dict | None = None, dataset: str = "unknown",
+           equivalence: EquivalenceRecord | None = None, dataset: str = "unknown",
            inference: dict[str, float] | None = None) -> Answer:
     """The answer from the results: `summary` (load.summary_frame, every run), `compared`
     (noise.comparisons), `predicted` (prediction.prediction_frame), `equivalence` (the
-    one-step check's JSON object), `inference` (run id -> its final evaluation's seconds)."""
+    one-step check's record), `inference` (run id -> its final evaluation's seconds)."""
     counts, counts_sentence = counts_of(summary)
     workflow_time, time_sentence = time_of(summary, inference or {})
     done = summary[summary["status"] == "ok"]

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
 
 from ..runtime.files import read_json
-from ..runtime.record import Evaluation, RankReport, RunSummary
+from ..runtime.record import Evaluation, Metrics, RunSummary
 from ..strategies import STRATEGIES
 
 TRAFFIC_COLUMNS = ["run_id", "rank", "role", "sent_per_iter", "received_per_iter",
@@ -40,7 +40,7 @@ def progress_per_epoch(epoch_loss: list[float]) -> float:
     return (epoch_loss[0] - epoch_loss[-1]) / (len(epoch_loss) - 1)
 
 
-def _read_input(path: Path) -> dict:
+def read_input(path: Path) -> dict:
     """read_json, plus the remedy for a missing file and a check that it holds an object."""
     try:
         data = read_json(path)
@@ -80,27 +80,52 @@ def read_utilisation(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def load_run(run_dir: str | Path) -> dict:
-    """The inputs of one run directory: its summary (the record, pipeline/runtime/record.py,
-    whichever version wrote it), metrics and, if ok, the iterations and utilisation samples."""
+@dataclass(frozen=True)
+class RunDir:
+    """One run directory as the report reads it: the summary (whichever version wrote it), the
+    metrics, and for a completed run its iterations and utilisation samples. `status` and
+    `reason` are the summary's, or the evaluation's where that failed."""
+
+    summary: RunSummary
+    status: str
+    reason: str = ""
+    metrics: Metrics = field(default_factory=Metrics)
+    evaluated: bool = False  # completed and scored (a run on in-memory tensors is only timed)
+    iterations: pd.DataFrame | None = None
+    utilisation: list[dict] = field(default_factory=list)
+    dir: Path | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.summary.run_id
+
+    @property
+    def entry(self) -> str:
+        return self.summary.entry
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def load_run(run_dir: str | Path) -> RunDir:
+    """The inputs of one run directory (pipeline/runtime/record.py's records)."""
     run_dir = Path(run_dir)
-    path = run_dir / "train_summary.json"
-    summary = RunSummary.from_json(_read_input(path), str(path), folder=run_dir.name)
-    metrics = _read_input(run_dir / "metrics.json")
+    path, metrics_path = run_dir / "train_summary.json", run_dir / "metrics.json"
+    summary = RunSummary.from_json(read_input(path), str(path), folder=run_dir.name)
+    metrics = Metrics.from_json(read_input(metrics_path), str(metrics_path))
     status, reason = summary.status, summary.reason
     # A run trained on in-memory tensors is timed, not scored: it stays a completed run.
-    evaluated = metrics.get("status", "ok") == "ok"
-    if status == "ok" and not evaluated and summary.data_mode != "synthetic":
-        status, reason = metrics["status"], metrics.get("reason", "")  # evaluation failed
-    if status == "ok" and evaluated and any(metrics.get(k) is None for k in AP_COLUMNS):
-        raise ValueError(f"{run_dir / 'metrics.json'}: no AP values for a completed run; delete "
-                         "it and rerun the evaluate stage")
-    iterations = read_iterations(run_dir / "iterations.jsonl") if status == "ok" else None
-    sampled = status == "ok" and summary.utilisation is not None  # None: before the sampler
-    return {"dir": run_dir, "run_id": summary.run_id, "entry": summary.entry,
-            "status": status, "reason": reason or "", "evaluated": status == "ok" and evaluated,
-            "summary": summary, "metrics": metrics, "iterations": iterations,
-            "utilisation": read_utilisation(run_dir / "utilisation.jsonl") if sampled else []}
+    if status == "ok" and not metrics.scored and summary.data_mode != "synthetic":
+        status, reason = metrics.status, metrics.reason  # evaluation failed
+    if status == "ok" and metrics.scored and any(getattr(metrics, k) is None for k in AP_COLUMNS):
+        raise ValueError(f"{metrics_path}: no AP values for a completed run; delete it and rerun "
+                         "the evaluate stage")
+    done = status == "ok"
+    sampled = done and summary.utilisation is not None  # None: before the sampler
+    return RunDir(summary, status, reason or "", metrics, done and metrics.scored,
+                  read_iterations(run_dir / "iterations.jsonl") if done else None,
+                  read_utilisation(run_dir / "utilisation.jsonl") if sampled else [], run_dir)
 
 
 def has_variant(variant) -> bool:
@@ -130,7 +155,7 @@ def baseline_mask(frame: pd.DataFrame) -> pd.Series:
                      index=frame.index, dtype=bool)
 
 
-def _number(value) -> float:
+def number(value) -> float:
     """NaN for missing values and for COCO's -1 ('no objects of that size'), so means stay honest."""
     return math.nan if value is None or value == -1 else float(value)
 
@@ -139,14 +164,11 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def busiest_rank_bytes(summary: RunSummary | dict, key: str) -> float:
+def busiest_rank_bytes(summary: RunSummary, key: str) -> float:
     """Bytes sent plus received per iteration by the rank that moves the most (the server, for
     a parameter server; any rank, for all-reduce). `key`: bytes_per_iteration (measured) or
-    theory_bytes_per_iteration. `summary`: the record, or a train_summary.json object as
-    benchmarks/compare_strategies.py reads it (with its own keys beside the record's)."""
-    ranks = (summary.ranks if isinstance(summary, RunSummary) else
-             [RankReport.from_json(r, "train_summary.json: ranks") for r in summary.get("ranks") or []])
-    totals = [getattr(r, key).sent + getattr(r, key).received for r in ranks]
+    theory_bytes_per_iteration."""
+    totals = [getattr(r, key).sent + getattr(r, key).received for r in summary.ranks]
     return max(totals) if totals else math.nan
 
 
@@ -163,28 +185,27 @@ def theory_state(summary: RunSummary) -> float:
     """MiB of parameters, gradients and optimizer state that the busiest process of the run
     holds by its strategy's analysis (Strategy.memory_theory), for the run's M."""
     declared = STRATEGIES.get(summary.strategy)
-    run = summary.provenance.get("run")
+    run = summary.provenance.run
     grad_bytes = next((r.gradient_bytes for r in summary.ranks if r.gradient_bytes), None)
     if declared is None or not isinstance(run, dict) or grad_bytes is None:
         return math.nan
     return sum(declared.memory_theory(run, grad_bytes).values()) / 2**20
 
 
-def traffic_frame(runs: list[dict]) -> pd.DataFrame:
-    rows = [{"run_id": run["run_id"], "rank": r.rank, "role": r.role,
+def traffic_frame(runs: list[RunDir]) -> pd.DataFrame:
+    rows = [{"run_id": run.run_id, "rank": r.rank, "role": r.role,
              "sent_per_iter": r.bytes_per_iteration.sent,
              "received_per_iter": r.bytes_per_iteration.received,
              "theory_sent_per_iter": r.theory_bytes_per_iteration.sent,
              "theory_received_per_iter": r.theory_bytes_per_iteration.received,
              "gradient_bytes": r.gradient_bytes}
-            for run in runs if run["status"] == "ok" for r in run["summary"].ranks]
+            for run in runs if run.ok for r in run.summary.ranks]
     return pd.DataFrame(rows, columns=TRAFFIC_COLUMNS)
 
 
-def dataset_of(runs: list[dict]) -> str:
+def dataset_of(runs: list[RunDir]) -> str:
     """The data the runs trained on (data.name in their provenance); 'unknown' if none says."""
-    names = {(run["summary"].provenance.get("params") or {}).get("data", {}).get("name")
-             for run in runs}
+    names = {run.summary.provenance.dataset for run in runs}
     names.discard(None)
     return ", ".join(sorted(names)) or "unknown"
 
@@ -245,9 +266,9 @@ class Row:
     """What a column of summary.csv is computed from: one run (load_run's), its summary and
     metrics, and the report's settings."""
 
-    run: dict
+    run: RunDir
     s: RunSummary
-    m: dict           # metrics.json
+    m: Metrics
     preset: str
     target_ap: float | None
     single: float     # images/s of the baseline runs (their mean) the run's speed-up is against
@@ -266,12 +287,12 @@ class Column:
     integer: bool = False  # a count: Int64 (2, not 2.0), empty where a run has none
 
 
-def _field(name: str, integer: bool = False, number: bool = False) -> Column:
-    """The summary field `name` as it is (`number`: NaN where it is not recorded)."""
+def _field(name: str, integer: bool = False, numeric: bool = False) -> Column:
+    """The summary field `name` as it is (`numeric`: NaN where it is not recorded)."""
     if name not in RunSummary.field_names():  # at import: a column cannot silently go empty
         raise AttributeError(f"summary.csv column {name}: RunSummary has no field {name}")
-    if number:
-        return Column(name, lambda r: _number(getattr(r.s, name)), integer)
+    if numeric:
+        return Column(name, lambda r: number(getattr(r.s, name)), integer)
     return Column(name, lambda r: getattr(r.s, name), integer)
 
 
@@ -280,13 +301,13 @@ def _part(prefix: str, name: str, part: str) -> Column:
     time_split), NaN where the run has none."""
     _field(name)  # a field of the summary, or an error at import
     return Column(prefix + part,
-                  lambda r: _number(getattr(getattr(r.s, name), part) if getattr(r.s, name) else None))
+                  lambda r: number(getattr(getattr(r.s, name), part) if getattr(r.s, name) else None))
 
 
 # summary.csv, one row per run, in this order. A new column is one line here.
 COLUMNS = [
-    Column("run_id", lambda r: r.run["run_id"]),
-    Column("entry", lambda r: r.run["entry"]),
+    Column("run_id", lambda r: r.run.run_id),
+    Column("entry", lambda r: r.run.entry),
     _field("seed", integer=True),
     _field("data_mode"),
     Column("preset", lambda r: r.preset),
@@ -294,14 +315,14 @@ COLUMNS = [
     _field("workers", integer=True), _field("processes", integer=True),
     _field("images_per_worker", integer=True), _field("global_batch", integer=True),
     _field("lr"), _field("device"), _field("backend"), _field("threads", integer=True),
-    Column("status", lambda r: r.run["status"]),
-    Column("reason", lambda r: r.run["reason"]),
-    _field("images_per_second", number=True),
+    Column("status", lambda r: r.run.status),
+    Column("reason", lambda r: r.run.reason),
+    _field("images_per_second", numeric=True),
     # against `single` (the mean over its seeds) at the same global batch and data mode
-    Column("speedup_vs_single", lambda r: _number(r.s.images_per_second) / r.single),
+    Column("speedup_vs_single", lambda r: number(r.s.images_per_second) / r.single),
     *(_part("sec_per_iter_", "sec_per_iter", k) for k in ("mean", "p50", "p95")),
     *(_part("time_", "time_split", k) for k in TIME_SPLIT),
-    _field("communication_share", number=True),
+    _field("communication_share", numeric=True),
     Column("busiest_rank_bytes_per_iter", lambda r: busiest_rank_bytes(r.s, "bytes_per_iteration")),
     Column("busiest_rank_theory_bytes_per_iter",
            lambda r: busiest_rank_bytes(r.s, "theory_bytes_per_iteration")),
@@ -311,13 +332,13 @@ COLUMNS = [
     Column("owned_state_mb", lambda r: largest_memory(r.s, "state")),
     Column("theory_state_mb", lambda r: theory_state(r.s) if r.s.status == "ok" else math.nan),
     Column("progress_per_epoch", lambda r: progress_per_epoch(r.s.epoch_loss)),
-    *(Column(k, lambda r, k=k: _number(r.m.get(k))) for k in AP_COLUMNS + ["APs", "APm", "APl"]),
-    _field("train_seconds", number=True), _field("evaluation_seconds", number=True),
-    Column("target_ap", lambda r: _number(r.target_ap)),
+    *(Column(k, lambda r, k=k: number(getattr(r.m, k))) for k in AP_COLUMNS + ["APs", "APm", "APl"]),
+    _field("train_seconds", numeric=True), _field("evaluation_seconds", numeric=True),
+    Column("target_ap", lambda r: number(r.target_ap)),
     Column("seconds_to_target", lambda r: r.to_target[0]),
     Column("iterations_to_target", lambda r: r.to_target[1], integer=True),
     # How the run survived faults: checkpoint cost, torchrun's restarts, where it resumed
-    Column("checkpoint_seconds", lambda r: _number(r.s.checkpoints.seconds if r.s.checkpoints else None)),
+    Column("checkpoint_seconds", lambda r: number(r.s.checkpoints.seconds if r.s.checkpoints else None)),
     Column("checkpoints", lambda r: r.s.checkpoints.count if r.s.checkpoints else None, integer=True),
     _field("restarts", integer=True),
     Column("resumed_at_steps", lambda r: " ".join(map(str, r.s.resumed_at_steps))),
@@ -326,19 +347,19 @@ SUMMARY_COLUMNS = [c.name for c in COLUMNS]
 INTEGER_COLUMNS = [c.name for c in COLUMNS if c.integer]
 
 
-def summary_frame(runs: list[dict], preset: str, target_ap: float | None = None) -> pd.DataFrame:
+def summary_frame(runs: list[RunDir], preset: str, target_ap: float | None = None) -> pd.DataFrame:
     """One row per run; `target_ap` (report.target_ap of the preset) for the time to reach it."""
     # Speed-up is against `single` (the mean over its seeds) at the same global batch and in the
     # same data mode: the same work per iteration.
     single: dict[tuple, list[float]] = {}
     for r in runs:
-        s = r["summary"]
-        if r["status"] == "ok" and is_baseline(s.strategy, s.variant):
-            single.setdefault((s.data_mode, s.global_batch), []).append(_number(s.images_per_second))
+        s = r.summary
+        if r.ok and is_baseline(s.strategy, s.variant):
+            single.setdefault((s.data_mode, s.global_batch), []).append(number(s.images_per_second))
     rows = []
     for run in runs:
-        s = run["summary"]
-        row = Row(run, s, run["metrics"], preset, target_ap,
+        s = run.summary
+        row = Row(run, s, run.metrics, preset, target_ap,
                   _mean(single.get((s.data_mode, s.global_batch), [])))
         rows.append({column.name: column.value(row) for column in COLUMNS})
     frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)  # the columns fix the order, not the dicts

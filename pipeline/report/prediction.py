@@ -27,10 +27,10 @@ import pandas as pd
 
 from ..costmodel.network import Network, measured_network
 from ..costmodel.predict import Iteration, iteration
-from ..runtime.record import RunSummary, as_summary
+from ..runtime.record import RunSummary
 from ..strategies import lookup
 from .disturbance import commbench_inputs, shared_factor_disturbed, verdict
-from .load import is_baseline
+from .load import RunDir, is_baseline
 
 BOUND = 0.20  # |predicted / measured - 1| above this is a miss
 ASSUMPTIONS = (
@@ -55,18 +55,18 @@ COLUMNS = ["run_id", "entry", "strategy", "workers", "processes", "compute_input
            "predicted_communication_s", "flag"]
 
 
-def single_inputs(runs: list[dict]) -> list[dict]:
+def single_inputs(runs: list[RunDir]) -> list[dict]:
     """Per ok `single` run with a time split: its data mode, threads, device, per-image
     compute and data seconds, the variance of compute per image (`compute_variance`), per-iteration
     optimizer seconds and images per iteration, its gradient bytes, and whether it is the
     baseline (not a variant such as pinned threads)."""
     found = []
     for run in runs:
-        s = record_of(run)
-        if run["status"] == "ok" and s.strategy == "single" and s.time_split and s.time_split.compute:
+        s = run.summary
+        if run.ok and s.strategy == "single" and s.time_split and s.time_split.compute:
             images, split = s.global_batch, s.time_split
             gradient_bytes = s.ranks[0].gradient_bytes if s.ranks else None
-            found.append({"run_id": run["run_id"], "mode": s.data_mode,
+            found.append({"run_id": run.run_id, "mode": s.data_mode,
                           "threads": s.threads, "device": str(s.device or "cpu"),
                           "baseline": is_baseline(s.strategy, s.variant),
                           "compute": split.compute / images, "data": split.data / images,
@@ -76,19 +76,14 @@ def single_inputs(runs: list[dict]) -> list[dict]:
     return found
 
 
-def compute_variance(run: dict, summary: RunSummary) -> float:
+def compute_variance(run: RunDir, summary: RunSummary) -> float:
     """The variance of one iteration's compute seconds over the run's timed iterations (those
     its summary's statistics keep); NaN where they were not recorded."""
-    frame = run.get("iterations")
+    frame = run.iterations
     if frame is None or "time_compute" not in frame:
         return math.nan
     timed = frame["time_compute"].iloc[summary.timing_excludes_first_iterations or 0:].dropna()
     return float(timed.var()) if len(timed) > 1 else math.nan
-
-
-def record_of(run: dict) -> RunSummary:
-    """A run's summary, the record; from its JSON object for a run put together by hand."""
-    return as_summary(run["summary"], f"run {run.get('run_id', '?')}: summary")
 
 
 def compute_input(summary: RunSummary, singles: list[dict]) -> tuple[dict, str] | None:
@@ -126,22 +121,22 @@ def compute_input(summary: RunSummary, singles: list[dict]) -> tuple[dict, str] 
              "data": fmean(row["data"] for row in same_mode)}, how)
 
 
-def shared_factor(commbench: dict | None) -> float:
+def shared_factor(commbench: CommbenchRecord | None) -> float:
     """How much slower a process computes beside the others of its run (commbench's
     `shared_compute`); 1 where it was not measured; where commbench marked it disturbed, the
     factor of a quiet machine (its `expected`: 1 where the processes have the cores to
     themselves) in its place."""
-    shared = (commbench or {}).get("shared_compute") or {}
-    if shared_factor_disturbed(commbench):
-        return shared.get("expected", 1.0)
-    return shared.get("factor", 1.0)
+    shared = commbench.shared_compute if commbench else None
+    if shared is None:
+        return 1.0
+    return shared.expected if shared.disturbed else shared.factor
 
 
 def predict_run(summary: RunSummary, single: dict, network: Network | None,
                 shared: float = 1.0) -> Iteration:
     """The cost model's iteration for one run (its summary), from single's inputs, the host's
     network and the slowdown `shared` of compute beside the run's other processes."""
-    run = {**(summary.provenance.get("run") or {}), "workers": summary.workers}
+    run = {**(summary.provenance.run or {}), "workers": summary.workers}
     per_worker = summary.images_per_worker
     return iteration(lookup(summary.strategy), run, compute=single["compute"] * per_worker * shared,
                      gradient_bytes=summary.ranks[0].gradient_bytes, network=network,
@@ -160,21 +155,21 @@ def measured_communication(summary: RunSummary) -> float:
     return split.communication
 
 
-def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFrame:
+def prediction_frame(runs: list[RunDir], commbench: dict[int, CommbenchRecord]) -> pd.DataFrame:
     """One row per ok run with more than one process: predicted and measured images/s and
     communication seconds, their ratio, and a flag where the model misses by more than BOUND.
     `commbench`: process count -> that stage's JSON."""
     inputs, rows = single_inputs(runs), []
     for run in runs:
-        s = record_of(run)
-        chosen = compute_input(s, inputs) if run["status"] == "ok" else None
+        s = run.summary
+        chosen = compute_input(s, inputs) if run.ok else None
         if (s.processes or 1) < 2 or chosen is None:
             continue
         single, how = chosen
         network = measured_network(commbench.get(s.processes))
         shared = shared_factor(commbench.get(s.processes))
         if shared_factor_disturbed(commbench.get(s.processes)):
-            disturbed = commbench[s.processes]["shared_compute"]["factor"]
+            disturbed = commbench[s.processes].shared_compute.factor
             how = (f"{how}; shared-compute factor x{shared:g} assumed (commbench's "
                    f"x{disturbed:.3f} disturbed)")
         predicted = predict_run(s, single, network, shared)
@@ -183,7 +178,7 @@ def prediction_frame(runs: list[dict], commbench: dict[int, dict]) -> pd.DataFra
         flag = ("no commbench for this process count" if network is None else
                 "the strategy states no cost model" if math.isnan(predicted.communication) else
                 "" if abs(ratio - 1) <= BOUND else f"missed by more than {BOUND:.0%}")
-        rows.append({"run_id": run["run_id"], "entry": run["entry"], "strategy": s.strategy,
+        rows.append({"run_id": run.run_id, "entry": run.entry, "strategy": s.strategy,
                      "workers": s.workers, "processes": s.processes, "compute_input": how,
                      "shared_compute_factor": shared,
                      "measured_images_per_second": measured,
@@ -198,27 +193,27 @@ DECIMALS = {"shared_compute_factor": 3, "measured_images_per_second": 2,
             "predicted_communication_s": 4}
 
 
-def link_rows(commbench: dict[int, dict]) -> list[str]:
+def link_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:
     """One sentence per fitted primitive and process count, one per strategy timed on the
     model, and one per shared-compute timing."""
-    links = [f"{n} processes, {name} over {found['backend']}: "
-             f"latency {prim['alpha_s'] * 1e6:.1f} us, "
-             f"{(prim['bandwidth_gbit_s'] or math.nan):.1f} Gbit/s (fit R² {prim['r2']:.3f}, worst "
-             f"relative residual {max(map(abs, prim['relative_residuals'])):.2f})"
-             for n, found in sorted(commbench.items()) for name, prim in found["primitives"].items()]
-    timed = [f"{n} processes, {name} timed on the model (forward + backward of {found['calibrations']['images']} "
+    links = [f"{n} processes, {name} over {found.backend}: "
+             f"latency {prim.alpha_s * 1e6:.1f} us, "
+             f"{(prim.bandwidth_gbit_s or math.nan):.1f} Gbit/s (fit R² {prim.r2:.3f}, worst "
+             f"relative residual {max(map(abs, prim.relative_residuals)):.2f})"
+             for n, found in sorted(commbench.items()) for name, prim in found.primitives.items()]
+    timed = [f"{n} processes, {name} timed on the model (forward + backward of {found.calibrations.images} "
              "images, every process at once): " + ", ".join(
                  f"{key.removesuffix('_s')} {seconds * 1e3:.1f} ms" for key, seconds in by_setting.items())
-             for n, found in sorted(commbench.items())
-             for name, by_setting in ((found.get("calibrations") or {}).get("strategies") or {}).items()]
-    return links + timed + [f"{n} processes computing at once: forward + backward of {shared['images']} "
-                    f"images {shared['alone_s'] * 1e3:.1f} ms alone, {shared['together_s'] * 1e3:.1f} ms "
-                    f"together (x{shared['factor']:.3f})"
+             for n, found in sorted(commbench.items()) if found.calibrations
+             for name, by_setting in found.calibrations.strategies.items()]
+    return links + timed + [f"{n} processes computing at once: forward + backward of {shared.images} "
+                    f"images {shared.alone_s * 1e3:.1f} ms alone, {shared.together_s * 1e3:.1f} ms "
+                    f"together (x{shared.factor:.3f})"
                     for n, found in sorted(commbench.items())
-                    if (shared := found.get("shared_compute"))]
+                    if (shared := found.shared_compute)]
 
 
-def section(shown: pd.DataFrame, frame: pd.DataFrame, commbench: dict[int, dict]) -> dict:
+def section(shown: pd.DataFrame, frame: pd.DataFrame, commbench: dict[int, CommbenchRecord]) -> dict:
     """The report's section: the assumptions, the measured links, the table, and every miss."""
     misses = [f"{row.run_id}: predicted {row.predicted_images_per_second:.1f} images/s against "
               f"{row.measured_images_per_second:.1f} measured (x{row.ratio:.2f}): {row.flag}"

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
 
 from ..runtime.files import atomic_path, write_text
-from .load import AP_COLUMNS, _number, strategy_label
+from .load import AP_COLUMNS, number, strategy_label
 from .noise import Spread, difference
 
 PUBLISHED_NAMES = {"dp": "DataParallel (DP)", "ddp": "DistributedDataParallel (DDP)"}
@@ -82,7 +84,7 @@ def comparison_table(summary: pd.DataFrame, published: dict,
     # The study's order (DP, then DDP): the config reaches us as key-sorted JSON.
     methods = [key for key in PUBLISHED_NAMES if isinstance(published.get(key), dict)]
     rows = [{"Method": PUBLISHED_NAMES[key], "Source": label, "n": 1,
-             **{col: _number(published[key].get(key_pub)) for col, (key_pub, _) in columns.items()}}
+             **{col: number(published[key].get(key_pub)) for col, (key_pub, _) in columns.items()}}
             for key in methods]
     real = summary[summary["data_mode"] == "real"]
     means = entry_means(real, [key_csv for _, key_csv in columns.values()])
@@ -165,7 +167,7 @@ def _numeric(column: pd.Series) -> bool:
         and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column.dropna()))
 
 
-def _formatted(table: pd.DataFrame, decimals: dict[str, int], hide=()) -> pd.DataFrame:
+def formatted(table: pd.DataFrame, decimals: dict[str, int], hide=()) -> pd.DataFrame:
     """The table as a reader sees it: every number to its column's precision (`decimals`, else
     places_for), "n/a" and "-" for empty cells, headers in words (HEADERS). A column with a
     `COLUMN sd` beside it shows 'mean ± sd' in one cell; a `COLUMN note` marks its cells [1],
@@ -232,7 +234,7 @@ TEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "_": r"\_", "
                 "≥": r"$\ge$", "×": r"$\times$", "`": ""}
 
 
-def _tex_escape(text: str) -> str:
+def tex_escape(text: str) -> str:
     """Text for LaTeX: each special character replaced once (a replacement is not escaped
     again, so '±' stays the math symbol); Markdown's `code` becomes typewriter text."""
     parts = re.split(r"`([^`]*)`", text)
@@ -245,7 +247,7 @@ def _tex_header(text: str, align: str, wrap: bool) -> str:
     """A header cell: in a column that wraps, its words; else stacked in lines of at most 11
     characters, so that a long name does not make its column of short numbers wide."""
     if wrap or len(text) <= 11:
-        return TEX_HEADERS.get(text, _tex_escape(text))
+        return TEX_HEADERS.get(text, tex_escape(text))
     lines: list[str] = []
     for word in text.split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= 11:
@@ -253,7 +255,7 @@ def _tex_header(text: str, align: str, wrap: bool) -> str:
         else:
             lines.append(word)
     return (rf"\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}"
-            + r" \\ ".join(_tex_escape(line) for line in lines) + r"\end{tabular}")
+            + r" \\ ".join(tex_escape(line) for line in lines) + r"\end{tabular}")
 
 
 def latex_table(shown: pd.DataFrame, n_published: int = 0, *, long: tuple[str, str] | None = None,
@@ -272,8 +274,8 @@ def latex_table(shown: pd.DataFrame, n_published: int = 0, *, long: tuple[str, s
     for i, row in enumerate(shown.itertuples(index=False)):
         if i in rules and i > 0:
             body.append(r"\midrule")
-        body.append(" & ".join(_tex_escape(str(v)) for v in row) + r" \\")
-    notes = [rf"\multicolumn{{{shown.shape[1]}}}{{@{{}}p{{\linewidth}}@{{}}}}{{{_tex_escape(note)}}} \\"
+        body.append(" & ".join(tex_escape(str(v)) for v in row) + r" \\")
+    notes = [rf"\multicolumn{{{shown.shape[1]}}}{{@{{}}p{{\linewidth}}@{{}}}}{{{tex_escape(note)}}} \\"
              for note in shown.attrs.get("notes") or []]
     if long:
         caption, label = long
@@ -284,7 +286,7 @@ def latex_table(shown: pd.DataFrame, n_published: int = 0, *, long: tuple[str, s
         # its own size: it is \\input in the running text, not in a float that sets one
         return "\n".join([r"\begingroup\small\setlength{\tabcolsep}{4pt}\setlength{\LTcapwidth}{\linewidth}",
                           r"\begin{longtable}{@{}" + spec + "@{}}",
-                          rf"\caption{{{_tex_escape(caption)}}}\label{{{label}}} \\", *head, r"\endfirsthead",
+                          rf"\caption{{{tex_escape(caption)}}}\label{{{label}}} \\", *head, r"\endfirsthead",
                           *head, r"\endhead", r"\bottomrule", r"\endfoot", *body, *notes,
                           r"\end{longtable}", r"\endgroup"]) + "\n"
     env = ("tabularx", r"{\linewidth}") if any(wrap) else ("tabular", "")
@@ -296,13 +298,37 @@ def write_table(table: pd.DataFrame, decimals: dict[str, int], n_published: int,
                 name: str, hide=(), csv: pd.DataFrame | None = None, **tex) -> pd.DataFrame:
     """Write NAME.csv (rounded numbers; or `csv` as it is), NAME.md and NAME.tex (latex_table's
     `tex` options); return the table as shown (the columns of `hide` left out)."""
-    shown = _formatted(table, decimals, hide)
+    shown = formatted(table, decimals, hide)
     rounded = {**decimals, **{f"{c} sd": p for c, p in decimals.items() if f"{c} sd" in table}}
     with atomic_path(out_dir / f"{name}.csv") as tmp:
         (table.round(rounded) if csv is None else csv).to_csv(tmp, index=False)
     write_text(out_dir / f"{name}.md", markdown_table(shown))
     write_text(out_dir / f"{name}.tex", latex_table(shown, n_published, **tex))
     return shown
+
+
+@dataclass(frozen=True, eq=False)
+class Table:
+    """One table of the report: its frame, the decimals it is shown with, the published rows
+    that open it (a rule under them), the columns kept to its CSV (`hide`), a CSV of its own
+    (`csv`: every comparison, where the table shows one row a pair) and latex_table's `tex`
+    options."""
+
+    frame: pd.DataFrame
+    decimals: dict[str, int] = field(default_factory=dict)
+    n_published: int = 0
+    hide: tuple[str, ...] = ()
+    csv: pd.DataFrame | None = None
+    tex: dict = field(default_factory=dict)
+
+    @cached_property
+    def shown(self) -> pd.DataFrame:
+        """As a reader sees it (formatted)."""
+        return formatted(self.frame, self.decimals, self.hide)
+
+    def write(self, out_dir: Path, name: str) -> None:
+        write_table(self.frame, self.decimals, self.n_published, out_dir, name, self.hide,
+                    self.csv, **self.tex)
 
 
 def time_to_accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:

@@ -1,9 +1,14 @@
-"""The run record: what train_summary.json holds, as types (the standard library only, no torch).
+"""The run records: what train_summary.json and the files beside it hold, as types (the
+standard library only, no torch).
 
     RunSummary   one run: its identity, status, speed, time split, losses, checkpoints, the
                  evaluations during training, every rank's report, provenance
     RankReport   one process: role, checksum, bytes per iteration measured and by theory
     Evaluation   one evaluation during training (AP against training seconds)
+    Provenance   where a stage's result came from (runtime/provenance.py), with its Hardware
+    Metrics      RUN_DIR/metrics.json: the final model's COCO AP, or why it was not scored
+    CommbenchRecord  a commbench file: LinkFit per primitive, SharedCompute, Calibrations
+    EquivalenceRecord  the one-step check: a StepCheck per strategy
 
 Training builds a RunSummary (pipeline/training/summary.py), the launcher a skipped one
 (pipeline/launch.py), and the report reads one (pipeline/report/load.py). `to_json()` gives the
@@ -13,8 +18,9 @@ declares, so a misspelt key fails when the file is read instead of becoming an e
 
 A new fact is one field here (with its default: None, "not recorded") plus the line that
 computes it. A strategy's own facts (Strategy.summary_facts, rank_facts) are fields too,
-written only when the strategy reports them (`optional`). The provenance stays a plain dict:
-runtime/provenance.py's record, shared by every stage's output.
+written only when the strategy reports them (`optional`). Records other stages write for
+other readers too (the provenance, commbench's) are OpenRecords: a key no field declares is
+kept as written rather than refused. `Record.read(path)` reads any of them from its file.
 
 It lives on the ground floor (runtime) because every layer that writes or reads a run, from
 training to the report and the launcher, imports it; it imports nothing of the pipeline.
@@ -24,13 +30,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import json
 import types
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Union
 
 SKIPPED = {"skipped": True}    # a field a skipped run writes (the others are a finished run's)
-OPTIONAL = {"optional": True}  # written only when set: a strategy's own facts
+OPTIONAL = {"optional": True}  # written only when set: a strategy's own facts, a stage's own
 
 
 class RecordError(ValueError):
@@ -55,6 +63,11 @@ def _decode(hint, value, where: str):
         if not isinstance(value, list):
             raise RecordError(f"{where}: expected a list, found {type(value).__name__}; {REMEDY}")
         return [_decode(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        _, item = typing.get_args(hint)
+        if not isinstance(value, dict):
+            raise RecordError(f"{where}: expected an object, found {type(value).__name__}; {REMEDY}")
+        return {k: _decode(item, v, _inside(where, k)) for k, v in value.items()}
     if isinstance(hint, type) and issubclass(hint, Record):
         return hint.from_json(value, where)
     return value
@@ -65,6 +78,8 @@ def _encode(value):
         return value.to_json()
     if isinstance(value, list):
         return [_encode(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _encode(v) for k, v in value.items()}
     return value
 
 
@@ -87,6 +102,11 @@ class Record:
                 if not (f.metadata.get("optional") and getattr(self, f.name) is None)}
 
     @classmethod
+    def read(cls, path, **how):
+        """This record from the JSON file at `path` (errors name the file)."""
+        return cls.from_json(json.loads(Path(path).read_text()), str(path), **how)
+
+    @classmethod
     def fields_of(cls, raw: dict, where: str, remedy: str = REMEDY) -> dict:
         """The fields a JSON object of this record holds, decoded (records from their objects);
         a key no field declares is an error naming it, `where` it is and the `remedy`."""
@@ -94,6 +114,10 @@ class Record:
             raise RecordError(f"{where}: expected a JSON object for {cls.__name__}, found "
                               f"{type(raw).__name__}; {remedy}")
         known = {name.lower(): name for name in cls.field_names()}
+        if issubclass(cls, OpenRecord):  # another stage's record: its other keys kept as written
+            other = {k: v for k, v in raw.items() if k not in known.values()}
+            raw = {**{k: v for k, v in raw.items() if k in known.values()},
+                   **({"other": other} if other else {})}
         for key in raw:
             if key not in known.values():
                 close = difflib.get_close_matches(key.lower(), list(known), n=1)
@@ -110,6 +134,20 @@ class Record:
             return cls(**cls.fields_of(raw, where))
         except TypeError as err:  # a field without a default is missing
             raise RecordError(f"{where}: {cls.__name__} incomplete ({err}); {REMEDY}") from None
+
+
+@dataclass(frozen=True)
+class OpenRecord(Record):
+    """A record another stage writes for more readers than the report (the provenance, the
+    commbench stage's fits): the keys read here are fields; any other is kept in `other` and
+    written back as it was, so a file with a key of an older or newer version is still read."""
+
+    other: dict = field(default_factory=dict, kw_only=True)
+
+    def to_json(self) -> dict:
+        whole = super().to_json()
+        other = whole.pop("other")
+        return {**whole, **other}
 
 
 @dataclass(frozen=True)
@@ -222,6 +260,59 @@ class Staleness(Record):
     histogram: dict
 
 
+# ---- where a result came from (runtime/provenance.py) --------------------------------------------
+@dataclass(frozen=True)
+class Hardware(OpenRecord):
+    """The machine a stage ran on (runtime/provenance.hardware); GPU fields where torch saw CUDA."""
+
+    machine: str | None = field(default=None, metadata=OPTIONAL)
+    processor: str | None = field(default=None, metadata=OPTIONAL)
+    cpu_count: int | None = field(default=None, metadata=OPTIONAL)
+    hostname: str | None = field(default=None, metadata=OPTIONAL)
+    os: str | None = field(default=None, metadata=OPTIONAL)
+    cuda_available: bool | None = field(default=None, metadata=OPTIONAL)
+    gpus: list[str] | None = field(default=None, metadata=OPTIONAL)
+    cuda: str | None = field(default=None, metadata=OPTIONAL)
+    driver: str | None = field(default=None, metadata=OPTIONAL)
+
+    @property
+    def model(self) -> str:
+        """The processor's name, else the architecture, else '?'."""
+        return self.processor or (self.machine if self.machine is not None else "?")
+
+    @property
+    def cores(self) -> str:
+        return "?" if self.cpu_count is None else str(self.cpu_count)
+
+
+@dataclass(frozen=True)
+class Provenance(OpenRecord):
+    """runtime/provenance.collect's record: the stage's params, code revision, package versions
+    and hardware, plus the facts the stage adds (a training run: its sweep entry, seed, shape)."""
+
+    params: dict | None = field(default=None, metadata=OPTIONAL)
+    git_revision: str | None = field(default=None, metadata=OPTIONAL)
+    packages: dict[str, str] | None = field(default=None, metadata=OPTIONAL)
+    hardware: Hardware | None = field(default=None, metadata=OPTIONAL)
+    argv: list[str] | None = field(default=None, metadata=OPTIONAL)
+    knobs: dict | None = field(default=None, metadata=OPTIONAL)
+    run: dict | None = field(default=None, metadata=OPTIONAL)  # the filled sweep entry
+    seed: int | None = field(default=None, metadata=OPTIONAL)
+    workers: int | None = field(default=None, metadata=OPTIONAL)
+    processes: int | None = field(default=None, metadata=OPTIONAL)
+    threads: int | None = field(default=None, metadata=OPTIONAL)
+    device: str | None = field(default=None, metadata=OPTIONAL)
+    backend: str | None = field(default=None, metadata=OPTIONAL)
+
+    def package(self, name: str) -> str | None:
+        return (self.packages or {}).get(name)
+
+    @property
+    def dataset(self) -> str | None:
+        """The data the stage read: data.name of its params."""
+        return ((self.params or {}).get("data") or {}).get("name")
+
+
 @dataclass(frozen=True)
 class RunSummary(Record):
     """train_summary.json. A skipped run has its identity, status, reason and provenance; the
@@ -271,7 +362,12 @@ class RunSummary(Record):
     epoch_loss: list[float] = field(default_factory=list)
     final_loss: float | None = None
     utilisation: Utilisation | None = None  # None: no utilisation.jsonl (runs before the sampler)
-    provenance: dict = field(default_factory=dict, metadata=SKIPPED)  # runtime/provenance.py
+    provenance: Provenance = field(default_factory=Provenance, metadata=SKIPPED)
+
+    def __post_init__(self):
+        # The stages that write a summary pass runtime/provenance.collect's dict
+        if isinstance(self.provenance, dict):
+            object.__setattr__(self, "provenance", Provenance.from_json(self.provenance, "provenance"))
 
     def to_json(self) -> dict:
         """The file's JSON object: a skipped run's fields only, for a skipped run."""
@@ -291,11 +387,134 @@ class RunSummary(Record):
                               f"{REMEDY}")
         return super().from_json(upgrade(raw, folder, where), where)
 
+    @classmethod
+    def read(cls, path) -> RunSummary:
+        """RUN_DIR/train_summary.json (a summary that names no run: the directory's name)."""
+        return super().read(path, folder=Path(path).parent.name)
 
-def as_summary(summary: RunSummary | dict, where: str = "run summary") -> RunSummary:
-    """The record of a run's summary given as the record or as its JSON object (a run put
-    together by hand rather than read by report.load.load_run)."""
-    return summary if isinstance(summary, RunSummary) else RunSummary.from_json(summary, where)
+
+# ---- what the evaluate, commbench and equivalence stages write ---------------------------------
+@dataclass(frozen=True)
+class Metrics(Record):
+    """RUN_DIR/metrics.json (pipeline/detection/evaluate.py): COCO box AP and AR of the final
+    model (None: not scored, or -1 from COCO: no objects of that size), how the evaluation ran;
+    a run that was not scored says why in `status` and `reason`."""
+
+    run_id: str | None = None
+    status: str = field(default="ok", metadata=OPTIONAL)  # written only where it is not ok
+    reason: str = field(default="", metadata=OPTIONAL)
+    AP: float | None = None
+    AP50: float | None = None
+    AP75: float | None = None
+    APs: float | None = None
+    APm: float | None = None
+    APl: float | None = None
+    AR1: float | None = None
+    AR10: float | None = None
+    AR100: float | None = None
+    ARs: float | None = None
+    ARm: float | None = None
+    ARl: float | None = None
+    images: int | None = field(default=None, metadata=OPTIONAL)
+    batch_size: int | None = field(default=None, metadata=OPTIONAL)
+    detections: int | None = field(default=None, metadata=OPTIONAL)
+    inference_seconds: float | None = field(default=None, metadata=OPTIONAL)
+    processes: int | None = field(default=None, metadata=OPTIONAL)
+    scoring_seconds: float | None = field(default=None, metadata=OPTIONAL)
+    eval_backend: str | None = field(default=None, metadata=OPTIONAL)
+    provenance: Provenance | None = field(default=None, metadata=OPTIONAL)
+
+    @property
+    def scored(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class Check(OpenRecord):
+    """How a commbench measurement was checked against its bands (costmodel/bands.py): its
+    attempts, the one kept, and why it is `disturbed` (None: inside its bands)."""
+
+    attempts: list[dict] = field(default_factory=list)
+    kept: int | None = None
+    disturbed: str | None = None
+
+
+@dataclass(frozen=True)
+class LinkFit(OpenRecord):
+    """One primitive's fit, seconds = alpha_s + beta_s_per_byte x bytes, over its timings."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+    bandwidth_gbit_s: float | None = None
+    r2: float | None = None
+    relative_residuals: list[float] = field(default_factory=list)
+    check: Check | None = None
+
+
+@dataclass(frozen=True)
+class SharedCompute(OpenRecord):
+    """Forward + backward of `images` alone and with every process at once: `factor` slower."""
+
+    factor: float
+    expected: float = 1.0  # a quiet machine's factor (before it was recorded: 1)
+    images: int | None = None
+    alone_s: float | None = None
+    together_s: float | None = None
+    check: Check | None = None
+
+    @property
+    def disturbed(self) -> bool:
+        return bool(self.check and self.check.disturbed)
+
+
+@dataclass(frozen=True)
+class Calibrations(OpenRecord):
+    """Strategies timed on the model: name -> setting -> seconds (fsdp: keep_s, reshard_s)."""
+
+    strategies: dict[str, dict[str, float]] = field(default_factory=dict)
+    checks: dict[str, Check] = field(default_factory=dict)
+    images: int | None = None
+
+
+@dataclass(frozen=True)
+class CommbenchRecord(OpenRecord):
+    """results/commbench/<preset>/p<N>.json (pipeline/commbench.py): this host's links at
+    `processes` processes, the shared-compute factor and the strategies timed on the model."""
+
+    processes: int
+    primitives: dict[str, LinkFit] = field(default_factory=dict)  # send_recv, all_reduce, ...
+    backend: str | None = None
+    shared_compute: SharedCompute | None = None
+    calibrations: Calibrations | None = None
+    disturbed: list[str] = field(default_factory=list)
+    provenance: Provenance | None = None
+
+
+@dataclass(frozen=True)
+class StepCheck(Record):
+    """One strategy's step beside single's: the largest weight difference, absolute and relative
+    to single's step, or why it was `skipped`."""
+
+    max_abs_difference: float | None = None
+    relative_to_step: float | None = None
+    skipped: str | None = field(default=None, metadata=OPTIONAL)
+
+
+@dataclass(frozen=True)
+class EquivalenceRecord(Record):
+    """results/equivalence/<preset>.json (pipeline/equivalence.py): one SGD step of each
+    strategy from the same weights and batch as the `reference` single run."""
+
+    reference: str
+    max_abs_step_of_single: float
+    why: str
+    strategies: dict[str, StepCheck] = field(default_factory=dict)
+
+    @property
+    def relative_steps(self) -> dict[str, float]:
+        """strategy -> how far its step landed from single's, relative to the step, where run."""
+        return {name: step.relative_to_step for name, step in self.strategies.items()
+                if step.skipped is None and step.relative_to_step is not None}
 
 
 # ---- older run folders -----------------------------------------------------------------------
@@ -345,6 +564,7 @@ def upgrade(raw: dict, folder: str | None = None, where: str = "train_summary.js
     return raw
 
 
-__all__ = ["Bytes", "Checkpoints", "Evaluation", "Memory", "RankReport", "RecordError", "RunSummary",
-           "STRATEGY_REMEDY", "SecondsPerIteration", "Staleness", "StateBytes", "TimeSplit", "Utilisation",
-           "as_summary", "upgrade"]
+__all__ = ["Bytes", "Calibrations", "Check", "Checkpoints", "CommbenchRecord", "EquivalenceRecord",
+           "Evaluation", "Hardware", "LinkFit", "Memory", "Metrics", "Provenance", "RankReport",
+           "RecordError", "RunSummary", "STRATEGY_REMEDY", "SecondsPerIteration", "SharedCompute",
+           "Staleness", "StateBytes", "StepCheck", "TimeSplit", "Utilisation", "upgrade"]

@@ -21,9 +21,10 @@ import torch
 import yaml
 
 import pipeline.report.paper
-from pipeline.report.disturbance import shared_factor_disturbed
 from pipeline.report.figures import FIGURES
-from pipeline.report.findings import MACRO_COLUMNS, parse_numbers
+from pipeline.report.findings import MACRO_COLUMNS
+from pipeline.report.numbers import parse_numbers
+from pipeline.runtime.record import CommbenchRecord
 from pipeline.runtime.distributed import available_cores
 
 from ..conftest import REPO, SMALL_DATA
@@ -105,7 +106,8 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
     assert "FSDP2 exchange inside the forward and backward passes" in report_md
     # the factor measured, or a quiet machine's where commbench marked it disturbed (the suite
     # runs beside other tests: pipeline/costmodel/bands.py)
-    used = shared.get("expected", 1.0) if shared_factor_disturbed(links) else shared["factor"]
+    bench = CommbenchRecord.from_json(links)
+    used = bench.shared_compute.expected if bench.shared_compute.disturbed else shared["factor"]
     assert {round(float(row["shared_compute_factor"]), 3) for row in predicted.values()} == {round(used, 3)}
     assert "Predicted against measured (cost model)" in report_md and "2 processes, all_reduce over gloo" in report_md
     assert "2 processes, fsdp timed on the model (forward + backward of 4 images" in report_md  # FSDP2's cost

@@ -1,0 +1,70 @@
+"""ReportData: everything the report is made from, computed once by build.report_data.
+
+The figures draw from it (figures.py), the sections say it (sections.py), numbers.tex quotes it
+(numbers.numbers_tex), and build_report writes its tables. Only pandas and the run records at
+import: the Snakefile imports the figures' registry, which names this type.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from ..runtime.record import CommbenchRecord, EquivalenceRecord
+from .load import RunDir
+from .tables import Table
+
+if TYPE_CHECKING:  # each of these imports the report's modules that import this one
+    from .clusters import Compute
+    from .disturbance import MeasurementCheck
+    from .findings import Answer
+
+
+@dataclass(frozen=True, eq=False)
+class ReportData:
+    """The runs, their frames and tables, the other stages' records and what was concluded.
+    Every field has an empty default, so a test can build the part a figure or section reads."""
+
+    runs: list[RunDir] = field(default_factory=list)  # every run directory, skipped ones too
+    summary: pd.DataFrame | None = None  # summary.csv: one row per run
+    preset: str = ""
+    dataset: str = "unknown"  # what the runs trained on (load.dataset_of)
+    published: dict = field(default_factory=dict)  # report.published: the study's values
+    table1: pd.DataFrame | None = None  # AP, published rows then ours
+    scaling: pd.DataFrame | None = None
+    data_modes: pd.DataFrame | None = None
+    compared: pd.DataFrame | None = None  # noise.comparisons: every pair of entries, every metric
+    prediction: pd.DataFrame | None = None  # the cost model's images/s beside the measured
+    cluster_points: pd.DataFrame | None = None  # predicted scaling on hypothetical clusters
+    tables: dict[str, Table] = field(default_factory=dict)  # every table written, by file name
+    links: dict[int, CommbenchRecord] = field(default_factory=dict)  # process count -> commbench
+    equivalence: EquivalenceRecord | None = None  # the one-step check, where it ran
+    predict: dict = field(default_factory=dict)  # report.predict: the clusters to predict
+    compute: Compute | None = None  # one GPU's time per image, measured or assumed
+    checked: MeasurementCheck | None = None  # noisy machine, disturbed commbench inputs
+    answer: Answer | None = None  # what the results say (findings.answer)
+    figure_ext: str = "png"  # the figure files the Markdown report links
+
+    @property
+    def ok(self) -> list[RunDir]:
+        """The completed runs: what the figures draw."""
+        return [run for run in self.runs if run.ok]
+
+    @property
+    def first_seeds(self) -> list[RunDir]:
+        """One run per sweep entry (its first seed): for figures that draw a run's every line."""
+        seen, runs = set(), []
+        for run in self.ok:
+            if run.entry not in seen:
+                seen.add(run.entry)
+                runs.append(run)
+        return runs
+
+    @property
+    def entries(self) -> int:
+        return len({run.entry for run in self.ok})
+
+    def shown(self, name: str) -> pd.DataFrame:
+        """Table `name` as a reader sees it."""
+        return self.tables[name].shown

@@ -33,9 +33,13 @@ class Stage:
     # the stage, but are neither a rerun trigger nor part of a checkpoint's identity, so raising
     # max_restarts after a crash does not retrain the runs that finished.
     knobs: tuple[str, ...] = ()
+    # Modules its launcher imports but whose code never runs for it (the launcher's path to
+    # another stage): left out of its code, so editing them reruns nothing of this stage.
+    other_paths: tuple[str, ...] = ()
 
 
 FAULT_KNOBS = ("parallel.timeout_s", "parallel.max_restarts")  # how a job outlives a fault
+COMMBENCH_LAUNCH = ("pipeline.commbench", "pipeline.commbench.job")  # pipeline.launch's commbench path
 STAGES = {
     "data": Stage(("data",), ("pipeline.data.prepare",)),
     # Training evaluates as it goes (time-to-accuracy) with COCO's standard settings, so of
@@ -43,9 +47,10 @@ STAGES = {
     # knobs do not retrain anything.
     "train": Stage(("data", "model", "train", "parallel", "eval.every_epochs", "eval.batch_size"),
                    ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.training.train"),
-                   FAULT_KNOBS + ("train.checkpoint_every", "train.sync_debug")),
+                   FAULT_KNOBS + ("train.checkpoint_every", "train.sync_debug"), COMMBENCH_LAUNCH),
     "evaluate": Stage(("data", "model", "parallel", "eval"),
-                      ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.detection.evaluate"), FAULT_KNOBS),
+                      ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.detection.evaluate"), FAULT_KNOBS,
+                      COMMBENCH_LAUNCH),
     "equivalence": Stage(("data", "model", "train", "parallel"),
                          ("pipeline.equivalence", "pipeline.runtime.elastic", "pipeline.training.train"),
                          FAULT_KNOBS + ("train.checkpoint_every", "train.sync_debug")),
@@ -223,9 +228,10 @@ def module_files(*entry_modules: str, left_out: frozenset[str] = frozenset()) ->
 
 def code_files(stage: str, fetch: bool = False, left_out: frozenset[str] = frozenset()) -> list[str]:
     """What `stage` executes, but the `left_out` modules: for one run's stage, the strategies it
-    does not run (pipeline/strategies/__init__.py: not_run_by)."""
+    does not run (pipeline/strategies/__init__.py: not_run_by); never its launcher's paths to
+    other stages (Stage.other_paths)."""
     modules = STAGES[stage].modules + (FETCH_MODULES if fetch else ())
-    return list(module_files(*modules, left_out=left_out))
+    return list(module_files(*modules, left_out=left_out | frozenset(STAGES[stage].other_paths)))
 
 
 def code_digest(stage: str, left_out: frozenset[str] = frozenset()) -> str:

@@ -170,7 +170,7 @@ def train(cfg: dict, entry: dict, out: Path, steps: int) -> dict:
     except params.ParamsError as refused:  # the strategy refuses the entry (ps in fp16): why
         return {"run_id": f"{entry['strategy']} (refused)", "status": "skipped",
                 "reason": str(refused)}
-    why = REGISTERED_BY_NAME[run["strategy"]](run, cfg["parallel"]).unavailable()
+    why = REGISTERED_BY_NAME[run.strategy](run, cfg["parallel"]).unavailable()
     if why:
         return {"run_id": sweep.run_id(run), "status": "skipped", "reason": why}
     shutil.rmtree(out, ignore_errors=True)
@@ -491,7 +491,7 @@ def markdown(bundle: dict) -> str:
         if runs:
             columns = list(dict.fromkeys(k for run in runs for k in run if k not in ("entry", "log")))
             lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-            lines += ["| " + " | ".join(_cell(run.get(k)) for k in columns) + " |" for run in runs]
+            lines += ["| " + " | ".join(_cell(row.get(k)) for k in columns) + " |" for row in runs]
             lines.append("")
         for key in ("samples", "sm_percent_median", "skipped"):
             if key in item:

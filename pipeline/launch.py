@@ -25,10 +25,11 @@ from .config import cli, stages
 from .detection.scoring import not_evaluated, record_not_evaluated
 from .runtime import lifetime, run_lock, slurm
 from .runtime.files import OutputError, write_json, write_text
+from .runtime.run import Run
 from .strategies import sweep
 
 
-def command(cfg: dict, run: dict, out: str, python: str = sys.executable,
+def command(cfg: dict, run: Run, out: str, python: str = sys.executable,
             rdzv_endpoint: str | None = None) -> list[str]:
     """The training command; `rdzv_endpoint` replaces parallel.rdzv_endpoint for torchrun only
     (the run's config, and so its checkpoint's identity, stays the same)."""
@@ -36,17 +37,17 @@ def command(cfg: dict, run: dict, out: str, python: str = sys.executable,
                                                                    rdzv_endpoint=rdzv_endpoint)
     strategy = strategies.get(run, parallel)
     return strategy.launcher(python) + [
-        "-m", "pipeline.training.train", "--config", json.dumps(cfg), "--entry", json.dumps(run), "--out", out]
+        "-m", "pipeline.training.train", "--config", json.dumps(cfg), "--entry", json.dumps(run.to_json()), "--out", out]
 
 
-def evaluation_command(cfg: dict, run: dict, run_dir: str, python: str = sys.executable) -> list[str]:
+def evaluation_command(cfg: dict, run: Run, run_dir: str, python: str = sys.executable) -> list[str]:
     """A run is evaluated the way its strategy says (a ddp run on as many processes as it
     trained with)."""
     launcher = strategies.get(run, cfg["parallel"]).evaluation_launcher(python)
     return launcher + ["-m", "pipeline.detection.evaluate", "--config", json.dumps(cfg), "--run-dir", run_dir]
 
 
-def multi_node_command(cfg: dict, run: dict, out: str) -> list[str]:
+def multi_node_command(cfg: dict, run: Run, out: str) -> list[str]:
     """The training command for this node; for a run over several nodes, inside a SLURM
     allocation: srun starting one torchrun on each node, meeting on the first node.
 
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         # Killed with its job: the rule's shell execs us, so our parent is Snakemake (or srun's
         # step daemon); the request survives the exec of torchrun below.
         lifetime.become_launcher()
-        cfg, run = stages.parsed_config(args, args.stage), json.loads(args.entry)
+        cfg, run = stages.parsed_config(args, args.stage), Run.from_json(json.loads(args.entry), "--entry")
         # One job per run directory at a time; held by what we exec into, until the job ends.
         run_lock.hold(args.out, args.stage)
         if args.log:

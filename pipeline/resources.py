@@ -9,6 +9,7 @@ them without Snakemake.
 from __future__ import annotations
 
 from . import strategies
+from .runtime.run import Run
 from .strategies import Strategy, sweep
 
 
@@ -58,7 +59,7 @@ def one_process_resources(cfg: dict) -> dict:
     return job_resources(cfg, 1, 1, 0)
 
 
-def run_resources(cfg: dict, run: dict, stage: str = "train") -> dict:
+def run_resources(cfg: dict, run: Run, stage: str = "train") -> dict:
     """What one run's training (or evaluation) job asks a scheduler for: its nodes, processes
     per node, their CPUs and memory, GPUs where it uses them. `run` is a filled sweep entry (a
     value of sweep.runs(cfg)). Evaluation runs on one node."""
@@ -81,8 +82,7 @@ def equivalence_resources(cfg: dict) -> dict:
 def link_job(cfg: dict, processes: int) -> Strategy:
     """The commbench job at `processes` processes: on one node, as a ddp run of that many
     workers would be (its processes, their GPUs where NCCL is the backend)."""
-    return strategies.get({"strategy": "ddp", "workers": processes, "images_per_worker": 1,
-                           "comm_hook": "none"}, dict(cfg["parallel"], nnodes=1))
+    return strategies.get(strategies.DDP.filled(workers=processes), dict(cfg["parallel"], nnodes=1))
 
 
 def link_resources(cfg: dict, processes: int) -> dict:
@@ -90,7 +90,7 @@ def link_resources(cfg: dict, processes: int) -> dict:
     return job_resources(cfg, 1, processes, link_job(cfg, processes).gpus())
 
 
-def commbench_processes(cfg: dict, runs: dict[str, dict]) -> list[int]:
+def commbench_processes(cfg: dict, runs: dict[str, Run]) -> list[int]:
     """The process counts whose links the cost model needs: every multi-process run on one node
     that this machine can run (a run over several nodes crosses links commbench does not time)."""
     steps = [strategies.get(run, cfg["parallel"]) for run in runs.values()]

@@ -66,12 +66,13 @@ FINISHED = {
     "staleness": {"bound": 1, "histogram": {"0": 70, "1": 54}},
     "epoch_loss": [1.74, 0.889], "final_loss": 0.889,
     "utilisation": {"interval_s": 0.5, "samples": 415, "gpus": "no GPU in use"},
+    "run": PROVENANCE["run"],  # the typed Run (pipeline/runtime/run.py) the sweep filled
     "provenance": PROVENANCE,
 }
 # What sweep.unfinished_summary writes for a skipped run: the run's identity, status, reason and provenance.
 SKIPPED = {key: FINISHED[key] for key in ("run_id", "entry", "strategy", "variant", "workers",
                                           "images_per_worker", "data_mode", "precision", "seed",
-                                          "provenance")}
+                                          "run", "provenance")}
 SKIPPED.update(status="skipped", reason="3 processes per node but 2 CPU core(s)")
 
 
@@ -140,10 +141,12 @@ def test_a_misspelt_key_fails_at_load_naming_the_file_and_the_key(where, change,
 
 def test_an_old_run_folders_summary_upgrades_and_loads():
     """As the first versions wrote it: world_size (in the summary, its provenance and run), no
-    run_id, entry nor seed, no sampler, no checkpoints, evaluations nor precision; a ps run
-    from before shards and SSP."""
+    run_id, entry nor seed, no typed run, no sampler, no checkpoints, evaluations nor precision;
+    a ps run from before shards and SSP."""
+    from pipeline.strategies import recorded
+
     old = copy.deepcopy(FINISHED)
-    for key in ("run_id", "entry", "seed", "utilisation", "checkpoints", "evaluations",
+    for key in ("run_id", "entry", "seed", "run", "utilisation", "checkpoints", "evaluations",
                 "evaluation_seconds", "restarts", "resumed_at_steps", "precision", "data_mode",
                 "skipped_steps", "channels_last", "warmup_iters", "timing_excludes_first_iterations",
                 "staleness"):
@@ -158,8 +161,11 @@ def test_an_old_run_folders_summary_upgrades_and_loads():
     assert record.workers == 2 and record.provenance["workers"] == 2
     assert record.run_id == record.entry == "ps-colocated-w2-b4"
     assert record.seed == 1  # from the provenance
-    assert record.provenance["run"]["servers"] == 1 and record.provenance["run"]["staleness"] == 0
     assert record.provenance["run"]["workers"] == 2 and "world_size" not in record.provenance["run"]
+    # its typed run is the provenance's; the options it predates ran as their defaults do now
+    assert record.run.workers == 2 and record.run.option("placement") == "dedicated"
+    ps = recorded(record.run)
+    assert ps.option("servers") == 1 and ps.option("staleness") == 0 and ps.seed == 1
     assert record.utilisation is None and record.checkpoints is None and record.evaluations == []
     assert record.data_mode == "real" and record.precision == "fp32"
     assert record.timing_excludes_first_iterations is None and record.restarts is None
@@ -180,6 +186,7 @@ def test_an_old_skipped_summary_loads():
                                    "reason": "needs 2 GPUs, found 0"})
     assert record.workers == 2 and record.entry == "dp-w2-b4" and record.provenance == {}
     assert record.status == "skipped" and record.seed is None and record.variant is None
+    assert record.run.strategy == "dp" and record.run.workers == 2  # from its identity
 
 
 def test_a_strategys_facts_are_declared_fields():
@@ -189,8 +196,8 @@ def test_a_strategys_facts_are_declared_fields():
     from pipeline.config.params import load_resolved
 
     parallel = load_resolved(REPO / "params.yaml")["parallel"]
-    ps = strategies.get({"strategy": "ps", "workers": 2, "images_per_worker": 4,
-                         "placement": "dedicated", "servers": 1, "staleness": 1}, parallel)
+    ps = strategies.get(strategies.ParameterServer.filled(
+        workers=2, images_per_worker=4, placement="dedicated", staleness=1), parallel)
     facts = ps.summary_facts([rank(0, "server", staleness_histogram={0: 3, 2: 1}), rank(1, "worker")])
     fields = RunSummary.fields_of(facts, "ps.summary_facts", STRATEGY_REMEDY)
     assert fields["staleness"].bound == 1 and fields["staleness"].histogram == {"0": 3, "2": 1}

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..costmodel.network import Iteration, Link, Network, slowest_wait
+from ..runtime.run import Run
 from .prediction import BACKWARD_SHARE, single_inputs
 
 COLUMNS = ["cluster", "model", "gpus", "nodes", "predicted_images_per_second",
@@ -93,13 +94,13 @@ def gpu_compute(predict: dict, runs: list[dict]) -> Compute:
                    f"assumed: {wanted['assumed_source']}")
 
 
-def predict_point(run: dict, compute: Compute, per_gpu: int, network: Network) -> dict | None:
+def predict_point(run: Run, compute: Compute, per_gpu: int, network: Network) -> dict | None:
     """Predicted images/s, efficiency, exposed communication and the busiest link's bytes of
     one run (a sweep entry with its workers) on one network; None where the strategy cannot
     run there (DataParallel past one node)."""
     from pipeline.strategies import lookup  # imports torch: only when a prediction is made
 
-    strategy, gpus, work = lookup(run["strategy"]), run["workers"], compute.seconds_per_image * per_gpu
+    strategy, gpus, work = lookup(run.strategy), run.workers, compute.seconds_per_image * per_gpu
     communication = strategy.communication_seconds(run, compute.gradient_bytes, network,
                                                    work * BACKWARD_SHARE)
     if math.isnan(communication):
@@ -121,13 +122,15 @@ def prediction_points(predict: dict, compute: Compute) -> pd.DataFrame:
     """One row per cluster, model and GPU count: predicted images/s, scaling efficiency
     (images/s over GPUs times one GPU's), exposed communication seconds per iteration and the
     bytes each way over the busiest link."""
+    from pipeline.strategies import lookup
+
     rows = []
     for cluster in map(Cluster.of, predict["clusters"]):
         for label, entry in models(predict).items():
             for gpus in cluster.gpu_counts():
-                run = {**entry, "workers": gpus, "images_per_worker": predict["images_per_gpu"]}
-                if run.get("servers") == "K":
-                    run["servers"] = cluster.servers(gpus)
+                shards = {"servers": cluster.servers(gpus)} if entry.get("servers") == "K" else {}
+                run = lookup(entry["strategy"]).filled(**{**entry, **shards}, workers=gpus,
+                                                       images_per_worker=predict["images_per_gpu"])
                 point = predict_point(run, compute, predict["images_per_gpu"], cluster.network(gpus))
                 if point:
                     rows.append({"cluster": cluster.name, "model": label, "gpus": gpus,
@@ -139,10 +142,12 @@ def device0_saturation(cluster: Cluster, compute: Compute, per_gpu: int) -> int 
     """The fewest GPUs at which DataParallel's device 0, were they all in one machine on its
     intra-node links, would spend as long communicating as computing (efficiency below 50 %):
     where its design, not the machine's size, stops it. None: not up to the cluster's GPUs."""
+    from pipeline.strategies import DataParallel
+
     for gpus in (2 ** i for i in range(1, 16)):
         if gpus > cluster.gpus_per_node * cluster.nodes:
             return None
-        point = predict_point({"strategy": "dp", "workers": gpus}, compute, per_gpu,
+        point = predict_point(DataParallel.filled(workers=gpus), compute, per_gpu,
                               Network(intra=cluster.intra, gpus_per_node=gpus))
         if point["predicted_efficiency"] < 0.5:
             return gpus

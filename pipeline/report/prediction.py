@@ -152,10 +152,10 @@ def predict_run(summary: RunSummary, single: dict, network: Network | None,
                 shared: float = 1.0) -> Iteration:
     """The cost model's iteration for one run (its summary), from single's inputs, the host's
     network and the slowdown `shared` of compute beside the run's other processes."""
-    from pipeline.strategies import lookup  # imports torch: only when a prediction is made
+    from pipeline.strategies import lookup, recorded
 
     strategy = lookup(summary.strategy)
-    run = {**(summary.provenance.get("run") or {}), "workers": summary.workers}
+    run = recorded(summary.run)
     per_worker = summary.images_per_worker
     compute = single["compute"] * per_worker * shared
     grad_bytes = summary.ranks[0].gradient_bytes

@@ -1,7 +1,8 @@
 """The run record: what train_summary.json holds, as types (the standard library only, no torch).
 
-    RunSummary   one run: its identity, status, speed, time split, losses, checkpoints, the
-                 evaluations during training, every rank's report, provenance
+    RunSummary   one run: its identity and typed Run (run.py), status, speed, time split,
+                 losses, checkpoints, the evaluations during training, every rank's report,
+                 provenance
     RankReport   one process: role, checksum, bytes per iteration measured and by theory
     Evaluation   one evaluation during training (AP against training seconds)
 
@@ -29,6 +30,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Union
 
+from .run import Run
+
 SKIPPED = {"skipped": True}    # a field a skipped run writes (the others are a finished run's)
 OPTIONAL = {"optional": True}  # written only when set: a strategy's own facts
 
@@ -55,13 +58,13 @@ def _decode(hint, value, where: str):
         if not isinstance(value, list):
             raise RecordError(f"{where}: expected a list, found {type(value).__name__}; {REMEDY}")
         return [_decode(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(hint, type) and issubclass(hint, Record):
+    if isinstance(hint, type) and issubclass(hint, (Record, Run)):
         return hint.from_json(value, where)
     return value
 
 
 def _encode(value):
-    if isinstance(value, Record):
+    if isinstance(value, (Record, Run)):
         return value.to_json()
     if isinstance(value, list):
         return [_encode(v) for v in value]
@@ -237,6 +240,7 @@ class RunSummary(Record):
     data_mode: str = field(default="real", metadata=SKIPPED)  # runs before synthetic mode: real
     precision: str = field(default="fp32", metadata=SKIPPED)  # runs before mixed precision: fp32
     seed: int | None = field(default=None, metadata=SKIPPED)
+    run: Run | None = field(default=None, metadata={**SKIPPED, **OPTIONAL})  # the sweep's, typed
     # how it ran
     global_batch: int | None = None
     lr: float | None = None
@@ -300,7 +304,7 @@ def as_summary(summary: RunSummary | dict, where: str = "run summary") -> RunSum
 
 # ---- older run folders -----------------------------------------------------------------------
 RENAMED = {"world_size": "workers"}  # old key -> new key, in the summary, its provenance and run
-PS_BEFORE = {"servers": 1, "staleness": 0}  # a ps run from before shards (one server) and SSP
+IDENTITY = ("strategy", "workers", "images_per_worker", "data_mode", "precision", "seed")
 
 
 def _rename(record: dict, where: str) -> None:
@@ -320,8 +324,9 @@ def upgrade(raw: dict, folder: str | None = None, where: str = "train_summary.js
     * run_id was not always written: the run directory's name (`folder`); entry, before
       repeats, was the run itself;
     * the seed was only in the provenance;
-    * a ps run before sharded servers had one server, and before SSP was synchronous: its
-      provenance's run (which the cost model reads) says so;
+    * the typed run was only the provenance's run entry (or, without one, the summary's
+      identity); the options it predates are its strategy's to default
+      (pipeline/strategies `recorded`: what such a run ran with);
     * every other key a run did not write yet takes its field's default: None, not recorded
       (no `utilisation`: the run has no utilisation.jsonl; no `timing_excludes_first_iterations`:
       unrecorded), or what every run was then (`data_mode` real, `precision` fp32)."""
@@ -330,19 +335,29 @@ def upgrade(raw: dict, folder: str | None = None, where: str = "train_summary.js
     provenance = raw.get("provenance")
     if isinstance(provenance, dict):
         _rename(provenance, f"{where}: provenance")
-        run = provenance.get("run")
-        if isinstance(run, dict):
-            _rename(run, f"{where}: provenance.run")
-            if run.get("strategy") == "ps":
-                for key, before in PS_BEFORE.items():
-                    run.setdefault(key, before)
+        entry = provenance.get("run")
+        if isinstance(entry, dict):
+            _rename(entry, f"{where}: provenance.run")
         if raw.get("seed") is None and provenance.get("seed") is not None:
             raw["seed"] = provenance["seed"]
+    if raw.get("run") is None:
+        raw["run"] = _recorded_run(raw)
     if not raw.get("run_id") and folder:
         raw["run_id"] = folder
     if not raw.get("entry") and raw.get("run_id"):
         raw["entry"] = raw["run_id"]
     return raw
+
+
+def _recorded_run(raw: dict) -> dict | None:
+    """The run of a summary written before it carried one: its provenance's run entry, the
+    summary's identity filling what that entry lacks (a seed, a precision it predates); None
+    where the summary names no strategy or workers (one made by hand)."""
+    provenance = raw.get("provenance")
+    entry = provenance.get("run") if isinstance(provenance, dict) else None
+    identity = {k: raw[k] for k in IDENTITY if raw.get(k) is not None}
+    run = {**identity, **(entry if isinstance(entry, dict) else {})}
+    return run if "strategy" in run and "workers" in run else None
 
 
 __all__ = ["Bytes", "Checkpoints", "Evaluation", "Memory", "RankReport", "RecordError", "RunSummary",

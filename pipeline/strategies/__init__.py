@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 
 from ..config import stages
+from ..runtime.run import Run
 from .base import Context, Option, Strategy, Traffic
 from .ddp import DDP
 from .dp import DataParallel
@@ -48,10 +49,17 @@ def not_run_by(name: str) -> frozenset[str]:
     return frozenset(cls.__module__ for cls in REGISTERED) - set(own)
 
 
-def get(run: dict, parallel: dict) -> Strategy:
-    """The strategy of one filled sweep entry, ready to start."""
-    return lookup(run["strategy"])(run, parallel)
+def get(run: Run, parallel: dict) -> Strategy:
+    """The strategy of one run, ready to start."""
+    return lookup(run.strategy)(run, parallel)
+
+
+def recorded(run: Run) -> Run:
+    """A run as a summary recorded it, with the options it predates at their declared defaults
+    (what it ran with): what the cost model reads of a run folder of any age."""
+    return lookup(run.strategy).filled(**run.to_json())
 
 
 __all__ = ["DDP", "FSDP", "Context", "DataParallel", "Option", "ParameterServer", "REGISTERED",
-           "Single", "Strategy", "STRATEGIES", "Traffic", "Zero", "get", "lookup", "not_run_by"]
+           "Run", "Single", "Strategy", "STRATEGIES", "Traffic", "Zero", "get", "lookup", "not_run_by",
+           "recorded"]

@@ -17,6 +17,7 @@ import time
 
 from ..costmodel.network import Flow, Network
 from ..runtime import compat, distributed, lazy
+from ..runtime.run import Run
 from .base import Context, Option, Traffic, changing_buffers
 from .torchrun import TorchrunStrategy
 
@@ -83,6 +84,61 @@ def counting_hook(kind: str, processes: int, traffic: Traffic):
     return hook
 
 
+def wrapped_in_ddp(model: torch.nn.Module, ctx: Context, parallel: dict, hook: str, traffic: Traffic):
+    """The model in DistributedDataParallel, its all-reduce through the gradient hook `hook`
+    (a `comm_hook` value), counted into `traffic`: ddp's wrapping, and zero's."""
+    if parallel["sync_batchnorm"]:
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    # Rank 0's BatchNorm statistics at every forward, where the model has any that change;
+    # the gradients are views of DDP's buckets (not copied out of them after each all-reduce).
+    wrapped = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+        gradient_as_bucket_view=True, **compat.ddp_buffer_sync(bool(changing_buffers(model))))
+    state = None
+    if hook == "powersgd":
+        # Compress from the third iteration on (the fewest PowerSGD's error feedback
+        # allows): the demo is too short for the default 1000 of plain all-reduce.
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=parallel["powersgd_rank"],
+            start_powerSGD_iter=2)
+    wrapped.register_comm_hook(state, counting_hook(hook, ctx.processes, traffic))
+    return wrapped
+
+
+def sync_batchnorm_unavailable(parallel: dict) -> str | None:
+    if parallel["sync_batchnorm"] and not distributed.gpu_count():
+        return "SyncBatchNorm needs GPUs (set parallel.sync_batchnorm: false on CPU)"
+    return None
+
+
+def ring_all_reduce(workers: int, grad_bytes: float, hook: str) -> list[list[Flow]]:
+    """Ring all-reduce: every rank sends its successor 2(N-1)/N of the (compressed)
+    payload, in 2(N-1) steps. PowerSGD's payload depends on the shapes; it is counted,
+    not predicted (as fp32 here)."""
+    n = workers
+    if n < 2:
+        return []
+    wire = grad_bytes * WIRE_BYTES.get(hook, 4) / 4 * ring_factor(n)
+    return [[Flow(("worker", i), ("worker", (i + 1) % n), wire, 2 * (n - 1)) for i in range(n)]]
+
+
+def all_reduce_seconds(workers: int, grad_bytes: float, hook: str, network: Network,
+                       backward: float) -> float:
+    """Each bucket is one all-reduce: timed as such where commbench measured all-reduce at
+    this process count, else as the ring over the network's links. Buckets start as
+    backward fills them, so all but the last overlap it: what stays exposed is the last
+    bucket, or the excess of all over the backward."""
+    if workers < 2:
+        return 0.0
+    buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
+    if network.all_reduce is not None:
+        payload = grad_bytes * WIRE_BYTES.get(hook, 4) / 4
+        per_bucket = network.all_reduce.seconds(payload / buckets)
+    else:
+        per_bucket = network.seconds(ring_all_reduce(workers, grad_bytes / buckets, hook)[0])
+    return max(per_bucket, buckets * per_bucket - backward)
+
+
 class DDP(TorchrunStrategy):
     name = "ddp"
     label = "DDP"
@@ -106,61 +162,21 @@ class DDP(TorchrunStrategy):
                 f"DDP + {hook} compression": {"strategy": cls.name, "comm_hook": hook}}
 
     @classmethod
-    def variant(cls, run: dict) -> str:
-        return "" if run["comm_hook"] == "none" else run["comm_hook"]
+    def variant(cls, run: Run) -> str:
+        hook = run.option("comm_hook")
+        return "" if hook == "none" else hook
 
     def unavailable(self) -> str | None:
-        if self.parallel["sync_batchnorm"] and not distributed.gpu_count():
-            return "SyncBatchNorm needs GPUs (set parallel.sync_batchnorm: false on CPU)"
-        return super().unavailable()
+        return sync_batchnorm_unavailable(self.parallel) or super().unavailable()
 
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
-        if self.parallel["sync_batchnorm"]:
-            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        # Rank 0's BatchNorm statistics at every forward, where the model has any that change;
-        # the gradients are views of DDP's buckets (not copied out of them after each all-reduce).
-        wrapped = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-            gradient_as_bucket_view=True, **compat.ddp_buffer_sync(bool(changing_buffers(model))))
-        kind = self.run.get("comm_hook", "none")
-        state = None
-        if kind == "powersgd":
-            # Compress from the third iteration on (the fewest PowerSGD's error feedback
-            # allows): the demo is too short for the default 1000 of plain all-reduce.
-            state = powerSGD_hook.PowerSGDState(
-                process_group=None, matrix_approximation_rank=self.parallel["powersgd_rank"],
-                start_powerSGD_iter=2)
-        wrapped.register_comm_hook(state, counting_hook(kind, ctx.processes, self._traffic))
-        return wrapped
-
-    def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
-        wire = self.link_bytes(self.run, grad_bytes)["worker"]
-        return {"sent": wire, "received": wire}
+        return wrapped_in_ddp(model, ctx, self.parallel, self.run.option("comm_hook"), self._traffic)
 
     @classmethod
-    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
-        """Ring all-reduce: every rank sends its successor 2(N-1)/N of the (compressed)
-        payload, in 2(N-1) steps. PowerSGD's payload depends on the shapes; it is counted,
-        not predicted (as fp32 here)."""
-        n = run["workers"]
-        if n < 2:
-            return []
-        wire = grad_bytes * WIRE_BYTES.get(run.get("comm_hook", "none"), 4) / 4 * ring_factor(n)
-        return [[Flow(("worker", i), ("worker", (i + 1) % n), wire, 2 * (n - 1)) for i in range(n)]]
+    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
+        return ring_all_reduce(run.workers, grad_bytes, run.option("comm_hook"))
 
     @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, network: Network,
+    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
                               backward: float) -> float:
-        """Each bucket is one all-reduce: timed as such where commbench measured all-reduce at
-        this process count, else as the ring over the network's links. Buckets start as
-        backward fills them, so all but the last overlap it: what stays exposed is the last
-        bucket, or the excess of all over the backward."""
-        if run["workers"] < 2:
-            return 0.0
-        buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
-        if network.all_reduce is not None:
-            payload = grad_bytes * WIRE_BYTES.get(run.get("comm_hook", "none"), 4) / 4
-            per_bucket = network.all_reduce.seconds(payload / buckets)
-        else:
-            per_bucket = network.seconds(cls.phases(run, grad_bytes / buckets)[0])
-        return max(per_bucket, buckets * per_bucket - backward)
+        return all_reduce_seconds(run.workers, grad_bytes, run.option("comm_hook"), network, backward)

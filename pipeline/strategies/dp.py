@@ -17,6 +17,7 @@ import math
 
 from ..costmodel.network import Flow, Network
 from ..runtime import distributed, lazy
+from ..runtime.run import Run
 from .base import Context, Strategy, Traffic, gradient_bytes
 
 torch = lazy.module("torch")
@@ -95,10 +96,10 @@ class DataParallel(Strategy):
         return {cls.DEVICE_0: {"strategy": cls.name}}
 
     def gpus(self) -> int:
-        return self.run["workers"]
+        return self.run.workers
 
     def unavailable(self) -> str | None:
-        gpus, needed = distributed.gpu_count(), max(2, self.run["workers"])
+        gpus, needed = distributed.gpu_count(), max(2, self.run.workers)
         if gpus < needed:
             return f"DataParallel needs at least {needed} GPUs in one process; found {gpus}"
         if self.parallel["nnodes"] != 1:
@@ -106,13 +107,13 @@ class DataParallel(Strategy):
         return None
 
     def gpus_in_use(self, ctx: Context) -> list[int]:
-        return list(range(self.run["workers"]))  # GPU 0 and the replicas' GPUs
+        return list(range(self.run.workers))  # GPU 0 and the replicas' GPUs
 
     def batch_per_process(self) -> int:
-        return self.run["images_per_worker"] * self.run["workers"]  # split by scatter_by_sample
+        return self.run.images_per_worker * self.run.workers  # split by scatter_by_sample
 
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
-        return detection_data_parallel()(model, list(range(self.run["workers"])), self._traffic)
+        return detection_data_parallel()(model, list(range(self.run.workers)), self._traffic)
 
     def step(self, model, optimizer, ctx: Context) -> float:
         optimizer.step()  # GPU 0 holds the only weights that are updated
@@ -123,16 +124,16 @@ class DataParallel(Strategy):
         return {"sent": through_master, "received": through_master}
 
     @classmethod
-    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
+    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
         """Device 0 copies the weights to the N-1 others before the forward pass, and their
         gradients come back to it after backward: (N-1)M each way over its link, M over each
         other device's. Nothing overlaps."""
-        others = range(1, run["workers"])
+        others = range(1, run.workers)
         return [[Flow(("worker", 0), ("worker", i), grad_bytes) for i in others],
                 [Flow(("worker", i), ("worker", 0), grad_bytes) for i in others]]
 
     @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, network: Network,
+    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
                               backward: float) -> float:
         if network.nodes > 1:
             return math.nan  # one process: DataParallel cannot span machines

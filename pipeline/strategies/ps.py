@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from ..costmodel.network import Flow
 from ..runtime import distributed, lazy
+from ..runtime.run import Run
 from .base import Context, Option, changing_buffers
 from .torchrun import TorchrunStrategy
 
@@ -51,18 +52,6 @@ class Stale:
     sends: list = field(default_factory=list)    # answers on their way
     histogram: Counter = field(default_factory=Counter)
     max_ahead: int = 0        # the most updates an answered worker was ahead of the slowest
-
-
-def option(run: dict, key: str):
-    """A ps option of `run`, or its declared default where the entry was not filled through
-    the sweep (one made by hand). A run folder from before an option existed is read through
-    pipeline/runtime/record.py's upgrade, which says what such a run was."""
-    return run.get(key, ParameterServer.options[key].default)
-
-
-def servers(run: dict) -> int:
-    """K."""
-    return option(run, "servers")
 
 
 def balanced_shards(sizes: list[int], k: int) -> list[int]:
@@ -102,33 +91,35 @@ class ParameterServer(TorchrunStrategy):
         return {"PS, 1 server (colocated)": {"strategy": cls.name, "placement": "colocated", "servers": 1},
                 cls.SHARDED: {"strategy": cls.name, "placement": "dedicated", "servers": "K"}}
 
-    def __init__(self, run: dict, parallel: dict):
+    def __init__(self, run: Run, parallel: dict):
         super().__init__(run, parallel)
-        self.dedicated = run["placement"] == "dedicated"
-        self.servers = servers(run)
+        self.dedicated = run.option("placement") == "dedicated"
+        self.servers = run.option("servers")  # K
         self.extra_processes = self.servers if self.dedicated else 0
         self.first_worker = self.servers if self.dedicated else 0
-        self.staleness = option(run, "staleness")
+        self.staleness = run.option("staleness")
         self.ssp: Stale | None = None  # a server's asynchronous state
 
     @classmethod
-    def variant(cls, run: dict) -> str:
+    def variant(cls, run: Run) -> str:
         # always named: ps-colocated-w2-b4, ps-dedicated-w2-b4; shards when more than one,
         # bounded staleness when not synchronous: ps-dedicated-k2-ssp1-w2-b4
-        return (run["placement"] + (f"-k{servers(run)}" if servers(run) > 1 else "")
-                + (f"-ssp{run['staleness']}" if option(run, "staleness") else ""))
+        k, staleness = run.option("servers"), run.option("staleness")
+        return (run.option("placement") + (f"-k{k}" if k > 1 else "")
+                + (f"-ssp{staleness}" if staleness else ""))
 
     @classmethod
-    def invalid(cls, run: dict) -> str | None:
-        if run.get("precision") == "fp16":  # the workers' loss scale would have to follow the server's
+    def invalid(cls, run: Run) -> str | None:
+        placement, k = run.option("placement"), run.option("servers")
+        if run.precision == "fp16":  # the workers' loss scale would have to follow the server's
             return ("fp16 needs a loss scale every process agrees on, and only the server steps; "
                     "use precision: bf16 (no scaler) for ps")
-        if option(run, "staleness") and run["placement"] != "dedicated":
+        if run.option("staleness") and placement != "dedicated":
             return ("staleness > 0 needs placement: dedicated (a colocated server would stop "
                     "serving while it computes its own gradients)")
-        if run["placement"] == "colocated" and servers(run) > run["workers"]:
-            return (f"colocated servers live on workers: {servers(run)} servers need at least as "
-                    f"many workers, not {run['workers']} (or use placement: dedicated)")
+        if placement == "colocated" and k > run.workers:
+            return (f"colocated servers live on workers: {k} servers need at least as "
+                    f"many workers, not {run.workers} (or use placement: dedicated)")
         return super().invalid(run)
 
     def unavailable(self) -> str | None:
@@ -355,31 +346,32 @@ class ParameterServer(TorchrunStrategy):
                     optimizer.state[self.params[i]] = {k: v.to(ctx.device) for k, v in state.items()}
 
     @classmethod
-    def waits_for_slowest(cls, run: dict) -> bool:
+    def waits_for_slowest(cls, run: Run) -> bool:
         """With staleness S > 0 a worker runs ahead of the slowest by up to S updates."""
-        return super().waits_for_slowest(run) and not option(run, "staleness")
+        return super().waits_for_slowest(run) and not run.option("staleness")
 
     @classmethod
-    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
+    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
         """N workers, K server shards of M/K each: every worker sends each shard's server its
         gradients, then (after the update; the server needs every worker's) receives its
         weights. A colocated server keeps its own worker's slice local. So a dedicated server
         moves N M/K each way and a worker M; a colocated server-worker M + (N-2)M/K (K = 1: the
         2(N-1)M through one server the study is about; K = N: ring all-reduce's 2(N-1)/N M)."""
-        n, k = run["workers"], servers(run)
-        server = (lambda s: ("server", s)) if run["placement"] == "dedicated" else (lambda s: ("worker", s))
+        n, k = run.workers, run.option("servers")
+        dedicated = run.option("placement") == "dedicated"
+        server = (lambda s: ("server", s)) if dedicated else (lambda s: ("worker", s))
         gradients = [Flow(("worker", w), server(s), grad_bytes / k)
                      for w in range(n) for s in range(k) if server(s) != ("worker", w)]
         return [gradients, [Flow(f.dst, f.src, f.nbytes) for f in gradients]]
 
     @classmethod
-    def memory_theory(cls, run: dict, grad_bytes: float) -> dict[str, float]:
+    def memory_theory(cls, run: Run, grad_bytes: float) -> dict[str, float]:
         """Every process keeps the whole weights; a worker its whole gradients; the momentum
         lives on the servers, 1/K of it each. The busiest: a colocated server (whole gradients
         and its 1/K), or a dedicated one with K = 1 (its shard's gradients: all of them)."""
-        k = servers(run)
+        k = run.option("servers")
         worker = {"parameters": grad_bytes, "gradients": grad_bytes, "optimizer": 0.0}
-        if run["placement"] == "colocated":
+        if run.option("placement") == "colocated":
             return dict(worker, optimizer=grad_bytes / k)
         server = {"parameters": grad_bytes, "gradients": grad_bytes / k, "optimizer": grad_bytes / k}
         return max(worker, server, key=lambda parts: sum(parts.values()))

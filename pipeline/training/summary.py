@@ -61,8 +61,8 @@ def summarise(job, live_log: Path) -> dict | None:
         utilisation=Utilisation(interval_s=job.monitor.interval, samples=len(samples),
                                 gpus=job.monitor.gpu_reason or "sampled through NVML"),
         provenance=provenance.collect(
-            stages.config_for(cfg, "train"), knobs=stages.knobs_for(cfg, "train"), run=job.run,
-            seed=job.seed, workers=job.run["workers"], processes=ctx.processes,
+            stages.config_for(cfg, "train"), knobs=stages.knobs_for(cfg, "train"), run=job.run.to_json(),
+            seed=job.seed, workers=job.run.workers, processes=ctx.processes,
             threads=ctx.threads, device=str(ctx.device), backend=ctx.backend))
     summary = record.to_json()
     write_json(job.out_dir / "train_summary.json", summary)

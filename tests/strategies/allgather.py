@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from ..costmodel.network import Flow
+from ..runtime.run import Run
 from .base import Context
 from .torchrun import TorchrunStrategy
 
@@ -27,9 +28,9 @@ class AllGather(TorchrunStrategy):
         return {"gradient all-gather": {"strategy": cls.name}}
 
     @classmethod
-    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
+    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
         """Every rank sends its whole gradients to every other rank, at once."""
-        n = run["workers"]
+        n = run.workers
         return [[Flow(("worker", i), ("worker", j), grad_bytes) for i in range(n) for j in range(n) if i != j]]
 
     def step(self, model, optimizer, ctx: Context) -> float:

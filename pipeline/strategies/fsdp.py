@@ -2,10 +2,10 @@
 
 Every parameter, its gradient and its momentum are split over the N ranks (dim 0 of each
 tensor, 1/N each): no rank holds the whole model between steps. The detector is sharded in
-units, each gathered only while it computes:
+the units it declares (pipeline/detection/model.py `fsdp_units`), each gathered only while it
+computes:
   * each stage of the backbone's body that trains (ResNet-50's layer2-4 as coco2017 freezes
-    conv1 and layer1; the tiny backbone's six conv blocks): a stage is the natural unit of a
-    ResNet, and gathering one at a time bounds the transient memory by the largest stage;
+    conv1 and layer1; the tiny backbone's six conv blocks);
   * the FPN, the RPN head and the ROI heads (box head and predictor): each runs as one block;
   * the root: what is left (the stem, frozen layers, the transform), gathered for the whole
     forward and, as FSDP2 advises for the root, kept gathered into the backward.
@@ -54,14 +54,13 @@ def batchnorms(module) -> list:
 
 
 def shard_units(model) -> list:
-    """The detector's blocks that are sharded one by one (module docstring); of another model
-    (a test's), its children that train."""
-    if not hasattr(model, "backbone"):
+    """The blocks sharded one by one: those the model declares by name (`fsdp_units`: the
+    detector's, pipeline/detection/model.py); of a model that declares none (a test's), its
+    children that train."""
+    declared = getattr(model, "fsdp_units", None)
+    if declared is None:
         return [m for m in model.children() if any(p.requires_grad for p in m.parameters())]
-    backbone = model.backbone
-    body = getattr(backbone, "body", backbone)  # R50-FPN's IntermediateLayerGetter; tiny: itself
-    stages = [m for m in body.children() if any(p.requires_grad for p in m.parameters())]
-    return stages + [m for m in (getattr(backbone, "fpn", None), model.rpn, model.roi_heads) if m is not None]
+    return [model.get_submodule(name) for name in declared]
 
 
 class Gathered:

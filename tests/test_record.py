@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import pipeline.strategies  # noqa: F401  the strategies declare their facts (ps: staleness)
 from pipeline.runtime.record import (
     STRATEGY_REMEDY,
     Evaluation,
@@ -83,7 +84,8 @@ def test_a_finished_runs_summary_reads_back_as_written():
     # typed all the way down
     assert isinstance(record.evaluations[1], Evaluation) and record.evaluations[1].AP == 0.028
     assert isinstance(record.ranks[0], RankReport) and record.ranks[0].bytes_per_iteration.sent == 4097448.0
-    assert record.ranks[0].max_ahead == 1 and record.staleness.histogram == {"0": 70, "1": 54}
+    assert record.ranks[0].facts["max_ahead"] == 1
+    assert record.facts["staleness"].histogram == {"0": 70, "1": 54}  # a record of ps' own
     assert record.sec_per_iter.p95 == 0.759 and record.checkpoints.count == 3
     assert record.utilisation.samples == 415 and record.time_split.communication == 0.03
 
@@ -93,7 +95,7 @@ def test_strategy_facts_are_written_only_where_reported():
     synchronous = {k: v for k, v in FINISHED.items() if k != "staleness"}
     synchronous["ranks"] = [rank(0, "worker"), rank(1, "worker")]
     record = RunSummary.from_json(synchronous)
-    assert record.staleness is None and record.to_json() == synchronous
+    assert record.facts == {} and record.to_json() == synchronous
     assert "max_ahead" not in record.to_json()["ranks"][0]
     # time_split: false keeps only the data wait
     only_data = dict(synchronous, time_split={"data": 0.01}, communication_share=None)
@@ -200,7 +202,8 @@ def test_a_strategys_facts_are_declared_fields():
         workers=2, images_per_worker=4, placement="dedicated", staleness=1), parallel)
     facts = ps.summary_facts([rank(0, "server", staleness_histogram={0: 3, 2: 1}), rank(1, "worker")])
     fields = RunSummary.fields_of(facts, "ps.summary_facts", STRATEGY_REMEDY)
-    assert fields["staleness"].bound == 1 and fields["staleness"].histogram == {"0": 3, "2": 1}
+    staleness = fields["facts"]["staleness"]
+    assert staleness.bound == 1 and staleness.histogram == {"0": 3, "2": 1}
     with pytest.raises(RecordError, match=re.escape("ps.rank_facts: unknown key 'stale_histogram'")):
         RankReport.fields_of({"stale_histogram": {}}, "ps.rank_facts", STRATEGY_REMEDY)
 

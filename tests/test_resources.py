@@ -193,7 +193,7 @@ def test_scheduler_settings_reach_every_job():
 def test_planning_the_workflow_imports_no_torch():
     """What the Snakefile loads and calls while it plans (the rule files' imports, every job's
     resources for every preset) needs neither torch nor Snakemake: parsing stays fast, and the
-    logic is testable alone (pipeline/runtime/lazy.py)."""
+    logic is testable alone (torch is imported inside the functions that run a process)."""
     code = ("import sys\n"
             "from pipeline import resources\n"
             "from pipeline.config import params, stages\n"

@@ -13,9 +13,10 @@ file's JSON object, the keys it always had; `from_json(raw)` reads it back, firs
 declares, so a misspelt key fails when the file is read instead of becoming an empty column.
 
 A new fact is one field here (with its default: None, "not recorded") plus the line that
-computes it. A strategy's own facts (Strategy.summary_facts, rank_facts) are fields too,
-written only when the strategy reports them (`optional`). The provenance stays a plain dict:
-runtime/provenance.py's record, shared by every stage's output.
+computes it. A strategy's own facts (Strategy.summary_facts, rank_facts) are declared by its
+module (`declare_facts`), which this one does not name: they are kept in the record's `facts`,
+written as keys of their own beside its fields, and only when the strategy reports them. The
+provenance stays a plain dict: runtime/provenance.py's record, shared by every stage's output.
 
 It lives on the ground floor (runtime) because every layer that writes or reads a run, from
 training to the report and the launcher, imports it; it imports nothing of the pipeline.
@@ -73,9 +74,21 @@ def _encode(value):
 
 REMEDY = ("correct it, or delete the run directory and rerun its training (its fields are "
           "declared in pipeline/runtime/record.py)")
-# A strategy's facts (Strategy.summary_facts, rank_facts) are fields of the record, not free keys
-STRATEGY_REMEDY = ("a strategy's facts are fields of RunSummary (summary_facts) or RankReport "
-                   "(rank_facts): declare the new one there, in pipeline/runtime/record.py")
+# A strategy's facts (Strategy.summary_facts, rank_facts) are declared keys, not free ones
+STRATEGY_REMEDY = ("a strategy's facts are declared by its module: record.declare_facts("
+                   "RunSummary (summary_facts) or RankReport (rank_facts), name=type)")
+FACTS = {"facts": True}  # the field that holds a strategy's declared facts, written flat
+_DECLARED: dict[type, dict[str, typing.Any]] = {}  # record -> fact name -> its type
+
+
+def declare_facts(record: type, **hints) -> None:
+    """Facts a strategy's module reports in `record` (RunSummary or RankReport), by name and
+    type (a Record type is read back as one). Declared once at its import: a summary is read
+    where the registry (pipeline/strategies) has been imported, as the report and the tests do."""
+    clash = set(hints) & set(record.field_names())
+    if clash:
+        raise ValueError(f"{record.__name__} already has a field {sorted(clash)[0]!r}")
+    _DECLARED.setdefault(record, {}).update(hints)
 
 
 class Record:
@@ -86,8 +99,14 @@ class Record:
         return [f.name for f in dataclasses.fields(cls)]
 
     def to_json(self) -> dict:
-        return {f.name: _encode(getattr(self, f.name)) for f in dataclasses.fields(self)
-                if not (f.metadata.get("optional") and getattr(self, f.name) is None)}
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("facts"):
+                out.update({k: _encode(v) for k, v in value.items()})
+            elif not (f.metadata.get("optional") and value is None):
+                out[f.name] = _encode(value)
+        return out
 
     @classmethod
     def fields_of(cls, raw: dict, where: str, remedy: str = REMEDY) -> dict:
@@ -96,14 +115,17 @@ class Record:
         if not isinstance(raw, dict):
             raise RecordError(f"{where}: expected a JSON object for {cls.__name__}, found "
                               f"{type(raw).__name__}; {remedy}")
-        known = {name.lower(): name for name in cls.field_names()}
+        facts = _DECLARED.get(cls, {})
+        known = {name.lower(): name for name in [*cls.field_names(), *facts]}
         for key in raw:
             if key not in known.values():
                 close = difflib.get_close_matches(key.lower(), list(known), n=1)
                 hint = f" (did you mean '{known[close[0]]}'?)" if close else ""
                 raise RecordError(f"{where}: unknown key '{key}'{hint} in {cls.__name__}; {remedy}")
-        hints = typing.get_type_hints(cls)
-        return {k: _decode(hints[k], v, _inside(where, k)) for k, v in raw.items()}
+        hints = {**typing.get_type_hints(cls), **facts}
+        decoded = {k: _decode(hints[k], v, _inside(where, k)) for k, v in raw.items()}
+        reported = {k: decoded.pop(k) for k in list(decoded) if k in facts}
+        return {**decoded, "facts": reported} if reported else decoded
 
     @classmethod
     def from_json(cls, raw: dict, where: str = ""):
@@ -177,10 +199,7 @@ class RankReport(Record):
     bytes_per_iteration: Bytes | None = None
     theory_bytes_per_iteration: Bytes | None = None
     memory: Memory | None = field(default=None, metadata=OPTIONAL)  # None: before it was measured
-    # ps with staleness > 0, a server: how stale each gradient it applied was, and the most
-    # updates an answered worker was ahead of the slowest
-    staleness_histogram: dict | None = field(default=None, metadata=OPTIONAL)
-    max_ahead: int | None = field(default=None, metadata=OPTIONAL)
+    facts: dict = field(default_factory=dict, metadata=FACTS)  # its strategy's rank_facts
 
 
 @dataclass(frozen=True)
@@ -214,15 +233,6 @@ class Utilisation(Record):
     interval_s: float
     samples: int
     gpus: str  # "sampled through NVML", or why not
-
-
-@dataclass(frozen=True)
-class Staleness(Record):
-    """ps with staleness > 0: the bound S, and how many gradients were applied how many updates
-    after the weights they were computed on (str(updates) -> count), over every server."""
-
-    bound: int
-    histogram: dict
 
 
 @dataclass(frozen=True)
@@ -270,7 +280,7 @@ class RunSummary(Record):
     communication_share: float | None = None
     ranks: list[RankReport] = field(default_factory=list)
     replicas_identical: bool | None = None
-    staleness: Staleness | None = field(default=None, metadata=OPTIONAL)  # ps' summary_facts
+    facts: dict = field(default_factory=dict, metadata=FACTS)  # its strategy's summary_facts
     # how well
     epoch_loss: list[float] = field(default_factory=list)
     final_loss: float | None = None
@@ -360,6 +370,6 @@ def _recorded_run(raw: dict) -> dict | None:
     return run if "strategy" in run and "workers" in run else None
 
 
-__all__ = ["Bytes", "Checkpoints", "Evaluation", "Memory", "RankReport", "RecordError", "RunSummary",
-           "STRATEGY_REMEDY", "SecondsPerIteration", "Staleness", "StateBytes", "TimeSplit", "Utilisation",
+__all__ = ["Bytes", "Checkpoints", "declare_facts", "Evaluation", "Memory", "RankReport", "RecordError", "RunSummary",
+           "STRATEGY_REMEDY", "SecondsPerIteration", "StateBytes", "TimeSplit", "Utilisation",
            "as_summary", "upgrade"]

@@ -11,7 +11,11 @@
 The training loop in pipeline/training/train.py is the same for all of them. A new strategy is a module
 here and one entry in REGISTERED below; nothing else in the pipeline names strategies:
 what the study says of one (its display name, its equivalence entry, its predicted curves, how
-its bytes are counted, whether it is the baseline) is declared on its class (base.py).
+its bytes are counted, whether it is the baseline) is declared on its class (base.py), its
+options too (the sweep fills them into a typed Run: pipeline/runtime/run.py), and the facts it
+records of its own in its module (pipeline/runtime/record.py `declare_facts`). A module here
+imports torch only inside the functions that run a process: the registry is read where torch
+is not loaded (the Snakefile, the sweep, the report).
 """
 from __future__ import annotations
 

@@ -13,16 +13,17 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..costmodel.network import Flow, Link, Network
-from ..runtime import lazy
 from ..runtime.distributed import available_cores, default_device
 from ..runtime.run import RUN_FIELDS, Run
 
-# Imported when a process trains: the registry's facts (the sweep, the Snakefile, the report)
-# need no torch (pipeline/runtime/lazy.py).
-torch = lazy.module("torch")
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported by what runs a process (each function below that needs it): the registry's
+# facts (the sweep, the Snakefile, the report) are read where torch is not loaded.
 
 
 @dataclass(frozen=True)
@@ -34,13 +35,18 @@ class Option:
     help: str = ""
 
 
+def _cpu():
+    import torch
+    return torch.device("cpu")
+
+
 @dataclass
 class Context:
     """What one training process knows about its place in the job."""
 
     rank: int = 0                 # global process rank
     processes: int = 1            # processes in the job (a dedicated ps server included)
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    device: torch.device = field(default_factory=_cpu)
     threads: int = 1
     backend: str = "none"
     shard: int | None = 0         # the part of the data this process trains on; None: no data
@@ -82,6 +88,7 @@ def local_bytes(tensor) -> int:
 def owned_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
     """Bytes of parameters, gradients and optimizer state this process holds, counted from the
     tensors themselves (a sharded optimizer's inner one holds only its partition's state)."""
+    import torch
     params = list(model.parameters())
     inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer's local SGD
     return {"parameters": sum(local_bytes(p) for p in params),
@@ -211,6 +218,7 @@ class Strategy:
         return [python]
 
     def start(self, threads: int) -> Context:
+        import torch
         threads = threads or available_cores()
         torch.set_num_threads(threads)
         return Context(device=default_device(), threads=threads)
@@ -224,11 +232,13 @@ class Strategy:
 
     def optimizer(self, params, **sgd) -> torch.optim.Optimizer:
         """The optimizer over `params` (SGD's keywords): SGD, unless the strategy shards it."""
+        import torch
         return torch.optim.SGD(params, **sgd)
 
     def grad_scaler(self, device: torch.device):
         """fp16's loss scaler (pipeline/training/precision.py). Every process that steps must
         skip the same steps: true where each holds the whole averaged gradients."""
+        import torch
         return torch.amp.GradScaler(device.type)
 
     def step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, ctx: Context) -> float:

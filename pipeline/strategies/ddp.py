@@ -6,6 +6,7 @@ buckets and hands each full bucket to a communication hook. Ours wraps the chose
 time the backward pass waits for the last bucket. Every rank then steps its own optimizer on
 identical averaged gradients, so the replicas stay identical. BatchNorm running statistics come
 from rank 0 at every forward (DDP's forward_sync_buffers), or SyncBatchNorm if configured; a
+from typing import TYPE_CHECKING
 model whose only buffers are constants (the frozen BatchNorm of a pretrained backbone) syncs none.
 Gradients are views of DDP's buckets, as its documentation advises: no copy per parameter out
 of the bucket after each all-reduce.
@@ -14,17 +15,18 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 from ..costmodel.network import Flow, Network
-from ..runtime import compat, distributed, lazy
+from ..runtime import compat, distributed
 from ..runtime.run import Run
 from .base import Context, Option, Traffic, changing_buffers
 from .torchrun import TorchrunStrategy
 
-torch = lazy.module("torch")
-dist = lazy.module("torch.distributed")
-default_hooks = lazy.module("torch.distributed.algorithms.ddp_comm_hooks.default_hooks")
-powerSGD_hook = lazy.module("torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook")
+if TYPE_CHECKING:  # annotations only: torch is imported where a process runs
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
 
 HOOKS = {"none": "allreduce_hook", "fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
 WIRE_BYTES = {"none": 4, "fp16": 2, "bf16": 2}  # bytes per gradient element on the wire
@@ -39,6 +41,7 @@ def ring_factor(processes: int) -> float:
 def powersgd_payload_elements(state: powerSGD_hook.PowerSGDState, bucket) -> int:
     """Elements PowerSGD all-reduces for one bucket: the uncompressed tensors, plus the P and Q
     factors (n*r + m*r) of each matrix it compresses. Mirrors powerSGD_hook's own choice."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
     if state.iter < state.start_powerSGD_iter:
         return bucket.buffer().numel()
     rank, elements = state.matrix_approximation_rank, 0
@@ -53,6 +56,9 @@ def powersgd_payload_elements(state: powerSGD_hook.PowerSGDState, bucket) -> int
 def counting_hook(kind: str, processes: int, traffic: Traffic):
     """The real hook, plus counting: bytes on the wire and the backward pass's wait for the
     last bucket (the rest of the all-reduce overlaps the backward computation)."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
     def hook(state, bucket):
         if kind == "powersgd":
@@ -87,6 +93,8 @@ def counting_hook(kind: str, processes: int, traffic: Traffic):
 def wrapped_in_ddp(model: torch.nn.Module, ctx: Context, parallel: dict, hook: str, traffic: Traffic):
     """The model in DistributedDataParallel, its all-reduce through the gradient hook `hook`
     (a `comm_hook` value), counted into `traffic`: ddp's wrapping, and zero's."""
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
     if parallel["sync_batchnorm"]:
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     # Rank 0's BatchNorm statistics at every forward, where the model has any that change;

@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 from ..costmodel.network import Flow, Network
-from ..runtime import distributed, lazy
+from ..runtime import distributed
 from ..runtime.run import Run
 from .base import Context, Strategy, Traffic, gradient_bytes
 
-torch = lazy.module("torch")
+if TYPE_CHECKING:  # annotations only: torch is imported where a process runs
+    import torch
+
 
 
 def _to(obj, device):
+    import torch
     if torch.is_tensor(obj):
         return obj.to(device, non_blocking=True)
     if isinstance(obj, dict):
@@ -46,6 +50,7 @@ def scatter_by_sample(inputs: tuple, devices: list) -> list[tuple]:
 def gather_outputs(outputs: list, device):
     """Loss dictionaries: the mean over replicas (as DDP averages gradients). Detections: the
     per-image lists concatenated in input order."""
+    import torch
     if isinstance(outputs[0], dict):
         return {k: torch.stack([o[k].to(device) for o in outputs]).mean() for k in outputs[0]}
     return [_to(d, device) for replica in outputs for d in replica]
@@ -55,7 +60,8 @@ def gather_outputs(outputs: list, device):
 def detection_data_parallel() -> type:
     """`DetectionDataParallel`: DataParallel whose scatter and gather understand detection
     inputs and outputs. Made at first use, as its base is torch's class: the registry imports
-    this module without torch (pipeline/runtime/lazy.py)."""
+    this module without torch."""
+    import torch
 
     class DetectionDataParallel(torch.nn.DataParallel):
         def __init__(self, module, device_ids, traffic: Traffic):

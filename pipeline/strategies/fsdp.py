@@ -35,21 +35,22 @@ a plain optimizer state keyed by parameter name, whatever the world size.
 from __future__ import annotations
 
 import copy
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..costmodel.network import Flow
-from ..runtime import compat, lazy
+from ..runtime import compat
 from ..runtime.run import Run
 from .base import Context, Option, tensor_checksum
 from .torchrun import TorchrunStrategy
 
-torch = lazy.module("torch")
-state_dict_api = lazy.module("torch.distributed.checkpoint.state_dict")
-sharded_grad_scaler = lazy.module("torch.distributed.fsdp.sharded_grad_scaler")
+if TYPE_CHECKING:  # annotations only: torch is imported where a process runs
+    import torch
+
 GATHERED_BYTES = {"bf16": 2, "fp16": 2}  # per element of a 16-bit run's weights, all-gathered
 
 
 def batchnorms(module) -> list:
+    import torch
     return [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
 
 
@@ -74,6 +75,7 @@ class Gathered:
         return self.strategy.gathered[self.part]
 
     def load_state_dict(self, state: dict) -> None:
+        from torch.distributed.checkpoint import state_dict as state_dict_api
         options = state_dict_api.StateDictOptions(full_state_dict=True)
         if self.part == "model":
             state_dict_api.set_model_state_dict(self.model, state, options=options)
@@ -157,6 +159,7 @@ class FSDP(TorchrunStrategy):
     def _policies(self):
         """(the units' MixedPrecisionPolicy, BatchNorm's), or (None, None) in fp32. Inputs are
         not cast: the loop's autocast casts them where an operation needs it."""
+        import torch
         low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.run.precision)
         if low is None:
             return None, None
@@ -169,6 +172,7 @@ class FSDP(TorchrunStrategy):
         return {} if policy is None else {"mp_policy": policy}
 
     def grad_scaler(self, device):
+        from torch.distributed.fsdp import sharded_grad_scaler
         return sharded_grad_scaler.ShardedGradScaler(device.type)
 
     # ---- bytes, counted where each collective happens -------------------------------------
@@ -277,6 +281,7 @@ class FSDP(TorchrunStrategy):
     # ---- the whole model, gathered ---------------------------------------------------------
     def consolidate(self, model, optimizer, ctx: Context) -> None:
         """Every rank takes part; rank 0 receives the full state dicts on the CPU."""
+        from torch.distributed.checkpoint import state_dict as state_dict_api
         options = state_dict_api.StateDictOptions(full_state_dict=True, cpu_offload=True)
         self.gathered = {
             "model": state_dict_api.get_model_state_dict(model, options=options),
@@ -290,6 +295,7 @@ class FSDP(TorchrunStrategy):
         return self.gathered["model"]
 
     def scoring_model(self, model, ctx: Context):
+        from torch.distributed.checkpoint import state_dict as state_dict_api
         options = state_dict_api.StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = state_dict_api.get_model_state_dict(model, options=options)
         if not ctx.reports:
@@ -300,6 +306,7 @@ class FSDP(TorchrunStrategy):
 
     def checksum(self, model) -> str:
         """Of the whole parameters, gathered on every rank (each holds a different shard)."""
+        from torch.distributed.checkpoint import state_dict as state_dict_api
         options = state_dict_api.StateDictOptions(full_state_dict=True)
         full = state_dict_api.get_model_state_dict(model, options=options)
         return tensor_checksum(full[name] for name, _ in self._blueprint.named_parameters())

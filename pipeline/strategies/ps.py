@@ -29,15 +29,19 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..costmodel.network import Flow
-from ..runtime import distributed, lazy
+from ..runtime import distributed
+from ..runtime.record import RankReport, Record, RunSummary, declare_facts
 from ..runtime.run import Run
 from .base import Context, Option, changing_buffers
 from .torchrun import TorchrunStrategy
 
-torch = lazy.module("torch")
-dist = lazy.module("torch.distributed")
+if TYPE_CHECKING:  # annotations only: torch is imported where a process runs
+    import torch
+    import torch.distributed as dist
+
 
 GRADIENTS, BUFFERS, WEIGHTS = 0, 1, 2  # message tags: each message matched by kind, not order
 
@@ -52,6 +56,21 @@ class Stale:
     sends: list = field(default_factory=list)    # answers on their way
     histogram: Counter = field(default_factory=Counter)
     max_ahead: int = 0        # the most updates an answered worker was ahead of the slowest
+
+
+@dataclass(frozen=True)
+class Staleness(Record):
+    """With staleness > 0: the bound S, and how many gradients were applied how many updates
+    after the weights they were computed on (str(updates) -> count), over every server."""
+
+    bound: int
+    histogram: dict
+
+
+# What a run with staleness > 0 records (summary_facts, rank_facts): the servers' staleness;
+# each server's histogram of it, and the most updates an answered worker was ahead of the slowest
+declare_facts(RunSummary, staleness=Staleness)
+declare_facts(RankReport, staleness_histogram=dict, max_ahead=int)
 
 
 def balanced_shards(sizes: list[int], k: int) -> list[int]:
@@ -136,6 +155,8 @@ class ParameterServer(TorchrunStrategy):
         return ctx
 
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        import torch
+        import torch.distributed as dist
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.buffers = changing_buffers(model)  # they travel with server 0's parameters
         self.owner = balanced_shards([p.numel() * p.element_size() for p in self.params], self.servers)
@@ -152,6 +173,7 @@ class ParameterServer(TorchrunStrategy):
 
     @staticmethod
     def _flat(tensors) -> torch.Tensor:
+        import torch
         return torch.cat([t.detach().reshape(-1) for t in tensors])
 
     @staticmethod
@@ -168,18 +190,22 @@ class ParameterServer(TorchrunStrategy):
 
     @staticmethod
     def _gradients(params) -> torch.Tensor:
+        import torch
         return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                           for p in params])
 
     def _send(self, tensor: torch.Tensor, dst: int, tag: int) -> dist.Work:
+        import torch.distributed as dist
         self._traffic.sent += tensor.numel() * tensor.element_size()
         return dist.isend(tensor, dst, tag=tag)
 
     def _recv(self, tensor: torch.Tensor, src: int, tag: int) -> dist.Work:
+        import torch.distributed as dist
         self._traffic.received += tensor.numel() * tensor.element_size()
         return dist.irecv(tensor, src, tag=tag)
 
     def _empty(self, tensors, ctx: Context) -> torch.Tensor:
+        import torch
         return torch.empty(sum(t.numel() for t in tensors), device=ctx.device)
 
     def step(self, model, optimizer, ctx: Context) -> float:
@@ -214,6 +240,7 @@ class ParameterServer(TorchrunStrategy):
     def _serve(self, optimizer, ctx: Context, pending: list) -> float:
         """Average this shard's gradients from every worker, update it, post its new values to
         the other workers (onto `pending`). Returns the seconds of the update."""
+        import torch
         mine, remote = self.shards[ctx.rank], [w for w in self.workers if w != ctx.rank]
         grads = {w: self._empty(mine, ctx) for w in remote}
         works = [self._recv(grads[w], w, GRADIENTS) for w in remote]
@@ -257,6 +284,7 @@ class ParameterServer(TorchrunStrategy):
         """Send each server this worker's gradients with the version of the weights they were
         computed on (and the first worker's buffers to server 0); take the weights it answers
         with, and their version."""
+        import torch
         start = time.perf_counter()
         works = []
         for s in range(self.servers):
@@ -280,6 +308,8 @@ class ParameterServer(TorchrunStrategy):
         (so the server's step count and the workers' stay equal), answering each worker unless
         that would put it more than S updates ahead of the slowest. Returns the seconds not
         spent updating."""
+        import torch
+        import torch.distributed as dist
         if self.ssp is None:
             self.ssp = Stale(clock={w: 0 for w in self.workers})
         mine, ssp, start, update = self.shards[ctx.rank], self.ssp, time.perf_counter(), 0.0
@@ -304,6 +334,7 @@ class ParameterServer(TorchrunStrategy):
 
     def _answer(self, ctx: Context) -> None:
         """Send the current weights to every waiting worker within S of the slowest."""
+        import torch
         ssp = self.ssp
         slowest = min(ssp.clock.values())
         for w in [w for w in ssp.waiting if ssp.clock[w] - slowest <= self.staleness]:

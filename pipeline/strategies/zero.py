@@ -21,14 +21,11 @@ strategy (`single` included), and into `zero` at any world size.
 from __future__ import annotations
 
 from ..costmodel.network import Flow, Network
-from ..runtime import lazy
 from ..runtime.run import Run
 from .base import Context
 from .ddp import all_reduce_seconds, ring_all_reduce, sync_batchnorm_unavailable, wrapped_in_ddp
 from .torchrun import TorchrunStrategy
 
-torch = lazy.module("torch")
-zero_optim = lazy.module("torch.distributed.optim")
 
 
 def partition_bytes(optimizer) -> list[int]:
@@ -71,6 +68,9 @@ class Zero(TorchrunStrategy):
         return wrapped_in_ddp(model, ctx, self.parallel, PLAIN, self._traffic)
 
     def optimizer(self, params, **sgd):
+        import torch
+        from torch.distributed import optim as zero_optim
+
         # Every rank builds the whole SGD's parameter list, but holds state for its partition;
         # the parameters become views of one bucket a rank, broadcast whole (module docstring)
         return zero_optim.ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import dataclasses
 import json
 import os
 import sys
@@ -74,7 +75,7 @@ def configuration(raw: dict, preset: str, *changes: dict) -> dict:
 
 def train_and_score(cfg: dict, entry: dict, seed: int, out: Path) -> dict:
     """One seed of the entry: trained, then scored on the validation split, as the workflow does."""
-    run = dict(sweep.fill(entry, cfg), seed=seed)
+    run = dataclasses.replace(sweep.fill(entry, cfg), seed=seed)
     summary = train(cfg, run, out)
     metrics = evaluate(cfg, run, out)
     return {"seed": seed, "AP": metrics.AP, "AP50": metrics.AP50,

@@ -14,6 +14,7 @@ sys.path.insert(0, str(REPO))
 from pipeline.config import params  # noqa: E402
 from pipeline.launch import command, evaluation_command  # noqa: E402
 from pipeline.runtime.record import Metrics, RunSummary  # noqa: E402
+from pipeline.runtime.run import Run  # noqa: E402
 from pipeline.strategies import REGISTERED, sweep  # noqa: E402
 
 
@@ -24,14 +25,14 @@ def _run(argv: list[str], what: str, env: dict | None = None) -> None:
         raise SystemExit(f"{what} failed:\n{result.stderr[-3000:]}")
 
 
-def train(cfg: dict, run: dict, out: Path, env: dict | None = None) -> RunSummary:
+def train(cfg: dict, run: Run, out: Path, env: dict | None = None) -> RunSummary:
     """Train `run` (a filled sweep entry) of the resolved preset `cfg` into `out`, as the
     workflow's train job does; its train_summary.json, or exit naming the run and its error."""
     _run(command(cfg, run, str(out)), f"training {sweep.run_id(run)} ({out})", env)
     return RunSummary.read(Path(out) / "train_summary.json")
 
 
-def evaluate(cfg: dict, run: dict, out: Path) -> Metrics:
+def evaluate(cfg: dict, run: Run, out: Path) -> Metrics:
     """Score the trained run in `out` as the workflow's evaluate job does; its metrics.json."""
     _run(evaluation_command(cfg, run, str(out)), f"evaluating {sweep.run_id(run)} ({out})")
     return Metrics.read(Path(out) / "metrics.json")
@@ -67,6 +68,6 @@ def one_process_entry(cls, cfg: dict) -> dict:
             run = sweep.fill(dict(entry, images_per_worker=2), cfg, where="benchmark")
         except params.ParamsError:
             continue
-        if run["workers"] == 1 and cls(run, cfg["parallel"]).processes() == 1:
+        if run.workers == 1 and cls(run, cfg["parallel"]).processes() == 1:
             return entry
     return candidates[0]

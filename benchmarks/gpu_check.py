@@ -186,7 +186,7 @@ def train(cfg: dict, entry: dict, out: Path, steps: int) -> Outcome:
         run = sweep.fill(entry, cfg, where="gpu check")
     except params.ParamsError as refused:  # the strategy refuses the entry (ps in fp16): why
         return Outcome(f"{entry['strategy']} (refused)", "skipped", str(refused))
-    why = REGISTERED_BY_NAME[run["strategy"]](run, cfg["parallel"]).unavailable()
+    why = REGISTERED_BY_NAME[run.strategy](run, cfg["parallel"]).unavailable()
     if why:
         return Outcome(sweep.run_id(run), "skipped", why)
     shutil.rmtree(out, ignore_errors=True)
@@ -503,7 +503,7 @@ def markdown(bundle: dict) -> str:
         if runs:
             columns = list(dict.fromkeys(k for run in runs for k in run if k not in ("entry", "log")))
             lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-            lines += ["| " + " | ".join(_cell(run.get(k)) for k in columns) + " |" for run in runs]
+            lines += ["| " + " | ".join(_cell(row.get(k)) for k in columns) + " |" for row in runs]
             lines.append("")
         for key in ("samples", "sm_percent_median", "skipped"):
             if key in item:

@@ -30,6 +30,7 @@ from .detection.model import build_model
 from .launch import command
 from .runtime import distributed, lifetime
 from .runtime.files import write_json
+from .runtime.run import Run
 from .strategies import sweep
 
 WHY = ("Faster R-CNN's RPN and box-head losses sample anchors and proposals per image batch "
@@ -39,14 +40,14 @@ WHY = ("Faster R-CNN's RPN and box-head losses sample anchors and proposals per 
        "rounding (tested). The replicas of one run stay identical to each other.")
 
 
-def start_step(cfg: dict, run: dict, out: Path) -> subprocess.Popen:
+def start_step(cfg: dict, run: Run, out: Path) -> subprocess.Popen:
     """One SGD step of `run`, started as the workflow starts a training job."""
     argv = command(cfg, run, str(out / sweep.run_id(run))) + ["--max-steps", "1"]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=functools.partial(lifetime.become_launcher, os.getpid()))
 
 
-def finished_step(run: dict, started: subprocess.Popen, out: Path) -> dict[str, torch.Tensor]:
+def finished_step(run: Run, started: subprocess.Popen, out: Path) -> dict[str, torch.Tensor]:
     """The weights after the step `started` took, or an error naming the run."""
     name = sweep.run_id(run)
     _, stderr = started.communicate()
@@ -55,7 +56,7 @@ def finished_step(run: dict, started: subprocess.Popen, out: Path) -> dict[str, 
     return torch.load(out / name / "model_final.pt", weights_only=True)["model"]
 
 
-def one_step_each(cfg: dict, runs: dict[str, dict], out: Path) -> dict[str, dict]:
+def one_step_each(cfg: dict, runs: dict[str, Run], out: Path) -> dict[str, dict]:
     """The weights after one step of each run. On CPU two run at once: each is mostly process
     start-up, so the second core would idle; on GPUs one at a time, each with the devices."""
     at_once = 1 if distributed.gpu_count() else 2

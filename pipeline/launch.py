@@ -28,10 +28,11 @@ from .config import cli, stages
 from .detection.scoring import not_evaluated, record_not_evaluated
 from .runtime import lifetime, run_lock, slurm
 from .runtime.files import OutputError, write_json, write_text
+from .runtime.run import Run
 from .strategies import sweep
 
 
-def command(cfg: dict, run: dict, out: str, python: str = sys.executable,
+def command(cfg: dict, run: Run, out: str, python: str = sys.executable,
             rdzv_endpoint: str | None = None) -> list[str]:
     """The training command; `rdzv_endpoint` replaces parallel.rdzv_endpoint for torchrun only
     (the run's config, and so its checkpoint's identity, stays the same)."""
@@ -39,10 +40,10 @@ def command(cfg: dict, run: dict, out: str, python: str = sys.executable,
                                                                    rdzv_endpoint=rdzv_endpoint)
     strategy = strategies.get(run, parallel)
     return strategy.launcher(python) + [
-        "-m", "pipeline.training.train", "--config", json.dumps(cfg), "--entry", json.dumps(run), "--out", out]
+        "-m", "pipeline.training.train", "--config", json.dumps(cfg), "--entry", json.dumps(run.to_json()), "--out", out]
 
 
-def evaluation_command(cfg: dict, run: dict, run_dir: str, python: str = sys.executable) -> list[str]:
+def evaluation_command(cfg: dict, run: Run, run_dir: str, python: str = sys.executable) -> list[str]:
     """A run is evaluated the way its strategy says (a ddp run on as many processes as it
     trained with)."""
     launcher = strategies.get(run, cfg["parallel"]).evaluation_launcher(python)
@@ -55,7 +56,7 @@ def commbench_command(cfg: dict, processes: int, out: str, python: str = sys.exe
         "-m", commbench_job.MODULE, "--config", json.dumps(cfg), "--out", out]
 
 
-def multi_node_command(cfg: dict, run: dict, out: str) -> list[str]:
+def multi_node_command(cfg: dict, run: Run, out: str) -> list[str]:
     """The training command for this node; for a run over several nodes, inside a SLURM
     allocation: srun starting one torchrun on each node, meeting on the first node.
 
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
             start_commbench(args)
         if args.entry is None:
             raise SystemExit(f"error: --stage {args.stage} needs --entry")
-        cfg, run = stages.parsed_config(args, args.stage), json.loads(args.entry)
+        cfg, run = stages.parsed_config(args, args.stage), Run.from_json(json.loads(args.entry), "--entry")
         # One job per run directory at a time; held by what we exec into, until the job ends.
         run_lock.hold(args.out, args.stage)
         if args.log:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from . import strategies
 from .commbench import job as commbench_job
+from .runtime.run import Run
 from .strategies import sweep
 
 
@@ -59,7 +60,7 @@ def one_process_resources(cfg: dict) -> dict:
     return job_resources(cfg, 1, 1, 0)
 
 
-def run_resources(cfg: dict, run: dict, stage: str = "train") -> dict:
+def run_resources(cfg: dict, run: Run, stage: str = "train") -> dict:
     """What one run's training (or evaluation) job asks a scheduler for: its nodes, processes
     per node, their CPUs and memory, GPUs where it uses them. `run` is a filled sweep entry (a
     value of sweep.runs(cfg)). Evaluation runs on one node."""
@@ -85,7 +86,7 @@ def commbench_resources(cfg: dict, processes: int) -> dict:
     return job_resources(cfg, 1, processes, commbench_job.gpus(processes, cfg["parallel"]))
 
 
-def commbench_processes(cfg: dict, runs: dict[str, dict]) -> list[int]:
+def commbench_processes(cfg: dict, runs: dict[str, Run]) -> list[int]:
     """The process counts whose links the cost model needs: every multi-process run on one node
     that this machine can run (a run over several nodes crosses links commbench does not time)."""
     steps = [strategies.get(run, cfg["parallel"]) for run in runs.values()]

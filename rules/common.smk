@@ -46,7 +46,7 @@ def run_code(stage):
     """The files one run's `stage` executes: its own strategy's module, not the others', so an
     edit to one strategy reruns only its runs (an input function of the run wildcard)."""
     return lambda wildcards: stages.code_files(
-        stage, left_out=strategies.not_run_by(RUNS[wildcards.run]["strategy"]))
+        stage, left_out=strategies.not_run_by(RUNS[wildcards.run].strategy))
 
 
 def stage_params(stage):

@@ -19,7 +19,7 @@ rule train:
         iterations=f"{RUN_DIR}/iterations.jsonl",
     params:
         config=stage_params("train"),
-        run=lambda wildcards: P.canonical(RUNS[wildcards.run]),
+        run=lambda wildcards: P.canonical(RUNS[wildcards.run].to_json()),
         python=PYTHON,
         out=lambda wildcards, output: os.path.dirname(output.summary),
     # Timings are the result: a training run has the machine (or its allocation) to itself.
@@ -47,7 +47,7 @@ rule evaluate:
         predictions=f"{RUN_DIR}/predictions.json",
     params:
         config=stage_params("evaluate"),
-        run=lambda wildcards: P.canonical(RUNS[wildcards.run]),
+        run=lambda wildcards: P.canonical(RUNS[wildcards.run].to_json()),
         out=lambda wildcards, output: os.path.dirname(output.metrics),
         python=PYTHON,
     threads: cores_or(lambda wildcards: run_job(wildcards.run, "evaluate")["cpus_per_task"])

@@ -633,7 +633,7 @@ def test_bad_run_state(case, checkpointed, tmp_path):
                     "or full file system; this machine refuses one")
     before = snapshot(out)
     command = [sys.executable, "-m", "pipeline.training.train", "--config", canonical(cfg),
-               "--entry", canonical(run), "--out", str(out)]
+               "--entry", canonical(run.to_json()), "--out", str(out)]
     if setup:
         # Inside the namespace, after the run: the checkpoint still there, byte for byte.
         check = f"cmp {out}/state/checkpoint.pt {checkpointed[2]}/state/checkpoint.pt && ls -a {out}/state"

@@ -10,18 +10,18 @@ from pipeline.costmodel.network import Link, Network, fit
 from pipeline.costmodel.predict import Iteration
 from pipeline.report.load import RunDir
 from pipeline.runtime.record import CommbenchRecord, RunSummary
-from pipeline.strategies import STRATEGIES
+from pipeline.strategies import STRATEGIES, Run
 
 M = 100e6  # bytes of gradients
 DDP, PS, DP = STRATEGIES["ddp"], STRATEGIES["ps"], STRATEGIES["dp"]
 
 
-def ddp(n: int, hook: str = "none") -> dict:
-    return {"strategy": "ddp", "workers": n, "comm_hook": hook}
+def ddp(n: int, hook: str = "none") -> Run:
+    return DDP.filled(workers=n, comm_hook=hook)
 
 
-def ps(n: int, placement: str, servers: int = 1) -> dict:
-    return {"strategy": "ps", "workers": n, "placement": placement, "servers": servers}
+def ps(n: int, placement: str, servers: int = 1) -> Run:
+    return PS.filled(workers=n, placement=placement, servers=servers)
 
 
 @pytest.mark.parametrize("n", [2, 3, 8, 256])
@@ -34,14 +34,14 @@ def test_ring_all_reduce_moves_2_n_minus_1_over_n(n):
 def test_sharded_strategies_bytes_and_memory_closed_forms(n):
     zero, fsdp = STRATEGIES["zero"], STRATEGIES["fsdp"]
     # ZeRO-1 on DDP: the all-reduce, then the updated weights' broadcast, (N-1)/N M
-    assert zero.link_bytes({"workers": n}, M)["worker"] == pytest.approx(3 * (n - 1) / n * M)
+    assert zero.link_bytes(zero.filled(workers=n), M)["worker"] == pytest.approx(3 * (n - 1) / n * M)
     # FSDP: all-gather in forward (and in backward when resharding), reduce-scatter
-    reshard, keep = ({"workers": n, "reshard_after_forward": r} for r in (True, False))
+    reshard, keep = (fsdp.filled(workers=n, reshard_after_forward=r) for r in (True, False))
     assert fsdp.link_bytes(reshard, M)["worker"] == pytest.approx(3 * (n - 1) / n * M)
     assert fsdp.link_bytes(keep, M)["worker"] == pytest.approx(2 * (n - 1) / n * M)
     # What the busiest process holds: DDP 3M; ZeRO-1 2M + M/N; FSDP 3M/N
     assert sum(DDP.memory_theory(ddp(n), M).values()) == 3 * M
-    assert sum(zero.memory_theory({"workers": n}, M).values()) == pytest.approx(2 * M + M / n)
+    assert sum(zero.memory_theory(zero.filled(workers=n), M).values()) == pytest.approx(2 * M + M / n)
     assert sum(fsdp.memory_theory(reshard, M).values()) == pytest.approx(3 * M / n)
     assert sum(PS.memory_theory(ps(n, "colocated", 2), M).values()) == pytest.approx(2.5 * M)
 
@@ -52,7 +52,7 @@ def test_parameter_server_closed_forms():
     assert PS.link_bytes(ps(n, "colocated"), M)["busiest"] == pytest.approx((n - 1) * M)  # 2(N-1)M
     for k in (1, 2, 4, 8):
         assert PS.link_bytes(ps(n, "dedicated", k), M)["busiest"] == pytest.approx(max(M, n * M / k))
-    assert DP.link_bytes({"workers": n}, M)["busiest"] == pytest.approx((n - 1) * M)
+    assert DP.link_bytes(DP.filled(workers=n), M)["busiest"] == pytest.approx((n - 1) * M)
 
 
 @pytest.mark.parametrize("n", range(2, 33))
@@ -286,15 +286,15 @@ def test_fsdp_costs_what_commbench_timed_fsdp2_add_on_the_model():
     rings = Network(intra=Link(1e-4, 1e-9))
     timed = Network(intra=Link(1e-4, 1e-9), calibrations={
         "fsdp": {"plain_s": 0.100, "reshard_s": 0.148, "keep_s": 0.131}})
-    run = {"strategy": "fsdp", "workers": 2, "reshard_after_forward": True}
+    run = fsdp.filled(workers=2, reshard_after_forward=True)
     assert fsdp.communication_seconds(run, M, timed, 0.0) == pytest.approx(0.048)
-    kept = dict(run, reshard_after_forward=False)
+    kept = run.replace(reshard_after_forward=False)
     assert fsdp.communication_seconds(kept, M, timed, 0.0) == pytest.approx(0.031)
     ring = fsdp.communication_seconds(run, M, rings, 0.0)  # untimed: 3 rings of M/2 each way
     assert ring == pytest.approx(3 * (1e-4 + 1e-9 * M / 2))
-    assert fsdp.communication_seconds(dict(run, precision="bf16"), M, timed, 0.0) == pytest.approx(
-        fsdp.communication_seconds(dict(run, precision="bf16"), M, rings, 0.0))
-    assert fsdp.communication_seconds(dict(run, workers=1), M, timed, 0.0) == 0.0
+    assert fsdp.communication_seconds(run.replace(precision="bf16"), M, timed, 0.0) == pytest.approx(
+        fsdp.communication_seconds(run.replace(precision="bf16"), M, rings, 0.0))
+    assert fsdp.communication_seconds(run.replace(workers=1), M, timed, 0.0) == 0.0
     assert lookup("ddp").calibrate(lambda wrap: 1 / 0) is None  # the others ask for no timing
 
 
@@ -308,13 +308,13 @@ def test_zero_costs_a_broadcast_per_rank_where_commbench_timed_broadcast():
     rings = Network(intra=Link(1e-4, 1e-9), all_reduce=Link(3e-4, 6e-10))
     timed = Network(intra=Link(1e-4, 1e-9), all_reduce=Link(3e-4, 6e-10), broadcast=Link(5e-4, 5e-10))
     for n in (2, 4):
-        run = {"strategy": "zero", "workers": n}
-        overlapped = ddp.communication_seconds(run, M, timed, 0.0)  # nothing to hide behind
-        assert zero.communication_seconds(run, M, timed, 0.0) == pytest.approx(overlapped + n * 5e-4 + 5e-10 * M)
-    run = {"strategy": "zero", "workers": 2}
-    ring = zero.communication_seconds(run, M, rings, 0.0) - ddp.communication_seconds(run, M, rings, 0.0)
+        overlapped = ddp.communication_seconds(ddp.filled(workers=n), M, timed, 0.0)  # nothing to hide behind
+        assert zero.communication_seconds(zero.filled(workers=n), M, timed, 0.0) == pytest.approx(
+            overlapped + n * 5e-4 + 5e-10 * M)
+    ring = (zero.communication_seconds(zero.filled(workers=2), M, rings, 0.0)
+            - ddp.communication_seconds(ddp.filled(workers=2), M, rings, 0.0))
     assert ring == pytest.approx(1e-4 + 1e-9 * M / 2)  # untimed: each rank's half, one message
-    assert zero.communication_seconds(dict(run, workers=1), M, timed, 0.0) == 0.0
+    assert zero.communication_seconds(zero.filled(workers=1), M, timed, 0.0) == 0.0
 
 
 def test_a_single_run_with_pinned_threads_is_not_the_baseline():
@@ -372,8 +372,8 @@ def test_a_parameter_servers_workers_share_their_nodes_network():
 
 
 def test_data_parallel_stays_in_one_machine():
-    assert math.isnan(DP.communication_seconds({"workers": 16}, M, cluster_network(16, 8), 0.0))
-    assert DP.communication_seconds({"workers": 8}, M, cluster_network(8, 8), 0.0) == pytest.approx(
+    assert math.isnan(DP.communication_seconds(DP.filled(workers=16), M, cluster_network(16, 8), 0.0))
+    assert DP.communication_seconds(DP.filled(workers=8), M, cluster_network(8, 8), 0.0) == pytest.approx(
         2 * 7 * (2e-6 + M * 8 / 2400e9))
 
 
@@ -397,7 +397,7 @@ def test_predicted_scaling_uses_a_measured_gpu_run_and_finds_device_0s_limit():
     spread = gpu_compute(predict, typed([dict(gpu_run, iterations=pd.DataFrame({"time_compute": [0.1, 0.3] * 10}))]))
     assert spread.variance_per_image == pytest.approx(pd.Series([0.1, 0.3] * 10).var() / 2)
     cluster = Cluster.of(predict["clusters"][0])
-    ddp_at_8 = [predict_point(DDP, {"strategy": "ddp", "comm_hook": "none", "workers": 8}, compute, 2,
+    ddp_at_8 = [predict_point(DDP, DDP.filled(workers=8), compute, 2,
                               cluster.network(8))["predicted_efficiency"] for compute in (measured, spread)]
     assert ddp_at_8[1] < ddp_at_8[0]
     points = prediction_points(predict, assumed)

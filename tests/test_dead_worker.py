@@ -64,7 +64,7 @@ def test_a_hung_worker_fails_its_peers_within_the_timeout(small_dataset, tmp_pat
     run = next(iter(runs(cfg).values()))
     out = tmp_path / "run"
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.launch", "--config", canonical(cfg), "--entry", canonical(run),
+        [sys.executable, "-m", "pipeline.launch", "--config", canonical(cfg), "--entry", canonical(run.to_json()),
          "--out", str(out)], cwd=REPO, stderr=subprocess.PIPE, text=True)
     lines: list[tuple[float, str]] = []
     reader = threading.Thread(target=lambda: [lines.append((time.monotonic(), line))

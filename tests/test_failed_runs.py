@@ -18,22 +18,23 @@ from pipeline.data.dataset import CocoDetection
 from pipeline.data.sampler import ShardedBatchSampler, aspect_ratio_groups
 from pipeline.report.load import load_run, summary_frame
 from pipeline.runtime import failure
+from pipeline.runtime.run import Run
 from pipeline.strategies.sweep import runs
 
 from .conftest import REPO, small_config
 
 
-def launch(cfg: dict, run: dict, out: Path, stage: str = "train") -> tuple[int, list[str]]:
+def launch(cfg: dict, run: Run, out: Path, stage: str = "train") -> tuple[int, list[str]]:
     """The workflow's job: `pipeline.launch`, its output into a log; (status, the log's lines)."""
     log = out.parent / f"{out.name}-{stage}.log"
     with open(log, "w") as handle:
         status = subprocess.run([sys.executable, "-m", "pipeline.launch", "--stage", stage,
-                                 "--config", canonical(cfg), "--entry", canonical(run), "--out", str(out)],
+                                 "--config", canonical(cfg), "--entry", canonical(run.to_json()), "--out", str(out)],
                                 cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, timeout=600).returncode
     return status, [line for line in log.read_text().splitlines() if line.strip()]
 
 
-def ddp_run(cfg: dict) -> dict:
+def ddp_run(cfg: dict) -> Run:
     cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "images_per_worker": 2}]
     return next(iter(runs(cfg).values()))
 
@@ -82,7 +83,7 @@ def test_a_rank_that_fails_is_named_with_its_own_error(small_dataset, tmp_path):
     cfg = small_config(root)
     run = ddp_run(cfg)
     dataset = CocoDetection(root, "train", train=True)
-    sampler = ShardedBatchSampler(len(dataset), 2, run["seed"], 1, 2,
+    sampler = ShardedBatchSampler(len(dataset), 2, run.seed, 1, 2,
                                   aspect_ratio_groups(dataset.aspect_ratios(), cfg["data"]["aspect_ratio_groups"]))
     sampler.set_epoch(0)
     victim = dataset.image_dir / dataset.images[next(iter(sampler))[0]][0]["file_name"]

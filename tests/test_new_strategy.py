@@ -1,6 +1,7 @@
 """Adding a strategy touches its own module and the registry, nothing else: a test-only
-gradient all-gather strategy (tests/strategies/allgather.py) is dropped into a copy of the
-repository and runs through the real workflow: training, evaluation and the report."""
+gradient all-gather strategy (tests/strategies/allgather.py), with an option and a fact of its
+own, is dropped into a copy of the repository and runs through the real workflow: training,
+evaluation and the report."""
 from __future__ import annotations
 
 import csv
@@ -48,19 +49,19 @@ def test_a_new_strategy_is_its_module_and_a_registry_entry(tmp_path):
         tiny_params(raw)
         raw["presets"]["demo"]["sweep"] = [{"strategy": "single", "workers": 1},
                                            {"strategy": "allgather", "workers": 2,
-                                            "images_per_worker": 2}]
+                                            "images_per_worker": 2, "chunks": 2}]
     edit_params(tmp_path, sweep)
     result = snakemake(tmp_path)
     assert jobs(result) == {"all": 1, "data": 1, "train": 2, "evaluate": 2, "equivalence": 1,
                             "commbench": 1, "report": 1, **PAPER_JOB}
     rows = {row["run_id"]: row for row in csv.DictReader((tmp_path / "results" / "summary" / "demo.csv").open())}
-    new = rows["allgather-w2-b2-s0"]
+    new = rows["allgather-c2-w2-b2-s0"]  # its option names its variant
     assert new["status"] == "ok" and new["replicas_identical"] == "True" and new["processes"] == "2"
     assert 0 <= float(new["AP"]) <= 1
     assert float(new["busiest_rank_bytes_per_iter"]) == pytest.approx(
         float(new["busiest_rank_theory_bytes_per_iter"]), rel=1e-6)
     report = (tmp_path / "results" / "report" / "demo" / "report.md").read_text()
-    assert "allgather-w2-b2: gradient all-gather, 2 workers" in report  # its sweep entry's row
+    assert "allgather-c2-w2-b2: gradient all-gather, 2 workers" in report  # its sweep entry's row
     # First-class from its own module: its bytes sentences in the report and the paper, its
     # place in the one-step equivalence check, its measured run predicted by its own phases,
     # and its predicted-scaling curve
@@ -72,10 +73,13 @@ def test_a_new_strategy_is_its_module_and_a_registry_entry(tmp_path):
     assert "allgather-w2-b4-s0" in equivalence["strategies"]
     predicted = {row["run_id"]: row for row in
                  csv.DictReader((tmp_path / "results" / "report" / "demo" / "prediction.csv").open())}
-    assert float(predicted["allgather-w2-b2-s0"]["predicted_images_per_second"]) > 0
+    assert float(predicted["allgather-c2-w2-b2-s0"]["predicted_images_per_second"]) > 0
     curves = {row["model"] for row in
               csv.DictReader((tmp_path / "results" / "report" / "demo" / "predicted_scaling_points.csv").open())}
     assert "gradient all-gather" in curves
-    metrics = json.loads((tmp_path / "results" / "runs" / "demo" / "allgather-w2-b2-s0" /
-                          "metrics.json").read_text())
+    run_dir = tmp_path / "results" / "runs" / "demo" / "allgather-c2-w2-b2-s0"
+    metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["images"] > 0 and metrics["processes"] == 1  # it did not ask to evaluate on its workers
+    # its own fact, in every rank's report: two all-gathers an iteration, one per chunk
+    summary = json.loads((run_dir / "train_summary.json").read_text())
+    assert [rank["all_gathers"] for rank in summary["ranks"]] == [2 * summary["iterations"]] * 2

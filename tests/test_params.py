@@ -102,7 +102,7 @@ def test_runs_fill_images_per_worker(raw):
     runs = sweep.runs(cfg)
     per_worker = cfg["train"]["images_per_worker"]
     assert list(runs) == [f"single-w1-b{per_worker}-s0", "single-w1-b2-s0"]
-    assert runs["single-w1-b2-s0"]["images_per_worker"] == 2
+    assert runs["single-w1-b2-s0"].images_per_worker == 2
 
 
 def test_schema_is_closed_everywhere():
@@ -241,13 +241,13 @@ def test_the_demo_sweep_measures_noise_scaling_and_the_loader():
     all_runs = list(sweep.runs(cfg).values())
     seeds: dict[str, set] = {}
     for run in all_runs:
-        seeds.setdefault(sweep.entry_id(run), set()).add(run["seed"])
+        seeds.setdefault(sweep.entry_id(run), set()).add(run.seed)
     for run in all_runs:
-        if run["workers"] > 1:
+        if run.workers > 1:
             assert len(seeds[sweep.entry_id(run)]) >= 3, sweep.entry_id(run)
     for strategy in ("ddp", "ps"):
-        assert {r["workers"] for r in all_runs if r["strategy"] == strategy} >= {1, 2}
-    modes = {(r["strategy"], r["workers"], r["data_mode"]) for r in all_runs}
+        assert {r.workers for r in all_runs if r.strategy == strategy} >= {1, 2}
+    modes = {(r.strategy, r.workers, r.data_mode) for r in all_runs}
     assert {("single", 1, "real"), ("single", 1, "synthetic"), ("ddp", 2, "real"),
             ("ddp", 2, "synthetic")} <= modes
     assert cfg["eval"]["every_epochs"] >= 1 and cfg["preset"] in cfg["report"]["target_ap"]
@@ -262,7 +262,26 @@ def test_more_repeats_add_runs_without_changing_the_others(raw):
     per_worker = cfg["train"]["images_per_worker"]
     assert list(three) == [f"ddp-w2-b{per_worker}-s{seed}" for seed in (0, 1, 2)]
     assert all(three[run_id] == run for run_id, run in two.items())  # same params: no rerun
-    assert [run["seed"] for run in three.values()] == [0, 1, 2] and "repeats" not in three[list(three)[0]]
+    assert [run.seed for run in three.values()] == [0, 1, 2] and "repeats" not in three[list(three)[0]].to_json()
     cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "data_mode": "sintetic"}]
     with pytest.raises(params.ParamsError, match="sintetic"):
         sweep.runs(cfg)
+
+
+def test_a_run_is_typed_once_and_crosses_the_launch_boundary_as_its_entry(raw):
+    """The filled entry's JSON, as the launcher and the training read it back; a misspelt
+    option fails where it is asked for, naming it, as it fails at fill time in the sweep."""
+    from pipeline.runtime.run import Run, RunError
+    from pipeline.strategies import FSDP
+
+    cfg = params.resolve(raw)
+    cfg["sweep"] = [{"strategy": "fsdp", "workers": 2, "precision": "bf16"}]
+    run = next(iter(sweep.runs(cfg).values()))
+    assert run.option("reshard_after_forward") is True  # its declared default, filled once
+    assert Run.from_json(json.loads(json.dumps(run.to_json()))) == run
+    assert run.to_json()["reshard_after_forward"] is True and "repeats" not in run.to_json()
+    with pytest.raises(RunError, match="no option 'reshard'.*reshard_after_forward"):
+        run.option("reshard")
+    with pytest.raises(ValueError, match="fsdp: no option 'comm_hook'"):
+        FSDP.filled(workers=2, comm_hook="fp16")
+    assert FSDP.filled(workers=2).precision == "fp32"  # a run made by hand: the Run's defaults

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import pipeline.strategies  # noqa: F401  the strategies declare their facts (ps: staleness)
 from pipeline.runtime.record import (
     STRATEGY_REMEDY,
     CommbenchRecord,
@@ -69,12 +70,13 @@ FINISHED = {
     "staleness": {"bound": 1, "histogram": {"0": 70, "1": 54}},
     "epoch_loss": [1.74, 0.889], "final_loss": 0.889,
     "utilisation": {"interval_s": 0.5, "samples": 415, "gpus": "no GPU in use"},
+    "run": PROVENANCE["run"],  # the typed Run (pipeline/runtime/run.py) the sweep filled
     "provenance": PROVENANCE,
 }
 # What sweep.unfinished_summary writes for a skipped run: the run's identity, status, reason and provenance.
 SKIPPED = {key: FINISHED[key] for key in ("run_id", "entry", "strategy", "variant", "workers",
                                           "images_per_worker", "data_mode", "precision", "seed",
-                                          "provenance")}
+                                          "run", "provenance")}
 SKIPPED.update(status="skipped", reason="3 processes per node but 2 CPU core(s)")
 
 
@@ -85,7 +87,8 @@ def test_a_finished_runs_summary_reads_back_as_written():
     # typed all the way down
     assert isinstance(record.evaluations[1], Evaluation) and record.evaluations[1].AP == 0.028
     assert isinstance(record.ranks[0], RankReport) and record.ranks[0].bytes_per_iteration.sent == 4097448.0
-    assert record.ranks[0].max_ahead == 1 and record.staleness.histogram == {"0": 70, "1": 54}
+    assert record.ranks[0].facts["max_ahead"] == 1
+    assert record.facts["staleness"].histogram == {"0": 70, "1": 54}  # a record of ps' own
     assert record.sec_per_iter.p95 == 0.759 and record.checkpoints.count == 3
     assert record.utilisation.samples == 415 and record.time_split.communication == 0.03
 
@@ -95,7 +98,7 @@ def test_strategy_facts_are_written_only_where_reported():
     synchronous = {k: v for k, v in FINISHED.items() if k != "staleness"}
     synchronous["ranks"] = [rank(0, "worker"), rank(1, "worker")]
     record = RunSummary.from_json(synchronous)
-    assert record.staleness is None and record.to_json() == synchronous
+    assert record.facts == {} and record.to_json() == synchronous
     assert "max_ahead" not in record.to_json()["ranks"][0]
     # time_split: false keeps only the data wait
     only_data = dict(synchronous, time_split={"data": 0.01}, communication_share=None)
@@ -143,10 +146,12 @@ def test_a_misspelt_key_fails_at_load_naming_the_file_and_the_key(where, change,
 
 def test_an_old_run_folders_summary_upgrades_and_loads():
     """As the first versions wrote it: world_size (in the summary, its provenance and run), no
-    run_id, entry nor seed, no sampler, no checkpoints, evaluations nor precision; a ps run
-    from before shards and SSP."""
+    run_id, entry nor seed, no typed run, no sampler, no checkpoints, evaluations nor precision;
+    a ps run from before shards and SSP."""
+    from pipeline.strategies import recorded
+
     old = copy.deepcopy(FINISHED)
-    for key in ("run_id", "entry", "seed", "utilisation", "checkpoints", "evaluations",
+    for key in ("run_id", "entry", "seed", "run", "utilisation", "checkpoints", "evaluations",
                 "evaluation_seconds", "restarts", "resumed_at_steps", "precision", "data_mode",
                 "skipped_steps", "channels_last", "warmup_iters", "timing_excludes_first_iterations",
                 "staleness"):
@@ -161,8 +166,11 @@ def test_an_old_run_folders_summary_upgrades_and_loads():
     assert record.workers == 2 and record.provenance.workers == 2
     assert record.run_id == record.entry == "ps-colocated-w2-b4"
     assert record.seed == 1  # from the provenance
-    assert record.provenance.run["servers"] == 1 and record.provenance.run["staleness"] == 0
     assert record.provenance.run["workers"] == 2 and "world_size" not in record.provenance.run
+    # its typed run is the provenance's; the options it predates ran as their defaults do now
+    assert record.run.workers == 2 and record.run.option("placement") == "dedicated"
+    ps = recorded(record.run)
+    assert ps.option("servers") == 1 and ps.option("staleness") == 0 and ps.seed == 1
     assert record.utilisation is None and record.checkpoints is None and record.evaluations == []
     assert record.data_mode == "real" and record.precision == "fp32"
     assert record.timing_excludes_first_iterations is None and record.restarts is None
@@ -183,6 +191,7 @@ def test_an_old_skipped_summary_loads():
                                    "reason": "needs 2 GPUs, found 0"})
     assert record.workers == 2 and record.entry == "dp-w2-b4" and record.provenance == Provenance()
     assert record.status == "skipped" and record.seed is None and record.variant is None
+    assert record.run.strategy == "dp" and record.run.workers == 2  # from its identity
 
 
 def test_a_strategys_facts_are_declared_fields():
@@ -192,11 +201,12 @@ def test_a_strategys_facts_are_declared_fields():
     from pipeline.config.params import load_resolved
 
     parallel = load_resolved(REPO / "params.yaml")["parallel"]
-    ps = strategies.get({"strategy": "ps", "workers": 2, "images_per_worker": 4,
-                         "placement": "dedicated", "servers": 1, "staleness": 1}, parallel)
+    ps = strategies.get(strategies.ParameterServer.filled(
+        workers=2, images_per_worker=4, placement="dedicated", staleness=1), parallel)
     facts = ps.summary_facts([rank(0, "server", staleness_histogram={0: 3, 2: 1}), rank(1, "worker")])
     fields = RunSummary.fields_of(facts, "ps.summary_facts", STRATEGY_REMEDY)
-    assert fields["staleness"].bound == 1 and fields["staleness"].histogram == {"0": 3, "2": 1}
+    staleness = fields["facts"]["staleness"]
+    assert staleness.bound == 1 and staleness.histogram == {"0": 3, "2": 1}
     with pytest.raises(RecordError, match=re.escape("ps.rank_facts: unknown key 'stale_histogram'")):
         RankReport.fields_of({"stale_histogram": {}}, "ps.rank_facts", STRATEGY_REMEDY)
 

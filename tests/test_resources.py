@@ -15,7 +15,7 @@ import torch
 from pipeline import launch, resources
 from pipeline.config import params
 from pipeline.runtime import distributed
-from pipeline.strategies import STRATEGIES, sweep
+from pipeline.strategies import STRATEGIES, Run, sweep
 
 from .conftest import REPO
 from .workflow import copy_workflow, jobs
@@ -41,9 +41,14 @@ def machine(monkeypatch):
     return set_cores
 
 
-def first_run(cfg: dict, strategy: str, workers: int) -> dict:
-    runs = [r for r in sweep.runs(cfg).values() if r["strategy"] == strategy and r["workers"] == workers
-            and r.get("placement", "colocated") == "colocated"]
+def dedicated_servers(run: Run) -> int:
+    """The processes a run starts besides its workers: a dedicated parameter server's."""
+    return run.option("servers") if run.options.get("placement") == "dedicated" else 0
+
+
+def first_run(cfg: dict, strategy: str, workers: int) -> Run:
+    runs = [r for r in sweep.runs(cfg).values() if r.strategy == strategy and r.workers == workers
+            and r.options.get("placement", "colocated") == "colocated"]
     assert runs, f"the {cfg['preset']} sweep has no {strategy} run of {workers} workers"
     return runs[0]
 
@@ -85,7 +90,7 @@ def test_at_two_nodes_every_run_starts_on_the_nodes_its_job_asks_for(name, monke
         said = capsys.readouterr().err
         assert ("node 1 of 2" in said) == (nodes == 2), (run_id, said)
         assert ("--nnodes=2" in argv) == (nodes == 2), (run_id, argv)
-        if run["strategy"] in ("single", "dp"):
+        if run.strategy in ("single", "dp"):
             assert nodes == 1 and argv[1:3] == ["-m", "pipeline.training.train"], (run_id, argv)
 
 
@@ -126,10 +131,10 @@ def test_evaluation_runs_on_one_node(parallel):
         assert (job["nodes"], job["tasks"], job["mpi"]) == (1, 1, None), run
         # a strategy that evaluates on its workers (ddp, ps, zero) uses one process per worker,
         # the others one process
-        on_workers = getattr(STRATEGIES[run["strategy"]], "evaluates_on_workers", False)
-        expected = run["workers"] if on_workers else 1
+        on_workers = getattr(STRATEGIES[run.strategy], "evaluates_on_workers", False)
+        expected = run.workers if on_workers else 1
         assert job["processes"] == expected, run
-        assert job["gpu"] <= job["processes"] or run["strategy"] == "dp"
+        assert job["gpu"] <= job["processes"] or run.strategy == "dp"
 
 
 @pytest.mark.parametrize("cores", [2, 8])
@@ -139,8 +144,7 @@ def test_commbench_times_each_one_node_process_count_this_machine_can_start(mach
     runs = sweep.runs(cfg)
     # From the sweep's entries: ddp and ps start a process per worker (and per dedicated server);
     # single and dp are one process, which has no links to time.
-    counts = {r["workers"] + (r["servers"] if r.get("placement") == "dedicated" else 0)
-              for r in runs.values() if r["strategy"] in ("ddp", "ps")}
+    counts = {r.workers + dedicated_servers(r) for r in runs.values() if r.strategy in ("ddp", "ps")}
     expected = sorted(n for n in counts if 1 < n <= cores)
     assert resources.commbench_processes(cfg, runs) == expected
     assert expected  # the demo sweep has 2-process runs, so commbench has something to time
@@ -173,8 +177,7 @@ def test_the_equivalence_job_fits_its_largest_entry_on_one_node(name, parallel):
     job = resources.equivalence_resources(cfg)
     # every entry runs in this job, one after another, on one node whatever parallel.nnodes says
     assert (job["nodes"], job["tasks"], job["mpi"]) == (1, 1, None)
-    largest = max(e["workers"] + (e.get("servers", 0) if e.get("placement") == "dedicated" else 0)
-                  for e in entries)
+    largest = max(e.workers + dedicated_servers(e) for e in entries)
     assert job["processes"] == largest
     assert job["cpus_per_task"] == largest * cfg["resources"]["cpus_per_process"]
     nccl = parallel.get("backend") == "nccl"
@@ -195,7 +198,7 @@ def test_scheduler_settings_reach_every_job():
 def test_planning_the_workflow_imports_no_torch():
     """What the Snakefile loads and calls while it plans (the rule files' imports, every job's
     resources for every preset) needs neither torch nor Snakemake: parsing stays fast, and the
-    logic is testable alone (pipeline/runtime/lazy.py)."""
+    logic is testable alone (torch is imported inside the functions that run a process)."""
     code = ("import sys\n"
             "from pipeline import resources\n"
             "from pipeline.config import params, stages\n"

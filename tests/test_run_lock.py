@@ -16,6 +16,7 @@ import pytest
 from pipeline.config.params import canonical
 from pipeline.runtime import run_lock
 from pipeline.runtime.files import write_json
+from pipeline.runtime.run import Run
 from pipeline.strategies.sweep import runs, unfinished_summary
 
 from .conftest import REPO, small_config
@@ -100,14 +101,14 @@ def test_a_second_process_is_refused_until_the_first_is_killed(tmp_path, holder,
     assert taken.returncode == 0 and taken.stdout.strip() == "held", taken.stderr
 
 
-def launch(cfg: dict, run: dict, out: Path, stage: str, *args: str) -> subprocess.Popen:
+def launch(cfg: dict, run: Run, out: Path, stage: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "pipeline.launch", "--stage", stage,
-                             "--config", canonical(cfg), "--entry", canonical(run), "--out", str(out),
+                             "--config", canonical(cfg), "--entry", canonical(run.to_json()), "--out", str(out),
                              *args],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def tiny_run(tmp_path: Path) -> tuple[dict, dict]:
+def tiny_run(tmp_path: Path) -> tuple[dict, Run]:
     cfg = small_config(tmp_path / "data")
     return cfg, next(iter(runs(cfg).values()))
 

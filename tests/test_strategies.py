@@ -42,6 +42,11 @@ SLOW = pytest.mark.slow
 TOLERANCE = 1e-6  # float32 sums in another order
 
 
+def filled(entry: dict) -> strategies.Run:
+    """A run made by hand: its strategy's options not given at their defaults."""
+    return strategies.lookup(entry["strategy"]).filled(**entry)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -81,7 +86,7 @@ def one_step(model, strategy, ctx, x, y, steps: int = 1, precision: str = "fp32"
 def _worker(rank, world, port, run, out_dir, batchnorm, steps, precision="fp32", slow_shard=None):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    strategy = strategies.get(run, PARALLEL)
+    strategy = strategies.get(filled(run), PARALLEL)
     ctx = strategy.start(threads=1)
     model = strategy.wrap(toy_model(batchnorm), ctx)
     x, y = toy_batch()
@@ -99,7 +104,7 @@ def run_processes(run: dict, processes: int, tmp_path, batchnorm=False, steps=1,
 
 
 def single_result(steps=1, precision="fp32"):
-    strategy = strategies.get({"strategy": "single", "workers": 1}, PARALLEL)
+    strategy = strategies.get(strategies.Single.filled(workers=1), PARALLEL)
     ctx = strategy.start(threads=1)
     x, y = toy_batch()
     return one_step(toy_model(), strategy, ctx, x, y, steps, precision)
@@ -203,7 +208,7 @@ def test_dp_trains_faster_rcnn_on_gpus(small_dataset, tmp_path):
     from pipeline.training.train import train
 
     cfg = small_config(small_dataset, epochs=1)
-    run = {"strategy": "dp", "workers": 2, "images_per_worker": 2}
+    run = strategies.DataParallel.filled(workers=2, images_per_worker=2)
     summary = train(cfg, run, tmp_path / "dp")
     assert summary["status"] == "ok" and summary["global_batch"] == 4
     assert summary["epoch_loss"][0] > 0
@@ -214,7 +219,7 @@ def test_unavailable_runs_say_why(monkeypatch):
     monkeypatch.setattr("pipeline.runtime.distributed.available_cores", lambda: 4)
 
     def why(run, parallel=PARALLEL):
-        return strategies.get(dict(run, images_per_worker=2), parallel).unavailable()
+        return strategies.get(filled(dict(run, images_per_worker=2)), parallel).unavailable()
 
     assert "DataParallel needs at least 2 GPUs" in why({"strategy": "dp", "workers": 2})
     assert "5 processes per node but 4 CPU core(s)" in why(
@@ -470,10 +475,10 @@ def test_ddp_sync_batchnorm_on_gpus(detection_cfg, tmp_path):
 
 def test_what_a_job_asks_for_per_node():
     two_nodes = dict(PARALLEL, nnodes=2)
-    single = strategies.get({"strategy": "single", "workers": 1, "images_per_worker": 8}, two_nodes)
+    single = strategies.get(strategies.Single.filled(workers=1, images_per_worker=8), two_nodes)
     assert (single.nodes(), single.processes_per_node()) == (1, 1)  # never spread over nodes
-    ps = strategies.get({"strategy": "ps", "workers": 3, "images_per_worker": 2,
-                         "placement": "dedicated"}, two_nodes)
+    ps = strategies.get(strategies.ParameterServer.filled(workers=3, images_per_worker=2,
+                                                          placement="dedicated"), two_nodes)
     assert (ps.nodes(), ps.processes(), ps.processes_per_node()) == (2, 4, 2)
 
 
@@ -485,7 +490,7 @@ def test_sharded_ps_resumes_to_the_uninterrupted_result(detection_cfg, tmp_path)
     cfg["train"].update(epochs=2, checkpoint_every=1)
     cfg["sweep"] = [{"strategy": "ps", "workers": 2, "placement": "colocated", "servers": 2}]
     run = next(iter(runs(cfg).values()))
-    assert run["servers"] == 2 and run_id(run) == "ps-colocated-k2-w2-b5-s0"
+    assert run.option("servers") == 2 and run_id(run) == "ps-colocated-k2-w2-b5-s0"
     whole = torchrun_train(cfg, run, tmp_path / "whole")
     interrupted = tmp_path / "interrupted"
     subprocess.run(command(cfg, run, str(interrupted)) + ["--max-steps", "3"], cwd=REPO,
@@ -515,7 +520,7 @@ def test_bounded_staleness_lets_a_worker_run_ahead_within_the_bound(tmp_path):
     for result in results:
         assert all(torch.equal(result["state"][k], reference[k]) for k in reference), result["role"]
     assert not torch.equal(reference["0.weight"], toy_model().state_dict()["0.weight"])
-    summary = strategies.get(dict(run, images_per_worker=4), PARALLEL).summary_facts([{"staleness_histogram": histogram}])
+    summary = strategies.get(filled(dict(run, images_per_worker=4)), PARALLEL).summary_facts([{"staleness_histogram": histogram}])
     assert summary["staleness"]["bound"] == 1 and sum(summary["staleness"]["histogram"].values()) == 12
 
 

@@ -15,6 +15,7 @@ import torch
 from pipeline import strategies
 from pipeline.config import stages
 from pipeline.config.params import canonical
+from pipeline.runtime.run import Run
 from pipeline.strategies.sweep import runs
 from pipeline.training import identity
 from pipeline.training.identity import fingerprint
@@ -30,7 +31,7 @@ def records(path) -> list[dict]:
             for line in path.read_text().splitlines()]
 
 
-def single_run(cfg) -> dict:
+def single_run(cfg) -> Run:
     return next(iter(runs(cfg).values()))
 
 
@@ -95,7 +96,7 @@ def test_killed_run_resumes_mid_epoch_to_the_uninterrupted_result(small_dataset,
 
     out = tmp_path / "killed"
     command = [sys.executable, "-m", "pipeline.training.train", "--config", canonical(cfg),
-               "--entry", canonical(run), "--out", str(out)]
+               "--entry", canonical(run.to_json()), "--out", str(out)]
     process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.DEVNULL)
     checkpoint = out / "state" / "checkpoint.pt"
     deadline = time.monotonic() + 120
@@ -159,7 +160,7 @@ def test_diverging_loss_stops_with_a_clear_error_and_records_the_run_as_failed(s
     cfg["train"]["checkpoint_every"] = 1  # a loss is checked before the weights after it are saved
     out = tmp_path / "run"
     result = subprocess.run([sys.executable, "-m", "pipeline.training.train", "--config", canonical(cfg),
-                             "--entry", canonical(single_run(cfg)), "--out", str(out)],
+                             "--entry", canonical(single_run(cfg).to_json()), "--out", str(out)],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     # the run's own result at these settings: recorded, and the job ends well (the sweep goes on)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -203,7 +204,7 @@ def test_synthetic_data_mode_trains_without_the_loader(small_dataset, tmp_path):
     cfg["eval"]["every_epochs"] = 1
     cfg["sweep"] = [{"strategy": "single", "workers": 1, "data_mode": "synthetic"}]
     run = single_run(cfg)
-    assert run["data_mode"] == "synthetic"
+    assert run.data_mode == "synthetic"
     summary = train(cfg, run, tmp_path / "run")
     assert summary["run_id"].endswith("-synthetic-s0") and summary["data_mode"] == "synthetic"
     assert summary["iterations"] == 2 * 5  # the same iterations as on the real data

@@ -15,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ..runtime.run import Run
 from .clusters import Cluster, Compute
 from .network import Flow, Network
 
@@ -26,14 +27,16 @@ class StrategyModel(Protocol):
 
     name: str
 
-    def phases(self, run: dict, grad_bytes: float) -> list[list[Flow]] | None: ...
+    def filled(self, **given) -> Run: ...
 
-    def communication_seconds(self, run: dict, grad_bytes: float, network: Network,
+    def phases(self, run: Run, grad_bytes: float) -> list[list[Flow]] | None: ...
+
+    def communication_seconds(self, run: Run, grad_bytes: float, network: Network,
                               backward: float) -> float: ...
 
-    def waits_for_slowest(self, run: dict) -> bool: ...
+    def waits_for_slowest(self, run: Run) -> bool: ...
 
-    def memory_theory(self, run: dict, grad_bytes: float) -> dict[str, float]: ...
+    def memory_theory(self, run: Run, grad_bytes: float) -> dict[str, float]: ...
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ def expected_maximum(n: int) -> float:
     return float(np.sum(x * n * pdf * cdf ** (n - 1)) * (x[1] - x[0]))
 
 
-def iteration(strategy: StrategyModel, run: dict, *, compute: float, gradient_bytes: float,
+def iteration(strategy: StrategyModel, run: Run, *, compute: float, gradient_bytes: float,
               network: Network | None, variance_per_image: float, images_per_worker: int,
               images: int, data: float = 0.0, optimizer: float = 0.0) -> Iteration:
     """`strategy`'s iteration of `run` (a sweep entry with its workers): `compute` seconds of
@@ -88,17 +91,17 @@ def iteration(strategy: StrategyModel, run: dict, *, compute: float, gradient_by
     communication = (strategy.communication_seconds(run, gradient_bytes, network,
                                                     compute * BACKWARD_SHARE)
                      if network else math.nan)
-    wait = (slowest_wait(run["workers"], variance_per_image, images_per_worker)
+    wait = (slowest_wait(run.workers, variance_per_image, images_per_worker)
             if strategy.waits_for_slowest(run) else 0.0)  # none without a measured variance
     return Iteration(compute, data, optimizer, communication, images, wait)
 
 
-def predict_point(strategy: StrategyModel, run: dict, compute: Compute, per_gpu: int,
+def predict_point(strategy: StrategyModel, run: Run, compute: Compute, per_gpu: int,
                   network: Network) -> dict | None:
     """Predicted images/s, efficiency, exposed communication, the busiest link's bytes and the
     memory per GPU of one run (a sweep entry with its workers) on one network; None where the
     strategy cannot run there (DataParallel past one node)."""
-    gpus = run["workers"]
+    gpus = run.workers
     predicted = iteration(strategy, run, compute=compute.seconds_per_image * per_gpu,
                           gradient_bytes=compute.gradient_bytes, network=network,
                           variance_per_image=compute.variance_per_image,
@@ -124,7 +127,7 @@ def saturation(strategy: StrategyModel, cluster: Cluster, compute: Compute, per_
     for gpus in (2 ** i for i in range(1, 16)):
         if gpus > cluster.gpus_per_node * cluster.nodes:
             return None
-        point = predict_point(strategy, {"strategy": strategy.name, "workers": gpus}, compute,
+        point = predict_point(strategy, strategy.filled(workers=gpus), compute,
                               per_gpu, Network(intra=cluster.intra, gpus_per_node=gpus))
         if point["predicted_efficiency"] < 0.5:
             return gpus

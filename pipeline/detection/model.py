@@ -7,6 +7,12 @@
   from torchvision's URL (`imagenet`), or from a local path or URL for offline clusters.
 
 min_size/max_size are always passed: torchvision otherwise resizes every image to 800 px.
+
+Each model declares the blocks FSDP shards one by one (`fsdp_units`, read by
+pipeline/strategies/fsdp.py): each stage of the backbone's body that trains (a stage is the
+natural unit of a ResNet; gathering one at a time bounds the transient memory by the largest),
+the FPN, the RPN head and the ROI heads. What is left (the stem, frozen layers, the transform)
+is FSDP's root.
 """
 from __future__ import annotations
 
@@ -39,13 +45,22 @@ class TinyBackbone(nn.Sequential):
         self.out_channels = c
 
 
+def declare_fsdp_units(model: FasterRCNN, body: str, *blocks: str) -> FasterRCNN:
+    """`model.fsdp_units`: the names of the trainable stages of its backbone's `body`, then of
+    its other `blocks`, in the order FSDP shards them (module docstring)."""
+    stages = [f"{body}.{name}" for name, stage in model.get_submodule(body).named_children()
+              if any(p.requires_grad for p in stage.parameters())]
+    model.fsdp_units = (*stages, *blocks, "rpn", "roi_heads")
+    return model
+
+
 def build_tiny(cfg: dict, num_classes: int) -> FasterRCNN:
     backbone = TinyBackbone(cfg["channels"])
     sizes = tuple(cfg["anchor_sizes"])
     anchors = AnchorGenerator(sizes=(sizes,), aspect_ratios=((0.5, 1.0, 2.0),))
     roi_pool = ThreadedRoIPool(featmap_names=["0"], output_size=7, sampling_ratio=2)
     rep = cfg["representation_size"]
-    return FasterRCNN(
+    model = FasterRCNN(
         backbone, num_classes=None, rpn_anchor_generator=anchors, box_roi_pool=roi_pool,
         box_head=TwoMLPHead(backbone.out_channels * 7 * 7, rep),
         box_predictor=FastRCNNPredictor(rep, num_classes),
@@ -54,6 +69,7 @@ def build_tiny(cfg: dict, num_classes: int) -> FasterRCNN:
         rpn_pre_nms_top_n_test=300, rpn_post_nms_top_n_test=150,
         box_batch_size_per_image=128,
     )
+    return declare_fsdp_units(model, "backbone")  # the backbone is its own body, without an FPN
 
 
 def load_backbone_state(source: str) -> dict:
@@ -97,8 +113,9 @@ def build_resnet50_fpn(cfg: dict, num_classes: int) -> FasterRCNN:
             raise ValueError(f"model.backbone_weights: {source} is not a ResNet-50 state dict "
                              f"(mismatched keys such as {wrong[:3]})")
     backbone = _resnet_fpn_extractor(body, trainable)
-    return FasterRCNN(backbone, num_classes=num_classes,
-                      min_size=cfg["min_size"], max_size=cfg["max_size"])
+    model = FasterRCNN(backbone, num_classes=num_classes,
+                       min_size=cfg["min_size"], max_size=cfg["max_size"])
+    return declare_fsdp_units(model, "backbone.body", "backbone.fpn")
 
 
 def build_model(cfg: dict, num_classes: int) -> FasterRCNN:

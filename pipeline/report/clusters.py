@@ -52,14 +52,17 @@ def prediction_points(predict: dict, compute: Compute) -> pd.DataFrame:
     """One row per cluster, model and GPU count: predicted images/s, scaling efficiency
     (images/s over GPUs times one GPU's), exposed communication seconds per iteration and the
     bytes each way over the busiest link."""
+    from pipeline.strategies import lookup
+
     rows = []
     for cluster in map(Cluster.of, predict["clusters"]):
         for label, entry in models(predict).items():
             for gpus in cluster.gpu_counts():
-                run = {**entry, "workers": gpus, "images_per_worker": predict["images_per_gpu"]}
-                if run.get("servers") == "K":
-                    run["servers"] = cluster.servers(gpus)
-                point = predict_point(lookup(run["strategy"]), run, compute, predict["images_per_gpu"],
+                shards = {"servers": cluster.servers(gpus)} if entry.get("servers") == "K" else {}
+                strategy = lookup(entry["strategy"])
+                run = strategy.filled(**{**entry, **shards}, workers=gpus,
+                                      images_per_worker=predict["images_per_gpu"])
+                point = predict_point(strategy, run, compute, predict["images_per_gpu"],
                                       cluster.network(gpus))
                 if point:
                     rows.append({"cluster": cluster.name, "model": label, "gpus": gpus,

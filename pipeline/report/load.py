@@ -14,8 +14,8 @@ from typing import Any, Callable
 import pandas as pd
 
 from ..runtime.files import read_json
-from ..runtime.record import Evaluation, Metrics, RunSummary
-from ..strategies import STRATEGIES
+from ..runtime.record import Evaluation, Metrics, RankReport, RunSummary
+from ..strategies import STRATEGIES, recorded
 
 TRAFFIC_COLUMNS = ["run_id", "rank", "role", "sent_per_iter", "received_per_iter",
                    "theory_sent_per_iter", "theory_received_per_iter", "gradient_bytes"]
@@ -185,11 +185,10 @@ def theory_state(summary: RunSummary) -> float:
     """MiB of parameters, gradients and optimizer state that the busiest process of the run
     holds by its strategy's analysis (Strategy.memory_theory), for the run's M."""
     declared = STRATEGIES.get(summary.strategy)
-    run = summary.provenance.run
     grad_bytes = next((r.gradient_bytes for r in summary.ranks if r.gradient_bytes), None)
-    if declared is None or not isinstance(run, dict) or grad_bytes is None:
+    if declared is None or summary.run is None or grad_bytes is None:
         return math.nan
-    return sum(declared.memory_theory(run, grad_bytes).values()) / 2**20
+    return sum(declared.memory_theory(recorded(summary.run), grad_bytes).values()) / 2**20
 
 
 def traffic_frame(runs: list[RunDir]) -> pd.DataFrame:

@@ -28,7 +28,7 @@ import pandas as pd
 from ..costmodel.network import Network, measured_network
 from ..costmodel.predict import Iteration, iteration
 from ..runtime.record import RunSummary
-from ..strategies import lookup
+from ..strategies import lookup, recorded
 from .disturbance import commbench_inputs, shared_factor_disturbed, verdict
 from .load import RunDir, is_baseline
 
@@ -136,7 +136,7 @@ def predict_run(summary: RunSummary, single: dict, network: Network | None,
                 shared: float = 1.0) -> Iteration:
     """The cost model's iteration for one run (its summary), from single's inputs, the host's
     network and the slowdown `shared` of compute beside the run's other processes."""
-    run = {**(summary.provenance.run or {}), "workers": summary.workers}
+    run = recorded(summary.run)
     per_worker = summary.images_per_worker
     return iteration(lookup(summary.strategy), run, compute=single["compute"] * per_worker * shared,
                      gradient_bytes=summary.ranks[0].gradient_bytes, network=network,

@@ -10,7 +10,7 @@
     run_lock.py     one process at a time trains or evaluates a run (a lock on its directory)
     compat.py       the torch versions the pipeline runs on (2.4 to the lock's)
     provenance.py   what every result carries: git revision, packages, hardware
+    run.py          one run of the sweep, typed: filled once by the sweep, read by all that runs it
     record.py       the run records, typed: train_summary.json (upgraded from older run folders),
                     the provenance, metrics.json, commbench's and the equivalence check's files
-    lazy.py         modules imported at their first use (torch, where nothing trains)
 """

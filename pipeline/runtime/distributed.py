@@ -12,11 +12,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from . import compat, failure, lazy
+from . import compat, failure
 
-torch = lazy.module("torch")
-dist = lazy.module("torch.distributed")
+if TYPE_CHECKING:  # annotations only: torch is imported where a process runs
+    import torch
+    import torch.distributed as dist
 
 
 @dataclass
@@ -43,7 +45,7 @@ def gpu_count() -> int:
     fraction of a second): NVML's count, narrowed by CUDA_VISIBLE_DEVICES as CUDA narrows it
     (indices or GPU-/MIG- UUIDs, up to the first invalid entry). No driver: 0."""
     if "torch" in sys.modules:  # a training process: torch's own answer
-        return torch.cuda.device_count()
+        return sys.modules["torch"].cuda.device_count()
     try:
         import pynvml
         pynvml.nvmlInit()
@@ -78,6 +80,7 @@ def visible_gpus(installed: int, visible: str | None) -> int:
 
 
 def default_device(local_rank: int = 0) -> torch.device:
+    import torch
     return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
 
 
@@ -87,6 +90,8 @@ def launched_by_torchrun() -> bool:
 
 def init_process_group(parallel: dict, threads: int) -> Membership:
     """Join the job described in the environment; threads 0 means cores / local processes."""
+    import torch
+    import torch.distributed as dist
     rank, processes = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", processes))
@@ -120,6 +125,7 @@ STORE_READ_TIMEOUT = datetime.timedelta(seconds=5)
 
 def _store():
     """The job's key-value store (torchrun's, or rank 0's): every rank can reach it."""
+    import torch.distributed as dist
     try:
         return dist.distributed_c10d._get_default_store()
     except (AttributeError, RuntimeError, ValueError):  # not in a process group
@@ -140,6 +146,7 @@ def start_heartbeat() -> None:
     """A thread that leaves this rank's wall-clock time and iteration count in the store every
     HEARTBEAT_S (the training loop itself does no store I/O), so that a rank that lost its
     peers can tell which one went silent (died, or hangs) and where."""
+    import torch.distributed as dist
     store, rank = _store(), dist.get_rank()
 
     def beat():
@@ -162,6 +169,7 @@ def report_progress(step: int) -> None:
 def last_reported(kind: str) -> dict[int, float | None]:
     """Every rank's last value of `kind` ("step", "alive") in the store; None: never reported,
     or the store is gone."""
+    import torch.distributed as dist
     store, values = _store(), {}
     if store is None:
         return values
@@ -178,6 +186,7 @@ def last_reported(kind: str) -> dict[int, float | None]:
 def lost_peers(err: BaseException) -> str | None:
     """If `err` is a collective that failed because another process of the job died or hangs,
     what happened and what to do; None for any other error."""
+    import torch.distributed as dist
     if not dist.is_initialized() or not (
             isinstance(err, dist.DistError) or any(h in str(err) for h in PEER_FAILURE_HINTS)):
         return None
@@ -206,17 +215,20 @@ def attempt_store(rank: int, processes: int, timeout: datetime.timedelta) -> dis
     per torchrun restart. torchrun keeps one store across restarts, and without that prefix
     a restarted process group reads the dead one's addresses from it and cannot connect
     (seen with gloo on torch 2.14; pytorch/pytorch#167288 is the same with NCCL)."""
+    import torch.distributed as dist
     store, _, _ = next(dist.rendezvous("env://", rank, processes, timeout=timeout))
     return dist.PrefixStore(f"attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def barrier() -> None:
+    import torch.distributed as dist
     if dist.is_initialized():
         dist.barrier()
 
 
 def all_gather(obj) -> list:
     """Every process's `obj`, in rank order ([obj] outside a process group)."""
+    import torch.distributed as dist
     if not dist.is_initialized():
         return [obj]
     everyone = [None] * dist.get_world_size()
@@ -238,6 +250,7 @@ def destroy_process_group() -> None:
     under ~ProcessGroupGloo under the reducer's dealloc; a gloo thread in gil_scoped_acquire
     under ~AsyncBarrierWork). A finished process ends without teardown
     (lifetime.exit_finished), so the kept groups are never freed at all."""
+    import torch.distributed as dist
     if dist.is_initialized():
         dist.barrier()
         _LEFT.extend(compat.process_groups())

@@ -1,8 +1,9 @@
 """The run records: what train_summary.json and the files beside it hold, as types (the
 standard library only, no torch).
 
-    RunSummary   one run: its identity, status, speed, time split, losses, checkpoints, the
-                 evaluations during training, every rank's report, provenance
+    RunSummary   one run: its identity and typed Run (run.py), status, speed, time split,
+                 losses, checkpoints, the evaluations during training, every rank's report,
+                 provenance
     RankReport   one process: role, checksum, bytes per iteration measured and by theory
     Evaluation   one evaluation during training (AP against training seconds)
     Provenance   where a stage's result came from (runtime/provenance.py), with its Hardware
@@ -17,10 +18,12 @@ file's JSON object, the keys it always had; `from_json(raw)` reads it back, firs
 declares, so a misspelt key fails when the file is read instead of becoming an empty column.
 
 A new fact is one field here (with its default: None, "not recorded") plus the line that
-computes it. A strategy's own facts (Strategy.summary_facts, rank_facts) are fields too,
-written only when the strategy reports them (`optional`). Records other stages write for
-other readers too (the provenance, commbench's) are OpenRecords: a key no field declares is
-kept as written rather than refused. `Record.read(path)` reads any of them from its file.
+computes it. A strategy's own facts (Strategy.summary_facts, rank_facts) are declared by its
+module (`declare_facts`), which this one does not name: they are kept in the record's `facts`,
+written as keys of their own beside its fields, and only when the strategy reports them.
+Records other stages write for other readers too (the provenance, commbench's) are
+OpenRecords: a key no field declares is kept as written rather than refused.
+`Record.read(path)` reads any of them from its file.
 
 It lives on the ground floor (runtime) because every layer that writes or reads a run, from
 training to the report and the launcher, imports it; it imports nothing of the pipeline.
@@ -36,6 +39,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Union
+
+from .run import Run
 
 SKIPPED = {"skipped": True}    # a field a skipped run writes (the others are a finished run's)
 OPTIONAL = {"optional": True}  # written only when set: a strategy's own facts, a stage's own
@@ -68,13 +73,13 @@ def _decode(hint, value, where: str):
         if not isinstance(value, dict):
             raise RecordError(f"{where}: expected an object, found {type(value).__name__}; {REMEDY}")
         return {k: _decode(item, v, _inside(where, k)) for k, v in value.items()}
-    if isinstance(hint, type) and issubclass(hint, Record):
+    if isinstance(hint, type) and issubclass(hint, (Record, Run)):
         return hint.from_json(value, where)
     return value
 
 
 def _encode(value):
-    if isinstance(value, Record):
+    if isinstance(value, (Record, Run)):
         return value.to_json()
     if isinstance(value, list):
         return [_encode(v) for v in value]
@@ -85,9 +90,21 @@ def _encode(value):
 
 REMEDY = ("correct it, or delete the run directory and rerun its training (its fields are "
           "declared in pipeline/runtime/record.py)")
-# A strategy's facts (Strategy.summary_facts, rank_facts) are fields of the record, not free keys
-STRATEGY_REMEDY = ("a strategy's facts are fields of RunSummary (summary_facts) or RankReport "
-                   "(rank_facts): declare the new one there, in pipeline/runtime/record.py")
+# A strategy's facts (Strategy.summary_facts, rank_facts) are declared keys, not free ones
+STRATEGY_REMEDY = ("a strategy's facts are declared by its module: record.declare_facts("
+                   "RunSummary (summary_facts) or RankReport (rank_facts), name=type)")
+FACTS = {"facts": True}  # the field that holds a strategy's declared facts, written flat
+_DECLARED: dict[type, dict[str, typing.Any]] = {}  # record -> fact name -> its type
+
+
+def declare_facts(record: type, **hints) -> None:
+    """Facts a strategy's module reports in `record` (RunSummary or RankReport), by name and
+    type (a Record type is read back as one). Declared once at its import: a summary is read
+    where the registry (pipeline/strategies) has been imported, as the report and the tests do."""
+    clash = set(hints) & set(record.field_names())
+    if clash:
+        raise ValueError(f"{record.__name__} already has a field {sorted(clash)[0]!r}")
+    _DECLARED.setdefault(record, {}).update(hints)
 
 
 class Record:
@@ -98,8 +115,14 @@ class Record:
         return [f.name for f in dataclasses.fields(cls)]
 
     def to_json(self) -> dict:
-        return {f.name: _encode(getattr(self, f.name)) for f in dataclasses.fields(self)
-                if not (f.metadata.get("optional") and getattr(self, f.name) is None)}
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("facts"):
+                out.update({k: _encode(v) for k, v in value.items()})
+            elif not (f.metadata.get("optional") and value is None):
+                out[f.name] = _encode(value)
+        return out
 
     @classmethod
     def read(cls, path, **how):
@@ -113,7 +136,8 @@ class Record:
         if not isinstance(raw, dict):
             raise RecordError(f"{where}: expected a JSON object for {cls.__name__}, found "
                               f"{type(raw).__name__}; {remedy}")
-        known = {name.lower(): name for name in cls.field_names()}
+        facts = _DECLARED.get(cls, {})
+        known = {name.lower(): name for name in [*cls.field_names(), *facts]}
         if issubclass(cls, OpenRecord):  # another stage's record: its other keys kept as written
             other = {k: v for k, v in raw.items() if k not in known.values()}
             raw = {**{k: v for k, v in raw.items() if k in known.values()},
@@ -123,8 +147,10 @@ class Record:
                 close = difflib.get_close_matches(key.lower(), list(known), n=1)
                 hint = f" (did you mean '{known[close[0]]}'?)" if close else ""
                 raise RecordError(f"{where}: unknown key '{key}'{hint} in {cls.__name__}; {remedy}")
-        hints = typing.get_type_hints(cls)
-        return {k: _decode(hints[k], v, _inside(where, k)) for k, v in raw.items()}
+        hints = {**typing.get_type_hints(cls), **facts}
+        decoded = {k: _decode(hints[k], v, _inside(where, k)) for k, v in raw.items()}
+        reported = {k: decoded.pop(k) for k in list(decoded) if k in facts}
+        return {**decoded, "facts": reported} if reported else decoded
 
     @classmethod
     def from_json(cls, raw: dict, where: str = ""):
@@ -212,10 +238,7 @@ class RankReport(Record):
     bytes_per_iteration: Bytes | None = None
     theory_bytes_per_iteration: Bytes | None = None
     memory: Memory | None = field(default=None, metadata=OPTIONAL)  # None: before it was measured
-    # ps with staleness > 0, a server: how stale each gradient it applied was, and the most
-    # updates an answered worker was ahead of the slowest
-    staleness_histogram: dict | None = field(default=None, metadata=OPTIONAL)
-    max_ahead: int | None = field(default=None, metadata=OPTIONAL)
+    facts: dict = field(default_factory=dict, metadata=FACTS)  # its strategy's rank_facts
 
 
 @dataclass(frozen=True)
@@ -249,15 +272,6 @@ class Utilisation(Record):
     interval_s: float
     samples: int
     gpus: str  # "sampled through NVML", or why not
-
-
-@dataclass(frozen=True)
-class Staleness(Record):
-    """ps with staleness > 0: the bound S, and how many gradients were applied how many updates
-    after the weights they were computed on (str(updates) -> count), over every server."""
-
-    bound: int
-    histogram: dict
 
 
 # ---- where a result came from (runtime/provenance.py) --------------------------------------------
@@ -328,6 +342,7 @@ class RunSummary(Record):
     data_mode: str = field(default="real", metadata=SKIPPED)  # runs before synthetic mode: real
     precision: str = field(default="fp32", metadata=SKIPPED)  # runs before mixed precision: fp32
     seed: int | None = field(default=None, metadata=SKIPPED)
+    run: Run | None = field(default=None, metadata={**SKIPPED, **OPTIONAL})  # the sweep's, typed
     # how it ran
     global_batch: int | None = None
     lr: float | None = None
@@ -357,7 +372,7 @@ class RunSummary(Record):
     communication_share: float | None = None
     ranks: list[RankReport] = field(default_factory=list)
     replicas_identical: bool | None = None
-    staleness: Staleness | None = field(default=None, metadata=OPTIONAL)  # ps' summary_facts
+    facts: dict = field(default_factory=dict, metadata=FACTS)  # its strategy's summary_facts
     # how well
     epoch_loss: list[float] = field(default_factory=list)
     final_loss: float | None = None
@@ -519,7 +534,7 @@ class EquivalenceRecord(Record):
 
 # ---- older run folders -----------------------------------------------------------------------
 RENAMED = {"world_size": "workers"}  # old key -> new key, in the summary, its provenance and run
-PS_BEFORE = {"servers": 1, "staleness": 0}  # a ps run from before shards (one server) and SSP
+IDENTITY = ("strategy", "workers", "images_per_worker", "data_mode", "precision", "seed")
 
 
 def _rename(record: dict, where: str) -> None:
@@ -539,8 +554,9 @@ def upgrade(raw: dict, folder: str | None = None, where: str = "train_summary.js
     * run_id was not always written: the run directory's name (`folder`); entry, before
       repeats, was the run itself;
     * the seed was only in the provenance;
-    * a ps run before sharded servers had one server, and before SSP was synchronous: its
-      provenance's run (which the cost model reads) says so;
+    * the typed run was only the provenance's run entry (or, without one, the summary's
+      identity); the options it predates are its strategy's to default
+      (pipeline/strategies `recorded`: what such a run ran with);
     * every other key a run did not write yet takes its field's default: None, not recorded
       (no `utilisation`: the run has no utilisation.jsonl; no `timing_excludes_first_iterations`:
       unrecorded), or what every run was then (`data_mode` real, `precision` fp32)."""
@@ -549,14 +565,13 @@ def upgrade(raw: dict, folder: str | None = None, where: str = "train_summary.js
     provenance = raw.get("provenance")
     if isinstance(provenance, dict):
         _rename(provenance, f"{where}: provenance")
-        run = provenance.get("run")
-        if isinstance(run, dict):
-            _rename(run, f"{where}: provenance.run")
-            if run.get("strategy") == "ps":
-                for key, before in PS_BEFORE.items():
-                    run.setdefault(key, before)
+        entry = provenance.get("run")
+        if isinstance(entry, dict):
+            _rename(entry, f"{where}: provenance.run")
         if raw.get("seed") is None and provenance.get("seed") is not None:
             raw["seed"] = provenance["seed"]
+    if raw.get("run") is None:
+        raw["run"] = _recorded_run(raw)
     if not raw.get("run_id") and folder:
         raw["run_id"] = folder
     if not raw.get("entry") and raw.get("run_id"):
@@ -564,7 +579,18 @@ def upgrade(raw: dict, folder: str | None = None, where: str = "train_summary.js
     return raw
 
 
+def _recorded_run(raw: dict) -> dict | None:
+    """The run of a summary written before it carried one: its provenance's run entry, the
+    summary's identity filling what that entry lacks (a seed, a precision it predates); None
+    where the summary names no strategy or workers (one made by hand)."""
+    provenance = raw.get("provenance")
+    entry = provenance.get("run") if isinstance(provenance, dict) else None
+    identity = {k: raw[k] for k in IDENTITY if raw.get(k) is not None}
+    run = {**identity, **(entry if isinstance(entry, dict) else {})}
+    return run if "strategy" in run and "workers" in run else None
+
+
 __all__ = ["Bytes", "Calibrations", "Check", "Checkpoints", "CommbenchRecord", "EquivalenceRecord",
            "Evaluation", "Hardware", "LinkFit", "Memory", "Metrics", "Provenance", "RankReport",
            "RecordError", "RunSummary", "STRATEGY_REMEDY", "SecondsPerIteration", "SharedCompute",
-           "Staleness", "StateBytes", "StepCheck", "TimeSplit", "Utilisation", "upgrade"]
+           "StateBytes", "StepCheck", "TimeSplit", "Utilisation", "declare_facts", "upgrade"]

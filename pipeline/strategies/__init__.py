@@ -13,13 +13,18 @@
 The training loop in pipeline/training/train.py is the same for all of them. A new strategy is a module
 here and one entry in REGISTERED below; nothing else in the pipeline names strategies:
 what the study says of one (its display name, its equivalence entry, its predicted curves, how
-its bytes are counted, whether it is the baseline) is declared on its class (base.py).
+its bytes are counted, whether it is the baseline) is declared on its class (base.py), its
+options too (the sweep fills them into a typed Run: pipeline/runtime/run.py), and the facts it
+records of its own in its module (pipeline/runtime/record.py `declare_facts`). A module here
+imports torch only inside the functions that run a process: the registry is read where torch
+is not loaded (the Snakefile, the sweep, the report).
 """
 from __future__ import annotations
 
 import functools
 
 from ..config import stages
+from ..runtime.run import Run
 from .base import Context, Option, Strategy, Traffic
 from .ddp import DDP
 from .dp import DataParallel
@@ -50,10 +55,17 @@ def not_run_by(name: str) -> frozenset[str]:
     return frozenset(cls.__module__ for cls in REGISTERED) - set(own)
 
 
-def get(run: dict, parallel: dict) -> Strategy:
-    """The strategy of one filled sweep entry, ready to start."""
-    return lookup(run["strategy"])(run, parallel)
+def get(run: Run, parallel: dict) -> Strategy:
+    """The strategy of one run, ready to start."""
+    return lookup(run.strategy)(run, parallel)
+
+
+def recorded(run: Run) -> Run:
+    """A run as a summary recorded it, with the options it predates at their declared defaults
+    (what it ran with): what the cost model reads of a run folder of any age."""
+    return lookup(run.strategy).filled(**run.to_json())
 
 
 __all__ = ["DDP", "FSDP", "Context", "DataParallel", "Option", "ParameterServer", "REGISTERED",
-           "Single", "Strategy", "STRATEGIES", "Traffic", "Zero", "get", "lookup", "not_run_by"]
+           "Run", "Single", "Strategy", "STRATEGIES", "Traffic", "Zero", "get", "lookup", "not_run_by",
+           "recorded"]

@@ -1,7 +1,8 @@
 """The contract between the training loop and a strategy.
 
-A strategy is built for one run: `Strategy(run, parallel)`, where `run` is a filled sweep entry
-(pipeline/strategies/sweep.py) and `parallel` the preset's parallel section. Everything about it lives on
+A strategy is built for one run: `Strategy(run, parallel)`, where `run` is a typed, filled sweep
+entry (pipeline/runtime/run.py, filled by pipeline/strategies/sweep.py or `Strategy.filled`) and
+`parallel` the preset's parallel section. Everything about it lives on
 its class: its sweep options (with defaults and schema), the part of its run id that tells its
 runs apart (`variant`), its display label, how many processes it starts and with which launcher,
 for training and for evaluation, how it wraps the model and synchronises gradients, what it
@@ -12,15 +13,17 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..costmodel.network import Flow, Link, Network
-from ..runtime import lazy
 from ..runtime.distributed import available_cores, default_device
+from ..runtime.run import RUN_FIELDS, Run
 
-# Imported when a process trains: the registry's facts (the sweep, the Snakefile, the report)
-# need no torch (pipeline/runtime/lazy.py).
-torch = lazy.module("torch")
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported by what runs a process (each function below that needs it): the registry's
+# facts (the sweep, the Snakefile, the report) are read where torch is not loaded.
 
 
 @dataclass(frozen=True)
@@ -32,13 +35,18 @@ class Option:
     help: str = ""
 
 
+def _cpu():
+    import torch
+    return torch.device("cpu")
+
+
 @dataclass
 class Context:
     """What one training process knows about its place in the job."""
 
     rank: int = 0                 # global process rank
     processes: int = 1            # processes in the job (a dedicated ps server included)
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    device: torch.device = field(default_factory=_cpu)
     threads: int = 1
     backend: str = "none"
     shard: int | None = 0         # the part of the data this process trains on; None: no data
@@ -80,6 +88,7 @@ def local_bytes(tensor) -> int:
 def owned_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
     """Bytes of parameters, gradients and optimizer state this process holds, counted from the
     tensors themselves (a sharded optimizer's inner one holds only its partition's state)."""
+    import torch
     params = list(model.parameters())
     inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer's local SGD
     return {"parameters": sum(local_bytes(p) for p in params),
@@ -145,21 +154,34 @@ class Strategy:
         sweep entry without workers; `predict` is the report.predict section."""
         return {}
 
-    def __init__(self, run: dict, parallel: dict):
+    @classmethod
+    def filled(cls, **given) -> Run:
+        """A run of this strategy: the fields and options `given`, every other option at its
+        declared default. The sweep fills its entries so (sweep.fill); so are the runs nobody
+        swept (a predicted curve, a timing, a test) and a run recorded before one of the
+        options existed (it ran with what is now the default)."""
+        unknown = sorted(set(given) - set(RUN_FIELDS) - set(cls.options))
+        if unknown:
+            raise ValueError(f"{cls.name}: no option '{unknown[0]}' (its options: "
+                             f"{', '.join(cls.options) or 'none'})")
+        return Run.from_json({**{k: o.default for k, o in cls.options.items()}, **given,
+                              "strategy": cls.name})
+
+    def __init__(self, run: Run, parallel: dict):
         self.run, self.parallel = run, parallel
         self._traffic = Traffic()
 
     # ---- what the sweep and the report need (no process is started) -----------------------
     @classmethod
-    def variant(cls, run: dict) -> str:
+    def variant(cls, run: Run) -> str:
         """What tells this strategy's runs apart besides workers and batch ('' if nothing)."""
         return ""
 
     @classmethod
-    def invalid(cls, run: dict) -> str | None:
+    def invalid(cls, run: Run) -> str | None:
         """Why this sweep entry makes no sense for the strategy (checked before any job)."""
-        if cls.max_workers is not None and run["workers"] > cls.max_workers:
-            return (f"{cls.name} runs at most {cls.max_workers} worker(s), not {run['workers']} "
+        if cls.max_workers is not None and run.workers > cls.max_workers:
+            return (f"{cls.name} runs at most {cls.max_workers} worker(s), not {run.workers} "
                     "(use ddp, ps or dp for more)")
         return None
 
@@ -196,24 +218,27 @@ class Strategy:
         return [python]
 
     def start(self, threads: int) -> Context:
+        import torch
         threads = threads or available_cores()
         torch.set_num_threads(threads)
         return Context(device=default_device(), threads=threads)
 
     # ---- the training step ---------------------------------------------------------------
     def batch_per_process(self) -> int:
-        return self.run["images_per_worker"]
+        return self.run.images_per_worker
 
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         return model
 
     def optimizer(self, params, **sgd) -> torch.optim.Optimizer:
         """The optimizer over `params` (SGD's keywords): SGD, unless the strategy shards it."""
+        import torch
         return torch.optim.SGD(params, **sgd)
 
     def grad_scaler(self, device: torch.device):
         """fp16's loss scaler (pipeline/training/precision.py). Every process that steps must
         skip the same steps: true where each holds the whole averaged gradients."""
+        import torch
         return torch.amp.GradScaler(device.type)
 
     def step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, ctx: Context) -> float:
@@ -231,7 +256,7 @@ class Strategy:
 
     # ---- the cost model (its shared half is pipeline/costmodel/network.py) --------------------------------
     @classmethod
-    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]] | None:
+    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]] | None:
         """The messages of one iteration by the algorithm's analysis, for M = grad_bytes, phase
         by phase (a phase starts when the one before has ended). None: no model is stated
         (the report says so); []: nothing is communicated."""
@@ -247,23 +272,23 @@ class Strategy:
         return None
 
     @classmethod
-    def waits_for_slowest(cls, run: dict) -> bool:
+    def waits_for_slowest(cls, run: Run) -> bool:
         """Whether each step waits for every worker's batch, so that the cost model adds the
         expected wait for the slowest worker (costmodel.predict.slowest_wait): true for a
         synchronous strategy of more than one worker."""
-        return run["workers"] > 1
+        return run.workers > 1
 
     @classmethod
-    def link_bytes(cls, run: dict, grad_bytes: float) -> dict[str, float]:
+    def link_bytes(cls, run: Run, grad_bytes: float) -> dict[str, float]:
         """Bytes per iteration, each way, over the last worker's link and over the job's
         busiest link (a server's, device 0's), all processes on one host."""
         flows = [flow for phase in cls.phases(run, grad_bytes) or [] for flow in phase]
         loads = Network(Link(0.0, 0.0)).loads(flows)
-        return {"worker": loads.get(("link", ("worker", run["workers"] - 1)), 0.0),
+        return {"worker": loads.get(("link", ("worker", run.workers - 1)), 0.0),
                 "busiest": max(loads.values(), default=0.0)}
 
     @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, network: Network,
+    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
                               backward: float) -> float:
         """Predicted communication seconds per iteration that no computation hides, given
         `backward` seconds of backward pass to overlap with: by default the phases one after
@@ -273,7 +298,7 @@ class Strategy:
 
     # ---- memory: what each process holds ----------------------------------------------------
     @classmethod
-    def memory_theory(cls, run: dict, grad_bytes: float) -> dict[str, float]:
+    def memory_theory(cls, run: Run, grad_bytes: float) -> dict[str, float]:
         """Bytes of parameters, gradients and optimizer state (SGD's momentum) that the process
         holding the most keeps, by the algorithm's analysis, for M = grad_bytes: a whole copy
         of each, unless the strategy shards them."""

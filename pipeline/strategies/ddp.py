@@ -6,6 +6,7 @@ buckets and hands each full bucket to a communication hook. Ours wraps the chose
 time the backward pass waits for the last bucket. Every rank then steps its own optimizer on
 identical averaged gradients, so the replicas stay identical. BatchNorm running statistics come
 from rank 0 at every forward (DDP's forward_sync_buffers), or SyncBatchNorm if configured; a
+from typing import TYPE_CHECKING
 model whose only buffers are constants (the frozen BatchNorm of a pretrained backbone) syncs none.
 Gradients are views of DDP's buckets, as its documentation advises: no copy per parameter out
 of the bucket after each all-reduce.
@@ -14,16 +15,18 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 from ..costmodel.network import Flow, Network
-from ..runtime import compat, distributed, lazy
+from ..runtime import compat, distributed
+from ..runtime.run import Run
 from .base import Context, Option, Traffic, changing_buffers
 from .torchrun import TorchrunStrategy
 
-torch = lazy.module("torch")
-dist = lazy.module("torch.distributed")
-default_hooks = lazy.module("torch.distributed.algorithms.ddp_comm_hooks.default_hooks")
-powerSGD_hook = lazy.module("torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook")
+if TYPE_CHECKING:  # annotations only: torch is imported where a process runs
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
 
 HOOKS = {"none": "allreduce_hook", "fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
 WIRE_BYTES = {"none": 4, "fp16": 2, "bf16": 2}  # bytes per gradient element on the wire
@@ -38,6 +41,7 @@ def ring_factor(processes: int) -> float:
 def powersgd_payload_elements(state: powerSGD_hook.PowerSGDState, bucket) -> int:
     """Elements PowerSGD all-reduces for one bucket: the uncompressed tensors, plus the P and Q
     factors (n*r + m*r) of each matrix it compresses. Mirrors powerSGD_hook's own choice."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
     if state.iter < state.start_powerSGD_iter:
         return bucket.buffer().numel()
     rank, elements = state.matrix_approximation_rank, 0
@@ -52,6 +56,9 @@ def powersgd_payload_elements(state: powerSGD_hook.PowerSGDState, bucket) -> int
 def counting_hook(kind: str, processes: int, traffic: Traffic):
     """The real hook, plus counting: bytes on the wire and the backward pass's wait for the
     last bucket (the rest of the all-reduce overlaps the backward computation)."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
     def hook(state, bucket):
         if kind == "powersgd":
@@ -83,6 +90,63 @@ def counting_hook(kind: str, processes: int, traffic: Traffic):
     return hook
 
 
+def wrapped_in_ddp(model: torch.nn.Module, ctx: Context, parallel: dict, hook: str, traffic: Traffic):
+    """The model in DistributedDataParallel, its all-reduce through the gradient hook `hook`
+    (a `comm_hook` value), counted into `traffic`: ddp's wrapping, and zero's."""
+    import torch
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    if parallel["sync_batchnorm"]:
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    # Rank 0's BatchNorm statistics at every forward, where the model has any that change;
+    # the gradients are views of DDP's buckets (not copied out of them after each all-reduce).
+    wrapped = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+        gradient_as_bucket_view=True, **compat.ddp_buffer_sync(bool(changing_buffers(model))))
+    state = None
+    if hook == "powersgd":
+        # Compress from the third iteration on (the fewest PowerSGD's error feedback
+        # allows): the demo is too short for the default 1000 of plain all-reduce.
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=parallel["powersgd_rank"],
+            start_powerSGD_iter=2)
+    wrapped.register_comm_hook(state, counting_hook(hook, ctx.processes, traffic))
+    return wrapped
+
+
+def sync_batchnorm_unavailable(parallel: dict) -> str | None:
+    if parallel["sync_batchnorm"] and not distributed.gpu_count():
+        return "SyncBatchNorm needs GPUs (set parallel.sync_batchnorm: false on CPU)"
+    return None
+
+
+def ring_all_reduce(workers: int, grad_bytes: float, hook: str) -> list[list[Flow]]:
+    """Ring all-reduce: every rank sends its successor 2(N-1)/N of the (compressed)
+    payload, in 2(N-1) steps. PowerSGD's payload depends on the shapes; it is counted,
+    not predicted (as fp32 here)."""
+    n = workers
+    if n < 2:
+        return []
+    wire = grad_bytes * WIRE_BYTES.get(hook, 4) / 4 * ring_factor(n)
+    return [[Flow(("worker", i), ("worker", (i + 1) % n), wire, 2 * (n - 1)) for i in range(n)]]
+
+
+def all_reduce_seconds(workers: int, grad_bytes: float, hook: str, network: Network,
+                       backward: float) -> float:
+    """Each bucket is one all-reduce: timed as such where commbench measured all-reduce at
+    this process count, else as the ring over the network's links. Buckets start as
+    backward fills them, so all but the last overlap it: what stays exposed is the last
+    bucket, or the excess of all over the backward."""
+    if workers < 2:
+        return 0.0
+    buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
+    if network.all_reduce is not None:
+        payload = grad_bytes * WIRE_BYTES.get(hook, 4) / 4
+        per_bucket = network.all_reduce.seconds(payload / buckets)
+    else:
+        per_bucket = network.seconds(ring_all_reduce(workers, grad_bytes / buckets, hook)[0])
+    return max(per_bucket, buckets * per_bucket - backward)
+
+
 class DDP(TorchrunStrategy):
     name = "ddp"
     label = "DDP"
@@ -106,61 +170,21 @@ class DDP(TorchrunStrategy):
                 f"DDP + {hook} compression": {"strategy": cls.name, "comm_hook": hook}}
 
     @classmethod
-    def variant(cls, run: dict) -> str:
-        return "" if run["comm_hook"] == "none" else run["comm_hook"]
+    def variant(cls, run: Run) -> str:
+        hook = run.option("comm_hook")
+        return "" if hook == "none" else hook
 
     def unavailable(self) -> str | None:
-        if self.parallel["sync_batchnorm"] and not distributed.gpu_count():
-            return "SyncBatchNorm needs GPUs (set parallel.sync_batchnorm: false on CPU)"
-        return super().unavailable()
+        return sync_batchnorm_unavailable(self.parallel) or super().unavailable()
 
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
-        if self.parallel["sync_batchnorm"]:
-            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        # Rank 0's BatchNorm statistics at every forward, where the model has any that change;
-        # the gradients are views of DDP's buckets (not copied out of them after each all-reduce).
-        wrapped = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-            gradient_as_bucket_view=True, **compat.ddp_buffer_sync(bool(changing_buffers(model))))
-        kind = self.run.get("comm_hook", "none")
-        state = None
-        if kind == "powersgd":
-            # Compress from the third iteration on (the fewest PowerSGD's error feedback
-            # allows): the demo is too short for the default 1000 of plain all-reduce.
-            state = powerSGD_hook.PowerSGDState(
-                process_group=None, matrix_approximation_rank=self.parallel["powersgd_rank"],
-                start_powerSGD_iter=2)
-        wrapped.register_comm_hook(state, counting_hook(kind, ctx.processes, self._traffic))
-        return wrapped
-
-    def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
-        wire = self.link_bytes(self.run, grad_bytes)["worker"]
-        return {"sent": wire, "received": wire}
+        return wrapped_in_ddp(model, ctx, self.parallel, self.run.option("comm_hook"), self._traffic)
 
     @classmethod
-    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
-        """Ring all-reduce: every rank sends its successor 2(N-1)/N of the (compressed)
-        payload, in 2(N-1) steps. PowerSGD's payload depends on the shapes; it is counted,
-        not predicted (as fp32 here)."""
-        n = run["workers"]
-        if n < 2:
-            return []
-        wire = grad_bytes * WIRE_BYTES.get(run.get("comm_hook", "none"), 4) / 4 * ring_factor(n)
-        return [[Flow(("worker", i), ("worker", (i + 1) % n), wire, 2 * (n - 1)) for i in range(n)]]
+    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
+        return ring_all_reduce(run.workers, grad_bytes, run.option("comm_hook"))
 
     @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, network: Network,
+    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
                               backward: float) -> float:
-        """Each bucket is one all-reduce: timed as such where commbench measured all-reduce at
-        this process count, else as the ring over the network's links. Buckets start as
-        backward fills them, so all but the last overlap it: what stays exposed is the last
-        bucket, or the excess of all over the backward."""
-        if run["workers"] < 2:
-            return 0.0
-        buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
-        if network.all_reduce is not None:
-            payload = grad_bytes * WIRE_BYTES.get(run.get("comm_hook", "none"), 4) / 4
-            per_bucket = network.all_reduce.seconds(payload / buckets)
-        else:
-            per_bucket = network.seconds(cls.phases(run, grad_bytes / buckets)[0])
-        return max(per_bucket, buckets * per_bucket - backward)
+        return all_reduce_seconds(run.workers, grad_bytes, run.option("comm_hook"), network, backward)

@@ -14,15 +14,20 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 from ..costmodel.network import Flow, Network
-from ..runtime import distributed, lazy
+from ..runtime import distributed
+from ..runtime.run import Run
 from .base import Context, Strategy, Traffic, gradient_bytes
 
-torch = lazy.module("torch")
+if TYPE_CHECKING:  # annotations only: torch is imported where a process runs
+    import torch
+
 
 
 def _to(obj, device):
+    import torch
     if torch.is_tensor(obj):
         return obj.to(device, non_blocking=True)
     if isinstance(obj, dict):
@@ -45,6 +50,7 @@ def scatter_by_sample(inputs: tuple, devices: list) -> list[tuple]:
 def gather_outputs(outputs: list, device):
     """Loss dictionaries: the mean over replicas (as DDP averages gradients). Detections: the
     per-image lists concatenated in input order."""
+    import torch
     if isinstance(outputs[0], dict):
         return {k: torch.stack([o[k].to(device) for o in outputs]).mean() for k in outputs[0]}
     return [_to(d, device) for replica in outputs for d in replica]
@@ -54,7 +60,8 @@ def gather_outputs(outputs: list, device):
 def detection_data_parallel() -> type:
     """`DetectionDataParallel`: DataParallel whose scatter and gather understand detection
     inputs and outputs. Made at first use, as its base is torch's class: the registry imports
-    this module without torch (pipeline/runtime/lazy.py)."""
+    this module without torch."""
+    import torch
 
     class DetectionDataParallel(torch.nn.DataParallel):
         def __init__(self, module, device_ids, traffic: Traffic):
@@ -95,10 +102,10 @@ class DataParallel(Strategy):
         return {cls.DEVICE_0: {"strategy": cls.name}}
 
     def gpus(self) -> int:
-        return self.run["workers"]
+        return self.run.workers
 
     def unavailable(self) -> str | None:
-        gpus, needed = distributed.gpu_count(), max(2, self.run["workers"])
+        gpus, needed = distributed.gpu_count(), max(2, self.run.workers)
         if gpus < needed:
             return f"DataParallel needs at least {needed} GPUs in one process; found {gpus}"
         if self.parallel["nnodes"] != 1:
@@ -106,13 +113,13 @@ class DataParallel(Strategy):
         return None
 
     def gpus_in_use(self, ctx: Context) -> list[int]:
-        return list(range(self.run["workers"]))  # GPU 0 and the replicas' GPUs
+        return list(range(self.run.workers))  # GPU 0 and the replicas' GPUs
 
     def batch_per_process(self) -> int:
-        return self.run["images_per_worker"] * self.run["workers"]  # split by scatter_by_sample
+        return self.run.images_per_worker * self.run.workers  # split by scatter_by_sample
 
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
-        return detection_data_parallel()(model, list(range(self.run["workers"])), self._traffic)
+        return detection_data_parallel()(model, list(range(self.run.workers)), self._traffic)
 
     def step(self, model, optimizer, ctx: Context) -> float:
         optimizer.step()  # GPU 0 holds the only weights that are updated
@@ -123,16 +130,16 @@ class DataParallel(Strategy):
         return {"sent": through_master, "received": through_master}
 
     @classmethod
-    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
+    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
         """Device 0 copies the weights to the N-1 others before the forward pass, and their
         gradients come back to it after backward: (N-1)M each way over its link, M over each
         other device's. Nothing overlaps."""
-        others = range(1, run["workers"])
+        others = range(1, run.workers)
         return [[Flow(("worker", 0), ("worker", i), grad_bytes) for i in others],
                 [Flow(("worker", i), ("worker", 0), grad_bytes) for i in others]]
 
     @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, network: Network,
+    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
                               backward: float) -> float:
         if network.nodes > 1:
             return math.nan  # one process: DataParallel cannot span machines

@@ -2,10 +2,10 @@
 
 Every parameter, its gradient and its momentum are split over the N ranks (dim 0 of each
 tensor, 1/N each): no rank holds the whole model between steps. The detector is sharded in
-units, each gathered only while it computes:
+the units it declares (pipeline/detection/model.py `fsdp_units`), each gathered only while it
+computes:
   * each stage of the backbone's body that trains (ResNet-50's layer2-4 as coco2017 freezes
-    conv1 and layer1; the tiny backbone's six conv blocks): a stage is the natural unit of a
-    ResNet, and gathering one at a time bounds the transient memory by the largest stage;
+    conv1 and layer1; the tiny backbone's six conv blocks);
   * the FPN, the RPN head and the ROI heads (box head and predictor): each runs as one block;
   * the root: what is left (the stem, frozen layers, the transform), gathered for the whole
     forward and, as FSDP2 advises for the root, kept gathered into the backward.
@@ -35,32 +35,33 @@ a plain optimizer state keyed by parameter name, whatever the world size.
 from __future__ import annotations
 
 import copy
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..costmodel.network import Flow
-from ..runtime import compat, lazy
+from ..runtime import compat
+from ..runtime.run import Run
 from .base import Context, Option, tensor_checksum
 from .torchrun import TorchrunStrategy
 
-torch = lazy.module("torch")
-state_dict_api = lazy.module("torch.distributed.checkpoint.state_dict")
-sharded_grad_scaler = lazy.module("torch.distributed.fsdp.sharded_grad_scaler")
+if TYPE_CHECKING:  # annotations only: torch is imported where a process runs
+    import torch
+
 GATHERED_BYTES = {"bf16": 2, "fp16": 2}  # per element of a 16-bit run's weights, all-gathered
 
 
 def batchnorms(module) -> list:
+    import torch
     return [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
 
 
 def shard_units(model) -> list:
-    """The detector's blocks that are sharded one by one (module docstring); of another model
-    (a test's), its children that train."""
-    if not hasattr(model, "backbone"):
+    """The blocks sharded one by one: those the model declares by name (`fsdp_units`: the
+    detector's, pipeline/detection/model.py); of a model that declares none (a test's), its
+    children that train."""
+    declared = getattr(model, "fsdp_units", None)
+    if declared is None:
         return [m for m in model.children() if any(p.requires_grad for p in m.parameters())]
-    backbone = model.backbone
-    body = getattr(backbone, "body", backbone)  # R50-FPN's IntermediateLayerGetter; tiny: itself
-    stages = [m for m in body.children() if any(p.requires_grad for p in m.parameters())]
-    return stages + [m for m in (getattr(backbone, "fpn", None), model.rpn, model.roi_heads) if m is not None]
+    return [model.get_submodule(name) for name in declared]
 
 
 class Gathered:
@@ -74,6 +75,7 @@ class Gathered:
         return self.strategy.gathered[self.part]
 
     def load_state_dict(self, state: dict) -> None:
+        from torch.distributed.checkpoint import state_dict as state_dict_api
         options = state_dict_api.StateDictOptions(full_state_dict=True)
         if self.part == "model":
             state_dict_api.set_model_state_dict(self.model, state, options=options)
@@ -115,15 +117,15 @@ class FSDP(TorchrunStrategy):
                 "FSDP (keep gathered)": {"strategy": cls.name, "reshard_after_forward": False}}
 
     @classmethod
-    def variant(cls, run: dict) -> str:
-        return "" if run.get("reshard_after_forward", True) else "keep"
+    def variant(cls, run: Run) -> str:
+        return "" if run.option("reshard_after_forward") else "keep"
 
     def unavailable(self) -> str | None:
         if self.parallel["sync_batchnorm"]:
             return "sync_batchnorm is implemented for ddp only"
         return super().unavailable()
 
-    def __init__(self, run: dict, parallel: dict):
+    def __init__(self, run: Run, parallel: dict):
         super().__init__(run, parallel)
         self.gathered: dict = {}
         self.units: list = []
@@ -132,7 +134,7 @@ class FSDP(TorchrunStrategy):
     def wrap(self, model, ctx: Context):
         self._blueprint = copy.deepcopy(model).to("meta")
         fully_shard = compat.fully_shard()
-        reshard = self.run.get("reshard_after_forward", True)
+        reshard = self.run.option("reshard_after_forward")
         low, full = self._policies()
         self.units = shard_units(model)
         for unit in self.units:
@@ -157,7 +159,8 @@ class FSDP(TorchrunStrategy):
     def _policies(self):
         """(the units' MixedPrecisionPolicy, BatchNorm's), or (None, None) in fp32. Inputs are
         not cast: the loop's autocast casts them where an operation needs it."""
-        low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.run.get("precision", "fp32"))
+        import torch
+        low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.run.precision)
         if low is None:
             return None, None
         policy = compat.mixed_precision_policy()
@@ -169,6 +172,7 @@ class FSDP(TorchrunStrategy):
         return {} if policy is None else {"mp_policy": policy}
 
     def grad_scaler(self, device):
+        from torch.distributed.fsdp import sharded_grad_scaler
         return sharded_grad_scaler.ShardedGradScaler(device.type)
 
     # ---- bytes, counted where each collective happens -------------------------------------
@@ -189,7 +193,7 @@ class FSDP(TorchrunStrategy):
         """What a rank sends (and receives) when a unit's shards (`own`) are all-gathered (at the
         weights' gathered dtype) or its gradients reduce-scattered (fp32) over a ring: (N-1) of
         its shards, padded as FSDP pads them."""
-        low = GATHERED_BYTES.get(self.run.get("precision", "fp32")) if gather else None
+        low = GATHERED_BYTES.get(self.run.precision) if gather else None
         return (self._world - 1) * sum(
             p.to_local().numel() * (low if low and id(p) not in self._fp32 else p.element_size())
             for p in own if hasattr(p, "to_local"))
@@ -226,24 +230,20 @@ class FSDP(TorchrunStrategy):
         optimizer.step()
         return 0.0
 
-    def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
-        wire = self.link_bytes(self.run, grad_bytes)["worker"]
-        return {"sent": wire, "received": wire}
-
     @classmethod
-    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
+    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
         """Ring all-gathers of the weights in forward (and again in backward when resharding),
         and a ring reduce-scatter of the gradients: (N-1)/N M per rank each, in N-1 steps; a
         16-bit run gathers 16-bit weights (M/2; BatchNorm's few fp32 weights counted so too)."""
-        n = run["workers"]
+        n = run.workers
         if n < 2:
             return []
 
         def ring(size):
             return [Flow(("worker", i), ("worker", (i + 1) % n), size * (n - 1) / n, n - 1)
                     for i in range(n)]
-        gathered = grad_bytes * GATHERED_BYTES.get(run.get("precision", "fp32"), 4) / 4
-        return [ring(gathered)] * (2 if run.get("reshard_after_forward", True) else 1) + [ring(grad_bytes)]
+        gathered = grad_bytes * GATHERED_BYTES.get(run.precision, 4) / 4
+        return [ring(gathered)] * (2 if run.option("reshard_after_forward") else 1) + [ring(grad_bytes)]
 
     @classmethod
     def calibrate(cls, timed) -> dict[str, float]:
@@ -256,31 +256,32 @@ class FSDP(TorchrunStrategy):
         depends on the images (the same within the timing noise at 2, 4 and 8 a process)."""
         found = {"plain_s": timed(None)}
         for reshard, key in ((True, "reshard_s"), (False, "keep_s")):
-            strategy = cls({"reshard_after_forward": reshard}, {})
+            strategy = cls(cls.filled(workers=1, reshard_after_forward=reshard), {})
             found[key] = timed(lambda model: strategy.wrap(model, Context()))
         return found
 
     @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, network, backward: float) -> float:
+    def communication_seconds(cls, run: Run, grad_bytes: float, network, backward: float) -> float:
         """Where commbench timed FSDP2 on the run's model at its process count
         (`network.calibrations`, `calibrate`), what it added to forward + backward: FSDP2's
         gathers and reduce-scatters run inside them, and on a CPU most of their cost is FSDP2's
         own work around them, which no link model of its rings sees. Otherwise (and for a
         16-bit run, as the timing is fp32's), the rings of `phases` one after the other."""
         timed = (network.calibrations or {}).get(cls.name)
-        if run["workers"] < 2 or not timed or run.get("precision", "fp32") != "fp32":
+        if run.workers < 2 or not timed or run.precision != "fp32":
             return super().communication_seconds(run, grad_bytes, network, backward)
-        setting = "reshard_s" if run.get("reshard_after_forward", True) else "keep_s"
+        setting = "reshard_s" if run.option("reshard_after_forward") else "keep_s"
         return max(0.0, timed[setting] - timed["plain_s"])
 
     @classmethod
-    def memory_theory(cls, run: dict, grad_bytes: float) -> dict[str, float]:
-        n = run["workers"]
+    def memory_theory(cls, run: Run, grad_bytes: float) -> dict[str, float]:
+        n = run.workers
         return {"parameters": grad_bytes / n, "gradients": grad_bytes / n, "optimizer": grad_bytes / n}
 
     # ---- the whole model, gathered ---------------------------------------------------------
     def consolidate(self, model, optimizer, ctx: Context) -> None:
         """Every rank takes part; rank 0 receives the full state dicts on the CPU."""
+        from torch.distributed.checkpoint import state_dict as state_dict_api
         options = state_dict_api.StateDictOptions(full_state_dict=True, cpu_offload=True)
         self.gathered = {
             "model": state_dict_api.get_model_state_dict(model, options=options),
@@ -294,6 +295,7 @@ class FSDP(TorchrunStrategy):
         return self.gathered["model"]
 
     def scoring_model(self, model, ctx: Context):
+        from torch.distributed.checkpoint import state_dict as state_dict_api
         options = state_dict_api.StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = state_dict_api.get_model_state_dict(model, options=options)
         if not ctx.reports:
@@ -304,6 +306,7 @@ class FSDP(TorchrunStrategy):
 
     def checksum(self, model) -> str:
         """Of the whole parameters, gathered on every rank (each holds a different shard)."""
+        from torch.distributed.checkpoint import state_dict as state_dict_api
         options = state_dict_api.StateDictOptions(full_state_dict=True)
         full = state_dict_api.get_model_state_dict(model, options=options)
         return tensor_checksum(full[name] for name, _ in self._blueprint.named_parameters())

@@ -29,14 +29,19 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..costmodel.network import Flow
-from ..runtime import distributed, lazy
+from ..runtime import distributed
+from ..runtime.record import RankReport, Record, RunSummary, declare_facts
+from ..runtime.run import Run
 from .base import Context, Option, changing_buffers
 from .torchrun import TorchrunStrategy
 
-torch = lazy.module("torch")
-dist = lazy.module("torch.distributed")
+if TYPE_CHECKING:  # annotations only: torch is imported where a process runs
+    import torch
+    import torch.distributed as dist
+
 
 GRADIENTS, BUFFERS, WEIGHTS = 0, 1, 2  # message tags: each message matched by kind, not order
 
@@ -53,16 +58,19 @@ class Stale:
     max_ahead: int = 0        # the most updates an answered worker was ahead of the slowest
 
 
-def option(run: dict, key: str):
-    """A ps option of `run`, or its declared default where the entry was not filled through
-    the sweep (one made by hand). A run folder from before an option existed is read through
-    pipeline/runtime/record.py's upgrade, which says what such a run was."""
-    return run.get(key, ParameterServer.options[key].default)
+@dataclass(frozen=True)
+class Staleness(Record):
+    """With staleness > 0: the bound S, and how many gradients were applied how many updates
+    after the weights they were computed on (str(updates) -> count), over every server."""
+
+    bound: int
+    histogram: dict
 
 
-def servers(run: dict) -> int:
-    """K."""
-    return option(run, "servers")
+# What a run with staleness > 0 records (summary_facts, rank_facts): the servers' staleness;
+# each server's histogram of it, and the most updates an answered worker was ahead of the slowest
+declare_facts(RunSummary, staleness=Staleness)
+declare_facts(RankReport, staleness_histogram=dict, max_ahead=int)
 
 
 def balanced_shards(sizes: list[int], k: int) -> list[int]:
@@ -102,33 +110,35 @@ class ParameterServer(TorchrunStrategy):
         return {"PS, 1 server (colocated)": {"strategy": cls.name, "placement": "colocated", "servers": 1},
                 cls.SHARDED: {"strategy": cls.name, "placement": "dedicated", "servers": "K"}}
 
-    def __init__(self, run: dict, parallel: dict):
+    def __init__(self, run: Run, parallel: dict):
         super().__init__(run, parallel)
-        self.dedicated = run["placement"] == "dedicated"
-        self.servers = servers(run)
+        self.dedicated = run.option("placement") == "dedicated"
+        self.servers = run.option("servers")  # K
         self.extra_processes = self.servers if self.dedicated else 0
         self.first_worker = self.servers if self.dedicated else 0
-        self.staleness = option(run, "staleness")
+        self.staleness = run.option("staleness")
         self.ssp: Stale | None = None  # a server's asynchronous state
 
     @classmethod
-    def variant(cls, run: dict) -> str:
+    def variant(cls, run: Run) -> str:
         # always named: ps-colocated-w2-b4, ps-dedicated-w2-b4; shards when more than one,
         # bounded staleness when not synchronous: ps-dedicated-k2-ssp1-w2-b4
-        return (run["placement"] + (f"-k{servers(run)}" if servers(run) > 1 else "")
-                + (f"-ssp{run['staleness']}" if option(run, "staleness") else ""))
+        k, staleness = run.option("servers"), run.option("staleness")
+        return (run.option("placement") + (f"-k{k}" if k > 1 else "")
+                + (f"-ssp{staleness}" if staleness else ""))
 
     @classmethod
-    def invalid(cls, run: dict) -> str | None:
-        if run.get("precision") == "fp16":  # the workers' loss scale would have to follow the server's
+    def invalid(cls, run: Run) -> str | None:
+        placement, k = run.option("placement"), run.option("servers")
+        if run.precision == "fp16":  # the workers' loss scale would have to follow the server's
             return ("fp16 needs a loss scale every process agrees on, and only the server steps; "
                     "use precision: bf16 (no scaler) for ps")
-        if option(run, "staleness") and run["placement"] != "dedicated":
+        if run.option("staleness") and placement != "dedicated":
             return ("staleness > 0 needs placement: dedicated (a colocated server would stop "
                     "serving while it computes its own gradients)")
-        if run["placement"] == "colocated" and servers(run) > run["workers"]:
-            return (f"colocated servers live on workers: {servers(run)} servers need at least as "
-                    f"many workers, not {run['workers']} (or use placement: dedicated)")
+        if placement == "colocated" and k > run.workers:
+            return (f"colocated servers live on workers: {k} servers need at least as "
+                    f"many workers, not {run.workers} (or use placement: dedicated)")
         return super().invalid(run)
 
     def unavailable(self) -> str | None:
@@ -145,6 +155,8 @@ class ParameterServer(TorchrunStrategy):
         return ctx
 
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        import torch
+        import torch.distributed as dist
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.buffers = changing_buffers(model)  # they travel with server 0's parameters
         self.owner = balanced_shards([p.numel() * p.element_size() for p in self.params], self.servers)
@@ -161,6 +173,7 @@ class ParameterServer(TorchrunStrategy):
 
     @staticmethod
     def _flat(tensors) -> torch.Tensor:
+        import torch
         return torch.cat([t.detach().reshape(-1) for t in tensors])
 
     @staticmethod
@@ -177,18 +190,22 @@ class ParameterServer(TorchrunStrategy):
 
     @staticmethod
     def _gradients(params) -> torch.Tensor:
+        import torch
         return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                           for p in params])
 
     def _send(self, tensor: torch.Tensor, dst: int, tag: int) -> dist.Work:
+        import torch.distributed as dist
         self._traffic.sent += tensor.numel() * tensor.element_size()
         return dist.isend(tensor, dst, tag=tag)
 
     def _recv(self, tensor: torch.Tensor, src: int, tag: int) -> dist.Work:
+        import torch.distributed as dist
         self._traffic.received += tensor.numel() * tensor.element_size()
         return dist.irecv(tensor, src, tag=tag)
 
     def _empty(self, tensors, ctx: Context) -> torch.Tensor:
+        import torch
         return torch.empty(sum(t.numel() for t in tensors), device=ctx.device)
 
     def step(self, model, optimizer, ctx: Context) -> float:
@@ -223,6 +240,7 @@ class ParameterServer(TorchrunStrategy):
     def _serve(self, optimizer, ctx: Context, pending: list) -> float:
         """Average this shard's gradients from every worker, update it, post its new values to
         the other workers (onto `pending`). Returns the seconds of the update."""
+        import torch
         mine, remote = self.shards[ctx.rank], [w for w in self.workers if w != ctx.rank]
         grads = {w: self._empty(mine, ctx) for w in remote}
         works = [self._recv(grads[w], w, GRADIENTS) for w in remote]
@@ -266,6 +284,7 @@ class ParameterServer(TorchrunStrategy):
         """Send each server this worker's gradients with the version of the weights they were
         computed on (and the first worker's buffers to server 0); take the weights it answers
         with, and their version."""
+        import torch
         start = time.perf_counter()
         works = []
         for s in range(self.servers):
@@ -289,6 +308,8 @@ class ParameterServer(TorchrunStrategy):
         (so the server's step count and the workers' stay equal), answering each worker unless
         that would put it more than S updates ahead of the slowest. Returns the seconds not
         spent updating."""
+        import torch
+        import torch.distributed as dist
         if self.ssp is None:
             self.ssp = Stale(clock={w: 0 for w in self.workers})
         mine, ssp, start, update = self.shards[ctx.rank], self.ssp, time.perf_counter(), 0.0
@@ -313,6 +334,7 @@ class ParameterServer(TorchrunStrategy):
 
     def _answer(self, ctx: Context) -> None:
         """Send the current weights to every waiting worker within S of the slowest."""
+        import torch
         ssp = self.ssp
         slowest = min(ssp.clock.values())
         for w in [w for w in ssp.waiting if ssp.clock[w] - slowest <= self.staleness]:
@@ -355,31 +377,32 @@ class ParameterServer(TorchrunStrategy):
                     optimizer.state[self.params[i]] = {k: v.to(ctx.device) for k, v in state.items()}
 
     @classmethod
-    def waits_for_slowest(cls, run: dict) -> bool:
+    def waits_for_slowest(cls, run: Run) -> bool:
         """With staleness S > 0 a worker runs ahead of the slowest by up to S updates."""
-        return super().waits_for_slowest(run) and not option(run, "staleness")
+        return super().waits_for_slowest(run) and not run.option("staleness")
 
     @classmethod
-    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
+    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
         """N workers, K server shards of M/K each: every worker sends each shard's server its
         gradients, then (after the update; the server needs every worker's) receives its
         weights. A colocated server keeps its own worker's slice local. So a dedicated server
         moves N M/K each way and a worker M; a colocated server-worker M + (N-2)M/K (K = 1: the
         2(N-1)M through one server the study is about; K = N: ring all-reduce's 2(N-1)/N M)."""
-        n, k = run["workers"], servers(run)
-        server = (lambda s: ("server", s)) if run["placement"] == "dedicated" else (lambda s: ("worker", s))
+        n, k = run.workers, run.option("servers")
+        dedicated = run.option("placement") == "dedicated"
+        server = (lambda s: ("server", s)) if dedicated else (lambda s: ("worker", s))
         gradients = [Flow(("worker", w), server(s), grad_bytes / k)
                      for w in range(n) for s in range(k) if server(s) != ("worker", w)]
         return [gradients, [Flow(f.dst, f.src, f.nbytes) for f in gradients]]
 
     @classmethod
-    def memory_theory(cls, run: dict, grad_bytes: float) -> dict[str, float]:
+    def memory_theory(cls, run: Run, grad_bytes: float) -> dict[str, float]:
         """Every process keeps the whole weights; a worker its whole gradients; the momentum
         lives on the servers, 1/K of it each. The busiest: a colocated server (whole gradients
         and its 1/K), or a dedicated one with K = 1 (its shard's gradients: all of them)."""
-        k = servers(run)
+        k = run.option("servers")
         worker = {"parameters": grad_bytes, "gradients": grad_bytes, "optimizer": 0.0}
-        if run["placement"] == "colocated":
+        if run.option("placement") == "colocated":
             return dict(worker, optimizer=grad_bytes / k)
         server = {"parameters": grad_bytes, "gradients": grad_bytes / k, "optimizer": grad_bytes / k}
         return max(worker, server, key=lambda parts: sum(parts.values()))

@@ -7,6 +7,7 @@ multi-process CPU run gets (cores / processes), measured rather than scaled
 (pipeline/report/prediction.py)."""
 from __future__ import annotations
 
+from ..runtime.run import Run
 from .base import Context, Option, Strategy
 
 
@@ -25,12 +26,13 @@ class Single(Strategy):
         return not variant
 
     @classmethod
-    def variant(cls, run: dict) -> str:
-        return f"t{run['threads']}" if run.get("threads") else ""
+    def variant(cls, run: Run) -> str:
+        threads = run.option("threads")
+        return f"t{threads}" if threads else ""
 
     @classmethod
-    def phases(cls, run: dict, grad_bytes: float) -> list:
+    def phases(cls, run: Run, grad_bytes: float) -> list:
         return []  # nothing to synchronise
 
     def start(self, threads: int) -> Context:
-        return super().start(self.run.get("threads") or threads)
+        return super().start(self.run.option("threads") or threads)

@@ -1,4 +1,5 @@
-"""The sweep: its entries filled from their defaults, checked against their strategy, and named.
+"""The sweep: its entries filled from their defaults into typed runs (pipeline/runtime/run.py),
+once, here; checked against their strategy, and named.
 
 An entry names a strategy and its `workers` (the sweep's count of workers: devices or processes
 that train on a shard of the batch); a job may start more processes than workers (a dedicated
@@ -14,6 +15,7 @@ entry's id, shared by its repeats, does not (ddp-w2-b4).
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import warnings
@@ -26,6 +28,7 @@ from ..config import stages
 from ..config.params import ParamsError, remedy
 from ..runtime import provenance
 from ..runtime.record import RunSummary
+from ..runtime.run import Run
 
 COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "precision", "repeats")
 DATA_MODES = ("real", "synthetic")
@@ -68,9 +71,14 @@ def _unknown_key_message(strategy: type[strategies.Strategy], key: str, where: s
     return f"{where}: unknown key '{key}'{hint}; allowed for {strategy.name}: {', '.join(allowed)}"
 
 
-def fill(entry: dict, cfg: dict, where: str = "sweep entry") -> dict:
-    """One sweep entry of the resolved preset `cfg` with every key present, checked against its
-    strategy's schema, with the seed of its first repeat."""
+def fill(entry: dict, cfg: dict, where: str = "sweep entry") -> Run:
+    """One sweep entry of the resolved preset `cfg` as the run of its first repeat: every key
+    present, checked against its strategy's schema."""
+    return _filled(entry, cfg, where)[0]
+
+
+def _filled(entry: dict, cfg: dict, where: str) -> tuple[Run, int]:
+    """The run of an entry's first repeat, and its number of repeats."""
     entry = _renamed(entry, where)
     try:
         strategy = strategies.lookup(entry.get("strategy"))
@@ -81,22 +89,23 @@ def fill(entry: dict, cfg: dict, where: str = "sweep entry") -> dict:
         raise ParamsError(_unknown_key_message(strategy, extra[0], where))
     filled = {"images_per_worker": cfg["train"]["images_per_worker"],
               "data_mode": cfg["data"]["mode"], "precision": cfg["train"]["precision"],
-              "repeats": 1,
-              **{k: o.default for k, o in strategy.options.items()}, **entry}
-    try:
+              "repeats": 1, **entry}
+    try:  # the options' defaults are valid by their declaration: the entry's own are checked
         jsonschema.validate(filled, _entry_schema(strategy))
     except jsonschema.ValidationError as err:
         path = ".".join(map(str, err.absolute_path))
         raise ParamsError(f"{where}{'.' + path if path else ''}: {err.message}; "
                           f"{remedy(err)}") from None
-    why = strategy.invalid(filled)
+    repeats = filled.pop("repeats")
+    run = strategy.filled(**filled, seed=cfg["train"]["seed"])
+    why = strategy.invalid(run)
     if why:
-        raise ParamsError(f"{where} ({entry_id(filled)}): {why}")
-    _check_fits_the_data(filled, entry, cfg, where)
-    return {**filled, "seed": cfg["train"]["seed"]}
+        raise ParamsError(f"{where} ({entry_id(run)}): {why}")
+    _check_fits_the_data(run, entry, cfg, where)
+    return run, repeats
 
 
-def _check_fits_the_data(filled: dict, entry: dict, cfg: dict, where: str) -> None:
+def _check_fits_the_data(run: Run, entry: dict, cfg: dict, where: str) -> None:
     """A synthetic dataset's size is in params, so an entry it cannot feed is refused before
     any job starts (a real dataset's size is known only once the data stage has run). The
     sampler would pad by repeating images: every step would run a smaller batch than the
@@ -104,9 +113,8 @@ def _check_fits_the_data(filled: dict, entry: dict, cfg: dict, where: str) -> No
     synthetic = cfg["data"]["synthetic"]
     if synthetic is None:
         return
-    images, workers, per_worker = (synthetic["train_images"], filled["workers"],
-                                   filled["images_per_worker"])
-    name = entry_id(filled)
+    images, workers, per_worker = synthetic["train_images"], run.workers, run.images_per_worker
+    name = entry_id(run)
     if workers > images:
         raise ParamsError(f"{where}.workers ({name}): {workers} workers but "
                           f"data.synthetic.train_images is {images}, so some worker would have "
@@ -120,61 +128,62 @@ def _check_fits_the_data(filled: dict, entry: dict, cfg: dict, where: str) -> No
                           f"to at most {images // workers} or raise data.synthetic.train_images")
 
 
-def variant(run: dict) -> str:
-    return strategies.lookup(run["strategy"]).variant(run)
+def variant(run: Run) -> str:
+    return strategies.lookup(run.strategy).variant(run)
 
 
-def entry_id(run: dict) -> str:
+def entry_id(run: Run) -> str:
     """Stable name of a sweep entry, shared by its repeats: single-w1-b8, ddp-fp16-w2-b4 (the
     strategy decides what its variant names: here a gradient hook), ps-dedicated-w2-b4,
     ddp-w2-b4-synthetic, single-w1-b8-amp-bf16 (mixed precision)."""
-    name = run["strategy"] + (f"-{variant(run)}" if variant(run) else "")
-    mode = "" if run["data_mode"] == "real" else f"-{run['data_mode']}"
-    precision = "" if run.get("precision", "fp32") == "fp32" else f"-amp-{run['precision']}"
-    return f"{name}-w{run['workers']}-b{run['images_per_worker']}{mode}{precision}"
+    name = run.strategy + (f"-{variant(run)}" if variant(run) else "")
+    mode = "" if run.data_mode == "real" else f"-{run.data_mode}"
+    precision = "" if run.precision == "fp32" else f"-amp-{run.precision}"
+    return f"{name}-w{run.workers}-b{run.images_per_worker}{mode}{precision}"
 
 
-def run_id(run: dict) -> str:
+def run_id(run: Run) -> str:
     """Stable name of one run, used in paths: its entry's id and its seed (ddp-w2-b4-s0)."""
-    return f"{entry_id(run)}-s{run['seed']}"
+    return f"{entry_id(run)}-s{run.seed}"
 
 
-def identity(run: dict) -> dict:
+def identity(run: Run) -> dict:
     """The fields that say which run a record belongs to, in every summary of it."""
-    return {"run_id": run_id(run), "entry": entry_id(run), "strategy": run["strategy"],
-            "variant": variant(run), "workers": run["workers"],
-            "images_per_worker": run["images_per_worker"], "data_mode": run["data_mode"],
-            "precision": run.get("precision", "fp32"), "seed": run["seed"]}
+    return {"run_id": run_id(run), "entry": entry_id(run), "strategy": run.strategy,
+            "variant": variant(run), "workers": run.workers,
+            "images_per_worker": run.images_per_worker, "data_mode": run.data_mode,
+            "precision": run.precision, "seed": run.seed, "run": run}
 
 
-def unfinished_summary(cfg: dict, run: dict, status: str, reason: str) -> dict:
+def unfinished_summary(cfg: dict, run: Run, status: str, reason: str) -> dict:
     """The train_summary.json of a run that did not finish: `skipped` (this machine cannot run
     it) or `failed` (its training diverged); identity, status, reason and provenance."""
     return RunSummary(**identity(run), status=status, reason=reason,
-                      provenance=provenance.collect(stages.config_for(cfg, "train"), run=run)).to_json()
+                      provenance=provenance.collect(stages.config_for(cfg, "train"),
+                                                    run=run.to_json())).to_json()
 
 
-def repeated(filled: dict) -> list[dict]:
-    """The runs of one filled entry, one per seed. `repeats` itself is left out of each run, so
-    that asking for more repeats adds runs without changing (and rerunning) the existing ones."""
-    base = {k: v for k, v in filled.items() if k != "repeats"}
-    return [{**base, "seed": filled["seed"] + i} for i in range(filled["repeats"])]
+def repeated(run: Run, repeats: int) -> list[Run]:
+    """The runs of one filled entry, one per seed from its first's. `repeats` itself is in none
+    of them, so that asking for more repeats adds runs without changing (and rerunning) the
+    existing ones."""
+    return [dataclasses.replace(run, seed=run.seed + i) for i in range(repeats)]
 
 
-def runs(cfg: dict, source: str = "params.yaml") -> dict[str, dict]:
+def runs(cfg: dict, source: str = "params.yaml") -> dict[str, Run]:
     """run id -> run (a filled sweep entry with its seed), for the resolved preset `cfg`;
     duplicates are an error, and so is no run at all (nothing to measure)."""
     where = f"{source}: presets.{cfg.get('preset', '?')}.sweep"
     if not cfg["sweep"]:  # the schema refuses this in params.yaml; a config edited in code too
         raise ParamsError(f"{where}: empty; list at least one run, e.g. - {{strategy: single, "
                           "workers: 1}")
-    entries = [fill(entry, cfg, f"{where}[{i}]") for i, entry in enumerate(cfg["sweep"])]
-    ids = [entry_id(entry) for entry in entries]
+    entries = [_filled(entry, cfg, f"{where}[{i}]") for i, entry in enumerate(cfg["sweep"])]
+    ids = [entry_id(run) for run, _ in entries]
     duplicates = sorted({r for r in ids if ids.count(r) > 1})
     if duplicates:
         raise ParamsError(f"{where}: duplicate entries {duplicates}; each combination once "
                           "(more seeds of one: its repeats)")
-    return {run_id(run): run for entry in entries for run in repeated(entry)}
+    return {run_id(run): run for first, repeats in entries for run in repeated(first, repeats)}
 
 
 def swept(cfg: dict) -> list[str]:
@@ -183,7 +192,7 @@ def swept(cfg: dict) -> list[str]:
     return [cls.name for cls in strategies.REGISTERED if cls.name in names]
 
 
-def equivalence_runs(cfg: dict, compared: list[str] | None = None) -> list[dict]:
+def equivalence_runs(cfg: dict, compared: list[str] | None = None) -> list[Run]:
     """The filled entries of the one-step equivalence check (pipeline/equivalence.py): the
     `equivalence_entry` of each strategy `compared` (default: those the preset's sweep runs;
     the stage is given them, not the sweep, so that new seeds do not rerun it), the baseline

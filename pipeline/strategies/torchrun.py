@@ -12,7 +12,7 @@ class TorchrunStrategy(Strategy):
     evaluates_on_workers = False     # evaluate with as many processes as trained
 
     def processes(self) -> int:
-        return self.run["workers"] + self.extra_processes
+        return self.run.workers + self.extra_processes
 
     def per_node(self) -> tuple[int, str | None]:
         """torchrun's --nproc-per-node, or why the processes do not split over the nodes."""
@@ -43,16 +43,21 @@ class TorchrunStrategy(Strategy):
         return None if per_node <= cores else f"{per_node} processes per node but {cores} CPU core(s)"
 
     def launcher(self, python: str) -> list[str]:
-        return torchrun(python, self.per_node()[0], self.parallel, f"{self.name}-{self.run['workers']}")
+        return torchrun(python, self.per_node()[0], self.parallel, f"{self.name}-{self.run.workers}")
 
     def evaluation_processes(self) -> int:
-        return self.run["workers"] if self.evaluates_on_workers else 1
+        return self.run.workers if self.evaluates_on_workers else 1
 
     def evaluation_launcher(self, python: str) -> list[str]:
         if not self.evaluates_on_workers:
             return [python]
         # Evaluation runs on one node only (its job asks for one), one process per worker.
         return torchrun(python, self.evaluation_processes(), dict(self.parallel, nnodes=1), "")
+
+    def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
+        """What every rank sends and receives by `phases`: the last worker's link, each way."""
+        wire = self.link_bytes(self.run, grad_bytes)["worker"]
+        return {"sent": wire, "received": wire}
 
     def start(self, threads: int) -> Context:
         member = distributed.init_process_group(self.parallel, threads)

@@ -21,12 +21,11 @@ strategy (`single` included), and into `zero` at any world size.
 from __future__ import annotations
 
 from ..costmodel.network import Flow, Network
-from ..runtime import lazy
+from ..runtime.run import Run
 from .base import Context
-from .ddp import DDP
+from .ddp import all_reduce_seconds, ring_all_reduce, sync_batchnorm_unavailable, wrapped_in_ddp
+from .torchrun import TorchrunStrategy
 
-torch = lazy.module("torch")
-zero_optim = lazy.module("torch.distributed.optim")
 
 
 def partition_bytes(optimizer) -> list[int]:
@@ -36,10 +35,15 @@ def partition_bytes(optimizer) -> list[int]:
             for groups in optimizer._partition_parameters()]
 
 
-class Zero(DDP):
+PLAIN = "none"  # DDP's gradient all-reduce as it is: plain fp32, no compression hook
+
+
+class Zero(TorchrunStrategy):
+    """DDP's wrapping and all-reduce (ddp.py), composed with a sharded optimizer."""
+
     name = "zero"
     label = "ZeRO-1"
-    options = {}  # DDP's gradient all-reduce as it is: plain fp32, no compression hook
+    evaluates_on_workers = True  # as ddp: each rank predicts its share
     equivalence_entry = {"workers": 2, "images_per_worker": 4}
     theory_text = ("3(N-1)/N M per rank for ZeRO-1 (a ring all-reduce of the gradients, then a "
                    "broadcast of each rank's updated 1/N of the weights)")
@@ -55,13 +59,18 @@ class Zero(DDP):
     def predicted_curves(cls, predict: dict) -> dict[str, dict]:
         return {"ZeRO-1 (all-reduce + broadcast)": {"strategy": cls.name}}
 
-    @classmethod
-    def variant(cls, run: dict) -> str:
-        return ""
-
     _sizes: list[int] | None = None  # bytes of each rank's partition
 
+    def unavailable(self) -> str | None:
+        return sync_batchnorm_unavailable(self.parallel) or super().unavailable()
+
+    def wrap(self, model, ctx: Context):
+        return wrapped_in_ddp(model, ctx, self.parallel, PLAIN, self._traffic)
+
     def optimizer(self, params, **sgd):
+        import torch
+        from torch.distributed import optim as zero_optim
+
         # Every rank builds the whole SGD's parameter list, but holds state for its partition;
         # the parameters become views of one bucket a rank, broadcast whole (module docstring)
         return zero_optim.ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD,
@@ -84,38 +93,34 @@ class Zero(DDP):
         """Rank 0 gathers every partition's momentum: its state dict is then the whole one."""
         optimizer.consolidate_state_dict(to=0)
 
-    def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
-        wire = self.link_bytes(self.run, grad_bytes)["worker"]
-        return {"sent": wire, "received": wire}
-
     @classmethod
-    def phases(cls, run: dict, grad_bytes: float) -> list[list[Flow]]:
+    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
         """DDP's ring all-reduce, then the updated weights: each rank's 1/N to every other, as
         a ring all-gather moves it ((N-1)/N M per rank in N-1 steps)."""
-        n = run["workers"]
+        n = run.workers
         if n < 2:
             return []
         gather = [Flow(("worker", i), ("worker", (i + 1) % n), grad_bytes * (n - 1) / n, n - 1)
                   for i in range(n)]
-        return DDP.phases(run, grad_bytes) + [gather]
+        return ring_all_reduce(n, grad_bytes, PLAIN) + [gather]
 
     @classmethod
-    def communication_seconds(cls, run: dict, grad_bytes: float, network: Network,
+    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
                               backward: float) -> float:
         """The all-reduce overlaps the backward pass as DDP's does; the weights' broadcast comes
         after the step, exposed: where commbench timed broadcast, one from each rank's bucket,
         N latencies and M's bytes once. Otherwise the all-gather ring of `phases`."""
-        n = run["workers"]
+        n = run.workers
         if n < 2:
             return 0.0
-        overlapped = DDP.communication_seconds(run, grad_bytes, network, backward)
+        overlapped = all_reduce_seconds(n, grad_bytes, PLAIN, network, backward)
         if network.broadcast is not None:
             return overlapped + network.broadcast.seconds(grad_bytes, messages=n)
         return overlapped + network.seconds(cls.phases(run, grad_bytes)[-1])
 
     @classmethod
-    def memory_theory(cls, run: dict, grad_bytes: float) -> dict[str, float]:
-        n = run["workers"]
+    def memory_theory(cls, run: Run, grad_bytes: float) -> dict[str, float]:
+        n = run.workers
         return {"parameters": grad_bytes, "gradients": grad_bytes, "optimizer": grad_bytes / n}
 
 

@@ -11,6 +11,7 @@ import torch
 from .. import strategies
 from ..data.dataset import CocoDetection
 from ..data.sampler import ShardedBatchSampler
+from ..runtime.run import Run
 from .checkpoint import Checkpointer, run_name
 from .monitor import Monitor
 from .precision import Precision
@@ -31,7 +32,7 @@ class Job:
     """One training process's run."""
 
     cfg: dict
-    run: dict
+    run: Run
     out_dir: Path
     strategy: strategies.Strategy
     ctx: strategies.Context
@@ -72,7 +73,7 @@ class Job:
 
     @property
     def seed(self) -> int:
-        return self.run["seed"]
+        return self.run.seed
 
     @property
     def total_steps(self) -> int:

@@ -71,8 +71,8 @@ def summarise(job: Job, live_log: Path) -> dict | None:
         utilisation=Utilisation(interval_s=job.monitor.interval, samples=len(samples),
                                 gpus=job.monitor.gpu_reason or "sampled through NVML"),
         provenance=provenance.collect(
-            stages.config_for(cfg, "train"), knobs=stages.knobs_for(cfg, "train"), run=job.run,
-            seed=job.seed, workers=job.run["workers"], processes=ctx.processes,
+            stages.config_for(cfg, "train"), knobs=stages.knobs_for(cfg, "train"), run=job.run.to_json(),
+            seed=job.seed, workers=job.run.workers, processes=ctx.processes,
             threads=ctx.threads, device=str(ctx.device), backend=ctx.backend))
     summary = record.to_json()
     write_json(job.out_dir / "train_summary.json", summary)
@@ -104,7 +104,7 @@ def rank_report(job: Job) -> list[RankReport]:
                                f"{job.strategy.name}.rank_facts", STRATEGY_REMEDY)))
 
 
-def summary_of(records: list[dict], run: dict, state: TrainState, ctx: Context,
+def summary_of(records: list[dict], run: Run, state: TrainState, ctx: Context,
                precision: Precision, facts: dict, *, ranks: list[RankReport], schedule: dict,
                global_batch: int, lr: float, evaluations: list[Evaluation],
                communication_timed: bool) -> RunSummary:

@@ -40,6 +40,7 @@ from ..data.sampler import ShardedBatchSampler, aspect_ratio_groups
 from ..detection import scoring
 from ..detection.model import build_model
 from ..runtime import distributed, lifetime
+from ..runtime.run import Run
 from ..runtime.files import (
     OutputError,
     output_error,
@@ -188,7 +189,7 @@ def loader_workers(data_cfg: dict) -> int:
     return max(1, distributed.available_cores() // local_processes - 1)
 
 
-def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
+def setup(cfg: dict, run: Run, out_dir: Path) -> Job:
     """Start this process's part of the job: data, model, wrapped by the strategy, optimizer,
     and the state of an interrupted run with the same fingerprint."""
     train_cfg, data_cfg = cfg["train"], cfg["data"]
@@ -198,16 +199,16 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
     global_batch = per_process * ctx.shards
     if ctx.device.type == "cpu":
         torch.use_deterministic_algorithms(True)
-    seed_everything(run["seed"])  # the same initial weights in every process
+    seed_everything(run.seed)  # the same initial weights in every process
     dataset = CocoDetection(data_cfg["root"], "train", train=True,
                             horizontal_flip=data_cfg["horizontal_flip"],
                             exif_orientation=data_cfg["exif_orientation"])
-    in_memory = run["data_mode"] == "synthetic"
+    in_memory = run.data_mode == "synthetic"
     if in_memory:
-        dataset = InMemory(dataset, per_process, run["seed"] + 1000 * (ctx.shard or 0))
+        dataset = InMemory(dataset, per_process, run.seed + 1000 * (ctx.shard or 0))
     groups = aspect_ratio_groups(dataset.aspect_ratios(), data_cfg["aspect_ratio_groups"])
     try:
-        sampler = ShardedBatchSampler(len(dataset), per_process, run["seed"], ctx.shard or 0,
+        sampler = ShardedBatchSampler(len(dataset), per_process, run.seed, ctx.shard or 0,
                                       ctx.shards, groups)
     except ValueError as err:
         raise TrainingError(f"{data_cfg['root']}: {err}") from None
@@ -230,7 +231,7 @@ def setup(cfg: dict, run: dict, out_dir: Path) -> Job:
                                    momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"])
     job = Job(cfg, run, out_dir, strategy, ctx, dataset, sampler, loader, loader_seed, model,
               optimizer, base_lr, global_batch, fingerprint(cfg, run),
-              Precision(run.get("precision", "fp32"), ctx.device, strategy.grad_scaler),
+              Precision(run.precision, ctx.device, strategy.grad_scaler),
               IterationClock(ctx.device, train_cfg["time_split"]))
     job.checkpointer.restore(ctx.rank, ctx.reports)
     job.state.begin_session(int(os.environ.get(RESTART_COUNT, 0)))
@@ -324,7 +325,7 @@ def save_checkpoint(job: Job) -> None:
     job.state.checkpoints["seconds"] += time.perf_counter() - start
 
 
-def train(cfg: dict, run: dict, out_dir: str | Path, max_steps: int | None = None) -> dict | None:
+def train(cfg: dict, run: Run, out_dir: str | Path, max_steps: int | None = None) -> dict | None:
     """Train one sweep entry; `max_steps` stops early (the equivalence check's single step).
     Returns the run summary in the process that writes it, None in the others."""
     job = setup(cfg, run, Path(out_dir))
@@ -362,7 +363,7 @@ def evaluate_during_training(job: Job) -> None:
     the weights on the validation split, as one record of AP against training seconds; the
     other processes wait, and the whole pause is kept out of the training time."""
     every = job.cfg["eval"]["every_epochs"]
-    if not every or (job.state.epoch + 1) % every or job.run["data_mode"] != "real":
+    if not every or (job.state.epoch + 1) % every or job.run.data_mode != "real":
         return
     start = time.perf_counter()
     model = job.strategy.scoring_model(job.model, job.ctx)  # gathered, where it is sharded
@@ -399,7 +400,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument("--max-steps", type=int, help="stop after this many iterations")
 
     cli.run_stage("Train one sweep entry (see module docstring).",
-                  lambda args: train(args.cfg, json.loads(args.entry), args.out, args.max_steps),
+                  lambda args: train(args.cfg, Run.from_json(json.loads(args.entry), "--entry"), args.out,
+                                     args.max_steps),
                   arguments=arguments, stage="train", explain=explain_failure, argv=argv,
                   errors=(TrainingError, CheckpointError, DatasetError, OutputError))  # one line each
 

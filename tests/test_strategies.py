@@ -86,7 +86,7 @@ def one_step(model, strategy, ctx, x, y, steps: int = 1, precision: str = "fp32"
 def _worker(rank, world, port, run, out_dir, batchnorm, steps, precision="fp32", slow_shard=None):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    strategy = strategies.get(filled(run), PARALLEL)
+    strategy = strategies.get(filled(run), PARALLEL).runtime()
     ctx = strategy.start(threads=1)
     model = strategy.wrap(toy_model(batchnorm), ctx)
     x, y = toy_batch()
@@ -104,7 +104,7 @@ def run_processes(run: dict, processes: int, tmp_path, batchnorm=False, steps=1,
 
 
 def single_result(steps=1, precision="fp32"):
-    strategy = strategies.get(strategies.Single.filled(workers=1), PARALLEL)
+    strategy = strategies.get(strategies.Single.filled(workers=1), PARALLEL).runtime()
     ctx = strategy.start(threads=1)
     x, y = toy_batch()
     return one_step(toy_model(), strategy, ctx, x, y, steps, precision)
@@ -520,7 +520,8 @@ def test_bounded_staleness_lets_a_worker_run_ahead_within_the_bound(tmp_path):
     for result in results:
         assert all(torch.equal(result["state"][k], reference[k]) for k in reference), result["role"]
     assert not torch.equal(reference["0.weight"], toy_model().state_dict()["0.weight"])
-    summary = strategies.get(filled(dict(run, images_per_worker=4)), PARALLEL).summary_facts([{"staleness_histogram": histogram}])
+    runtime = strategies.get(filled(dict(run, images_per_worker=4)), PARALLEL).runtime()
+    summary = runtime.summary_facts([{"staleness_histogram": histogram}])
     assert summary["staleness"]["bound"] == 1 and sum(summary["staleness"]["histogram"].values()) == 12
 
 

@@ -70,5 +70,5 @@ def recorded(run: Run) -> Run:
 
 
 __all__ = ["DDP", "FSDP", "Context", "DataParallel", "Option", "ParameterServer", "REGISTERED",
-           "Run", "Runtime", "Single", "Strategy", "STRATEGIES", "Traffic", "Zero", "get", "lookup", "not_run_by",
-           "recorded"]
+           "Run", "Runtime", "Single", "Strategy", "STRATEGIES", "Traffic", "Zero", "get", "lookup",
+           "not_run_by", "recorded"]

@@ -140,7 +140,7 @@ class FSDP(TorchrunStrategy):
 
     @classmethod
     def calibrate(cls, timed) -> dict[str, float]:
-        """The detector's forward + backward as it is (`plain_s`) and as `wrap` shards it,
+        """The detector's forward + backward as it is (`plain_s`) and as its runtime shards it,
         resharding after forward (`reshard_s`) and keeping the weights gathered (`keep_s`):
         FSDP2's cost on this machine, its gathers and reduce-scatters with what it does around
         them (copies in and out of its buffers, hooks), which on CPU processes is most of it

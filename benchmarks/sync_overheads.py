@@ -83,8 +83,8 @@ def main() -> None:
 
     sgd = torch.optim.SGD(trained, lr=1e-4, momentum=0.9)
     # the optimizer zero's runs build (pipeline/strategies/zero.py), not a copy of its settings
-    zero = STRATEGIES["zero"]({"strategy": "zero", "workers": 2}, cfg["parallel"]).optimizer(
-        trained, lr=1e-4, momentum=0.9)
+    zero_spec = STRATEGIES["zero"](STRATEGIES["zero"].filled(workers=2), cfg["parallel"])
+    zero = zero_spec.runtime().optimizer(trained, lr=1e-4, momentum=0.9)
     cases = {
         "fwd+bwd, plain": lambda: after_barrier(lambda: forward_backward(model)),
         "fwd+bwd, plain + flat all-reduce": lambda: after_barrier(

@@ -331,7 +331,7 @@ def test_a_single_run_with_pinned_threads_is_not_the_baseline():
     assert not is_baseline("single", "t1") and not is_baseline("ddp", "")
     before = torch.get_num_threads()
     try:
-        assert STRATEGIES["single"](pinned, cfg["parallel"]).start(0).threads == 1
+        assert STRATEGIES["single"](pinned, cfg["parallel"]).runtime().start(0).threads == 1
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)  # the rest of the session keeps its threads

@@ -14,7 +14,7 @@ from torchvision.models import resnet50
 
 from pipeline.config.params import load_resolved
 from pipeline.detection.model import build_model
-from pipeline.strategies.base import gradient_bytes
+from pipeline.strategies.process import gradient_bytes
 
 from .conftest import REPO
 

@@ -195,14 +195,14 @@ def test_an_old_skipped_summary_loads():
 
 
 def test_a_strategys_facts_are_declared_fields():
-    """Strategy.summary_facts and rank_facts become fields of the record; an undeclared one is an
+    """A runtime's summary_facts and rank_facts become fields of the record; an undeclared one is an
     error at the end of training, saying where to declare it."""
     from pipeline import strategies
     from pipeline.config.params import load_resolved
 
     parallel = load_resolved(REPO / "params.yaml")["parallel"]
     ps = strategies.get(strategies.ParameterServer.filled(
-        workers=2, images_per_worker=4, placement="dedicated", staleness=1), parallel)
+        workers=2, images_per_worker=4, placement="dedicated", staleness=1), parallel).runtime()
     facts = ps.summary_facts([rank(0, "server", staleness_histogram={0: 3, 2: 1}), rank(1, "worker")])
     fields = RunSummary.fields_of(facts, "ps.summary_facts", STRATEGY_REMEDY)
     staleness = fields["facts"]["staleness"]

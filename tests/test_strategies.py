@@ -66,9 +66,9 @@ def toy_batch():
     return torch.randn(GLOBAL_BATCH, 6, generator=generator), torch.randn(GLOBAL_BATCH, 3, generator=generator)
 
 
-def one_step(model, strategy, ctx, x, y, steps: int = 1, precision: str = "fp32", slow_shard=None):
-    optimizer = strategy.optimizer(list(model.parameters()), lr=0.1, momentum=0.9, weight_decay=1e-4)
-    amp = Precision(precision, ctx.device, strategy.grad_scaler)  # the loop's autocast and loss scaling
+def one_step(model, runtime, ctx, x, y, steps: int = 1, precision: str = "fp32", slow_shard=None):
+    optimizer = runtime.optimizer(list(model.parameters()), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    amp = Precision(precision, ctx.device, runtime.grad_scaler)  # the loop's autocast and loss scaling
     for _ in range(steps):
         if ctx.shard is not None and ctx.shard == slow_shard:
             time.sleep(0.05)  # a straggler: the others may run ahead of it, within the bound
@@ -78,22 +78,22 @@ def one_step(model, strategy, ctx, x, y, steps: int = 1, precision: str = "fp32"
                 loss = nn.functional.mse_loss(model(x[shard]), y[shard])  # a mean over samples
             optimizer.zero_grad()
             amp.backward(loss)
-        strategy.step(model, amp.optimizer(optimizer), ctx)
-    strategy.consolidate(model, optimizer, ctx)  # as before a checkpoint or the run's report
-    return strategy.model_state(model)  # the whole model's, gathered where it is sharded
+        runtime.step(model, amp.optimizer(optimizer), ctx)
+    runtime.consolidate(model, optimizer, ctx)  # as before a checkpoint or the run's report
+    return runtime.model_state(model)  # the whole model's, gathered where it is sharded
 
 
 def _worker(rank, world, port, run, out_dir, batchnorm, steps, precision="fp32", slow_shard=None):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    strategy = strategies.get(filled(run), PARALLEL)
-    ctx = strategy.start(threads=1)
-    model = strategy.wrap(toy_model(batchnorm), ctx)
+    runtime = strategies.get(filled(run), PARALLEL).runtime()
+    ctx = runtime.start(threads=1)
+    model = runtime.wrap(toy_model(batchnorm), ctx)
     x, y = toy_batch()
-    result = one_step(model, strategy, ctx, x, y, steps, precision, slow_shard)
+    result = one_step(model, runtime, ctx, x, y, steps, precision, slow_shard)
     torch.save({"state": result, "role": ctx.role, "shard": ctx.shard,
-                "facts": strategy.rank_facts(ctx)}, os.path.join(out_dir, f"rank{rank}.pt"))
-    strategy.finish(ctx)
+                "facts": runtime.rank_facts(ctx)}, os.path.join(out_dir, f"rank{rank}.pt"))
+    runtime.finish(ctx)
 
 
 def run_processes(run: dict, processes: int, tmp_path, batchnorm=False, steps=1,
@@ -104,10 +104,10 @@ def run_processes(run: dict, processes: int, tmp_path, batchnorm=False, steps=1,
 
 
 def single_result(steps=1, precision="fp32"):
-    strategy = strategies.get(strategies.Single.filled(workers=1), PARALLEL)
-    ctx = strategy.start(threads=1)
+    runtime = strategies.get(strategies.Single.filled(workers=1), PARALLEL).runtime()
+    ctx = runtime.start(threads=1)
     x, y = toy_batch()
-    return one_step(toy_model(), strategy, ctx, x, y, steps, precision)
+    return one_step(toy_model(), runtime, ctx, x, y, steps, precision)
 
 
 @pytest.mark.parametrize("run, processes", [
@@ -520,7 +520,8 @@ def test_bounded_staleness_lets_a_worker_run_ahead_within_the_bound(tmp_path):
     for result in results:
         assert all(torch.equal(result["state"][k], reference[k]) for k in reference), result["role"]
     assert not torch.equal(reference["0.weight"], toy_model().state_dict()["0.weight"])
-    summary = strategies.get(filled(dict(run, images_per_worker=4)), PARALLEL).summary_facts([{"staleness_histogram": histogram}])
+    runtime = strategies.get(filled(dict(run, images_per_worker=4)), PARALLEL).runtime()
+    summary = runtime.summary_facts([{"staleness_histogram": histogram}])
     assert summary["staleness"]["bound"] == 1 and sum(summary["staleness"]["histogram"].values()) == 12
 
 

@@ -52,8 +52,6 @@ def prediction_points(predict: dict, compute: Compute) -> pd.DataFrame:
     """One row per cluster, model and GPU count: predicted images/s, scaling efficiency
     (images/s over GPUs times one GPU's), exposed communication seconds per iteration and the
     bytes each way over the busiest link."""
-    from pipeline.strategies import lookup
-
     rows = []
     for cluster in map(Cluster.of, predict["clusters"]):
         for label, entry in models(predict).items():

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..runtime.record import EquivalenceRecord
+from ..strategies import REGISTERED, STRATEGIES
 from .load import RunDir, baseline_mask
 from .noise import Difference, Spread, difference
 from .noise import spreads as noise_spreads
@@ -63,8 +64,6 @@ def macro(name: str, value: str) -> str:
 def bytes_sentences() -> str:
     """How bytes per iteration compare with theory and how each strategy counts them, in the
     strategies' own words (Strategy.theory_text, bytes_counted): the report's and the paper's."""
-    from pipeline.strategies import REGISTERED  # imports torch: only when the report is built
-
     theory = "; ".join(cls.theory_text for cls in REGISTERED if cls.theory_text)
     counted = " ".join(cls.bytes_counted for cls in REGISTERED if cls.bytes_counted)
     return ("Bytes are per iteration for the rank that moves the most (sent + received), beside "
@@ -74,8 +73,6 @@ def bytes_sentences() -> str:
 def communication_definition() -> str:
     """What the time split's communication holds, strategy by strategy
     (Strategy.communication_timed): the report's definition and the paper's."""
-    from pipeline.strategies import REGISTERED
-
     timed = "; ".join(f"{cls.label}: {cls.communication_timed}" for cls in REGISTERED
                       if cls.communication_timed)
     inside = [cls.label for cls in REGISTERED if cls.communication_timed is None]
@@ -86,8 +83,6 @@ def communication_definition() -> str:
 
 def memory_sentences() -> str:
     """What each strategy's busiest process holds by its analysis (Strategy.memory_text)."""
-    from pipeline.strategies import REGISTERED
-
     held = "; ".join(f"{cls.label}: {cls.memory_text}" for cls in REGISTERED if cls.memory_text)
     return ("Memory is that of the process that holds the most: its peak (on a GPU the most its "
             "tensors held at once, torch.cuda.max_memory_allocated; on a CPU its peak resident "
@@ -339,8 +334,6 @@ def headline(r: Ranking) -> str:
 
 
 def _strategy(summary: pd.DataFrame, entry: str):
-    from ..strategies import STRATEGIES
-
     return STRATEGIES.get(summary.loc[summary["entry"] == entry, "strategy"].iloc[0])
 
 
@@ -611,8 +604,6 @@ def equivalence_short(equivalence: EquivalenceRecord | None) -> str:
 
 def not_run_sentence(summary: pd.DataFrame) -> str:
     """Every entry with a run that did not complete, once, with its reason."""
-    from ..strategies import STRATEGIES
-
     bad = summary[summary["status"] != "ok"]
     if bad.empty:
         return "Every run of the sweep completed."

@@ -1,8 +1,7 @@
 """The study's two tables (published rows, then ours) and the report's other tables, as CSV,
 Markdown and LaTeX. Our rows are sweep entries: the mean over their seeds, its spread and n.
 
-No plotting here. The strategies' display names come from pipeline.strategies, which imports
-torch, so that import waits until a table row needs a name.
+No plotting here. The strategies' display names come from their specs (pipeline.strategies).
 """
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..runtime.files import atomic_path, write_text
+from ..strategies import STRATEGIES
 from .load import AP_COLUMNS, number, strategy_label
 from .noise import Spread, difference
 
@@ -34,8 +34,6 @@ DATA_MODE_DECIMALS = {"real images/s": 2, "synthetic images/s": 2, "loader share
 
 
 def _method(row) -> str:
-    from pipeline.strategies import STRATEGIES  # imports torch: only when a row is shown
-
     workers = "?" if pd.isna(row["workers"]) else int(row["workers"])
     declared = STRATEGIES.get(str(row["strategy"]))
     strategy = declared.label if declared is not None else str(row["strategy"])

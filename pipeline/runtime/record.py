@@ -18,7 +18,7 @@ file's JSON object, the keys it always had; `from_json(raw)` reads it back, firs
 declares, so a misspelt key fails when the file is read instead of becoming an empty column.
 
 A new fact is one field here (with its default: None, "not recorded") plus the line that
-computes it. A strategy's own facts (Strategy.summary_facts, rank_facts) are declared by its
+computes it. A strategy's own facts (Runtime.summary_facts, rank_facts) are declared by its
 module (`declare_facts`), which this one does not name: they are kept in the record's `facts`,
 written as keys of their own beside its fields, and only when the strategy reports them.
 Records other stages write for other readers too (the provenance, commbench's) are
@@ -90,7 +90,7 @@ def _encode(value):
 
 REMEDY = ("correct it, or delete the run directory and rerun its training (its fields are "
           "declared in pipeline/runtime/record.py)")
-# A strategy's facts (Strategy.summary_facts, rank_facts) are declared keys, not free ones
+# A strategy's facts (Runtime.summary_facts, rank_facts) are declared keys, not free ones
 STRATEGY_REMEDY = ("a strategy's facts are declared by its module: record.declare_facts("
                    "RunSummary (summary_facts) or RankReport (rank_facts), name=type)")
 FACTS = {"facts": True}  # the field that holds a strategy's declared facts, written flat
@@ -229,7 +229,7 @@ class Memory(Record):
 class RankReport(Record):
     """One process at the end of training: its role, the checksum of its weights (equal on
     every replica of a correct run), M (its gradient bytes), and bytes per iteration, measured
-    and by the strategy's theory. The rest is what a strategy observed (Strategy.rank_facts)."""
+    and by the strategy's theory. The rest is what a strategy observed (Runtime.rank_facts)."""
 
     rank: int | None = None
     role: str | None = None            # worker, server (dedicated ps) or server+worker

@@ -1,4 +1,4 @@
-"""Data-parallel strategies: one module each, owning everything about itself (see base.py).
+"""Data-parallel strategies: one module each, its spec and its runtime (base.py, process.py).
 
     single.py    one process, one device: the reference
     dp.py        torch.nn.DataParallel: one process, GPU 0 scatters, gathers and updates
@@ -9,15 +9,17 @@
     torchrun.py  what the multi-process ones (ddp, ps, zero, fsdp) share: torchrun, the
                  process group, the machine checks
     sweep.py     the sweep's entries filled from their defaults, checked and named
+    base.py      the spec every strategy declares: options, processes, launcher, cost model, texts
+    process.py   the runtime every strategy builds in a training process: wrap, step, state
 
 The training loop in pipeline/training/train.py is the same for all of them. A new strategy is a module
 here and one entry in REGISTERED below; nothing else in the pipeline names strategies:
 what the study says of one (its display name, its equivalence entry, its predicted curves, how
-its bytes are counted, whether it is the baseline) is declared on its class (base.py), its
+its bytes are counted, whether it is the baseline) is declared on its spec (base.py), its
 options too (the sweep fills them into a typed Run: pipeline/runtime/run.py), and the facts it
-records of its own in its module (pipeline/runtime/record.py `declare_facts`). A module here
-imports torch only inside the functions that run a process: the registry is read where torch
-is not loaded (the Snakefile, the sweep, the report).
+records of its own in its module (pipeline/runtime/record.py `declare_facts`). Its spec is read
+where torch is not loaded (the Snakefile, the sweep, the report); torch is imported by its
+runtime, built by `get(run, parallel).runtime()` in a training process.
 """
 from __future__ import annotations
 
@@ -25,10 +27,11 @@ import functools
 
 from ..config import stages
 from ..runtime.run import Run
-from .base import Context, Option, Strategy, Traffic
+from .base import Option, Strategy
 from .ddp import DDP
 from .dp import DataParallel
 from .fsdp import FSDP
+from .process import Context, Runtime, Traffic
 from .ps import ParameterServer
 from .single import Single
 from .zero import Zero
@@ -56,7 +59,7 @@ def not_run_by(name: str) -> frozenset[str]:
 
 
 def get(run: Run, parallel: dict) -> Strategy:
-    """The strategy of one run, ready to start."""
+    """The spec of one run's strategy; `.runtime()` builds it in a training process."""
     return lookup(run.strategy)(run, parallel)
 
 
@@ -67,5 +70,5 @@ def recorded(run: Run) -> Run:
 
 
 __all__ = ["DDP", "FSDP", "Context", "DataParallel", "Option", "ParameterServer", "REGISTERED",
-           "Run", "Single", "Strategy", "STRATEGIES", "Traffic", "Zero", "get", "lookup", "not_run_by",
-           "recorded"]
+           "Run", "Runtime", "Single", "Strategy", "STRATEGIES", "Traffic", "Zero", "get", "lookup",
+           "not_run_by", "recorded"]

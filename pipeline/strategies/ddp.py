@@ -6,7 +6,6 @@ buckets and hands each full bucket to a communication hook. Ours wraps the chose
 time the backward pass waits for the last bucket. Every rank then steps its own optimizer on
 identical averaged gradients, so the replicas stay identical. BatchNorm running statistics come
 from rank 0 at every forward (DDP's forward_sync_buffers), or SyncBatchNorm if configured; a
-from typing import TYPE_CHECKING
 model whose only buffers are constants (the frozen BatchNorm of a pretrained backbone) syncs none.
 Gradients are views of DDP's buckets, as its documentation advises: no copy per parameter out
 of the bucket after each all-reduce.
@@ -20,10 +19,11 @@ from typing import TYPE_CHECKING
 from ..costmodel.network import Flow, Network
 from ..runtime import compat, distributed
 from ..runtime.run import Run
-from .base import Context, Option, Traffic, changing_buffers
-from .torchrun import TorchrunStrategy
+from .base import Option
+from .process import Context, Traffic, changing_buffers
+from .torchrun import TorchrunRuntime, TorchrunStrategy
 
-if TYPE_CHECKING:  # annotations only: torch is imported where a process runs
+if TYPE_CHECKING:
     import torch
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
@@ -177,9 +177,6 @@ class DDP(TorchrunStrategy):
     def unavailable(self) -> str | None:
         return sync_batchnorm_unavailable(self.parallel) or super().unavailable()
 
-    def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
-        return wrapped_in_ddp(model, ctx, self.parallel, self.run.option("comm_hook"), self._traffic)
-
     @classmethod
     def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
         return ring_all_reduce(run.workers, grad_bytes, run.option("comm_hook"))
@@ -188,3 +185,13 @@ class DDP(TorchrunStrategy):
     def communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
                               backward: float) -> float:
         return all_reduce_seconds(run.workers, grad_bytes, run.option("comm_hook"), network, backward)
+
+    def runtime(self) -> DDPRuntime:
+        return DDPRuntime(self)
+
+
+class DDPRuntime(TorchrunRuntime):
+    """A rank: the model in DDP, its all-reduce through the counting hook."""
+
+    def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        return wrapped_in_ddp(model, ctx, self.parallel, self.run.option("comm_hook"), self._traffic)

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 from ..costmodel.network import Flow, Network
 from ..runtime import distributed
 from ..runtime.run import Run
-from .base import Context, Strategy, Traffic, gradient_bytes
+from .base import Strategy
+from .process import Context, Runtime, Traffic, gradient_bytes
 
-if TYPE_CHECKING:  # annotations only: torch is imported where a process runs
+if TYPE_CHECKING:
     import torch
-
 
 
 def _to(obj, device):
@@ -112,22 +112,8 @@ class DataParallel(Strategy):
             return "DataParallel runs in one process on one machine (parallel.nnodes must be 1)"
         return None
 
-    def gpus_in_use(self, ctx: Context) -> list[int]:
-        return list(range(self.run.workers))  # GPU 0 and the replicas' GPUs
-
     def batch_per_process(self) -> int:
         return self.run.images_per_worker * self.run.workers  # split by scatter_by_sample
-
-    def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
-        return detection_data_parallel()(model, list(range(self.run.workers)), self._traffic)
-
-    def step(self, model, optimizer, ctx: Context) -> float:
-        optimizer.step()  # GPU 0 holds the only weights that are updated
-        return 0.0
-
-    def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
-        through_master = self.link_bytes(self.run, grad_bytes)["busiest"]
-        return {"sent": through_master, "received": through_master}
 
     @classmethod
     def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
@@ -144,3 +130,24 @@ class DataParallel(Strategy):
         if network.nodes > 1:
             return math.nan  # one process: DataParallel cannot span machines
         return super().communication_seconds(run, grad_bytes, network, backward)
+
+    def runtime(self) -> DataParallelRuntime:
+        return DataParallelRuntime(self)
+
+
+class DataParallelRuntime(Runtime):
+    """The one process: the model replicated over the run's GPUs at every forward."""
+
+    def gpus_in_use(self, ctx: Context) -> list[int]:
+        return list(range(self.run.workers))  # GPU 0 and the replicas' GPUs
+
+    def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
+        return detection_data_parallel()(model, list(range(self.run.workers)), self._traffic)
+
+    def step(self, model, optimizer, ctx: Context) -> float:
+        optimizer.step()  # GPU 0 holds the only weights that are updated
+        return 0.0
+
+    def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
+        through_master = self.spec.link_bytes(self.run, grad_bytes)["busiest"]
+        return {"sent": through_master, "received": through_master}

@@ -35,16 +35,14 @@ a plain optimizer state keyed by parameter name, whatever the world size.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from ..costmodel.network import Flow
 from ..runtime import compat
 from ..runtime.run import Run
-from .base import Context, Option, tensor_checksum
-from .torchrun import TorchrunStrategy
-
-if TYPE_CHECKING:  # annotations only: torch is imported where a process runs
-    import torch
+from .base import Option
+from .process import Context, tensor_checksum
+from .torchrun import TorchrunRuntime, TorchrunStrategy
 
 GATHERED_BYTES = {"bf16": 2, "fp16": 2}  # per element of a 16-bit run's weights, all-gathered
 
@@ -66,9 +64,9 @@ def shard_units(model) -> list:
 
 class Gathered:
     """A model's or optimizer's state as a checkpoint sees it: the full state dict gathered by
-    `FSDP.consolidate` (read on rank 0), loaded by every rank back into its shards."""
+    `FSDPRuntime.consolidate` (read on rank 0), loaded by every rank back into its shards."""
 
-    def __init__(self, strategy: "FSDP", part: str, model, optimizer):
+    def __init__(self, strategy: FSDPRuntime, part: str, model, optimizer):
         self.strategy, self.part, self.model, self.optimizer = strategy, part, model, optimizer
 
     def state_dict(self) -> dict:
@@ -125,8 +123,63 @@ class FSDP(TorchrunStrategy):
             return "sync_batchnorm is implemented for ddp only"
         return super().unavailable()
 
-    def __init__(self, run: Run, parallel: dict):
-        super().__init__(run, parallel)
+    @classmethod
+    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
+        """Ring all-gathers of the weights in forward (and again in backward when resharding),
+        and a ring reduce-scatter of the gradients: (N-1)/N M per rank each, in N-1 steps; a
+        16-bit run gathers 16-bit weights (M/2; BatchNorm's few fp32 weights counted so too)."""
+        n = run.workers
+        if n < 2:
+            return []
+
+        def ring(size):
+            return [Flow(("worker", i), ("worker", (i + 1) % n), size * (n - 1) / n, n - 1)
+                    for i in range(n)]
+        gathered = grad_bytes * GATHERED_BYTES.get(run.precision, 4) / 4
+        return [ring(gathered)] * (2 if run.option("reshard_after_forward") else 1) + [ring(grad_bytes)]
+
+    @classmethod
+    def calibrate(cls, timed) -> dict[str, float]:
+        """The detector's forward + backward as it is (`plain_s`) and as its runtime shards it,
+        resharding after forward (`reshard_s`) and keeping the weights gathered (`keep_s`):
+        FSDP2's cost on this machine, its gathers and reduce-scatters with what it does around
+        them (copies in and out of its buffers, hooks), which on CPU processes is most of it
+        (measured on 2: 42-54 ms an iteration resharding, 26-50 keeping, for the tiny detector's
+        9 units, where gloo's all-gather of a small message takes 0.65 ms). In fp32; it hardly
+        depends on the images (the same within the timing noise at 2, 4 and 8 a process)."""
+        found = {"plain_s": timed(None)}
+        for reshard, key in ((True, "reshard_s"), (False, "keep_s")):
+            runtime = cls(cls.filled(workers=1, reshard_after_forward=reshard), {}).runtime()
+            found[key] = timed(lambda model: runtime.wrap(model, Context()))
+        return found
+
+    @classmethod
+    def communication_seconds(cls, run: Run, grad_bytes: float, network, backward: float) -> float:
+        """Where commbench timed FSDP2 on the run's model at its process count
+        (`network.calibrations`, `calibrate`), what it added to forward + backward: FSDP2's
+        gathers and reduce-scatters run inside them, and on a CPU most of their cost is FSDP2's
+        own work around them, which no link model of its rings sees. Otherwise (and for a
+        16-bit run, as the timing is fp32's), the rings of `phases` one after the other."""
+        timed = (network.calibrations or {}).get(cls.name)
+        if run.workers < 2 or not timed or run.precision != "fp32":
+            return super().communication_seconds(run, grad_bytes, network, backward)
+        setting = "reshard_s" if run.option("reshard_after_forward") else "keep_s"
+        return max(0.0, timed[setting] - timed["plain_s"])
+
+    @classmethod
+    def memory_theory(cls, run: Run, grad_bytes: float) -> dict[str, float]:
+        n = run.workers
+        return {"parameters": grad_bytes / n, "gradients": grad_bytes / n, "optimizer": grad_bytes / n}
+
+    def runtime(self) -> FSDPRuntime:
+        return FSDPRuntime(self)
+
+
+class FSDPRuntime(TorchrunRuntime):
+    """A rank: the model sharded in its units, each unit's collectives counted as they run."""
+
+    def __init__(self, spec: FSDP):
+        super().__init__(spec)
         self.gathered: dict = {}
         self.units: list = []
         self._blueprint = None  # the model's structure on the meta device, to score a gathered copy
@@ -229,54 +282,6 @@ class FSDP(TorchrunStrategy):
         self._gathers = 0
         optimizer.step()
         return 0.0
-
-    @classmethod
-    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
-        """Ring all-gathers of the weights in forward (and again in backward when resharding),
-        and a ring reduce-scatter of the gradients: (N-1)/N M per rank each, in N-1 steps; a
-        16-bit run gathers 16-bit weights (M/2; BatchNorm's few fp32 weights counted so too)."""
-        n = run.workers
-        if n < 2:
-            return []
-
-        def ring(size):
-            return [Flow(("worker", i), ("worker", (i + 1) % n), size * (n - 1) / n, n - 1)
-                    for i in range(n)]
-        gathered = grad_bytes * GATHERED_BYTES.get(run.precision, 4) / 4
-        return [ring(gathered)] * (2 if run.option("reshard_after_forward") else 1) + [ring(grad_bytes)]
-
-    @classmethod
-    def calibrate(cls, timed) -> dict[str, float]:
-        """The detector's forward + backward as it is (`plain_s`) and as `wrap` shards it,
-        resharding after forward (`reshard_s`) and keeping the weights gathered (`keep_s`):
-        FSDP2's cost on this machine, its gathers and reduce-scatters with what it does around
-        them (copies in and out of its buffers, hooks), which on CPU processes is most of it
-        (measured on 2: 42-54 ms an iteration resharding, 26-50 keeping, for the tiny detector's
-        9 units, where gloo's all-gather of a small message takes 0.65 ms). In fp32; it hardly
-        depends on the images (the same within the timing noise at 2, 4 and 8 a process)."""
-        found = {"plain_s": timed(None)}
-        for reshard, key in ((True, "reshard_s"), (False, "keep_s")):
-            strategy = cls(cls.filled(workers=1, reshard_after_forward=reshard), {})
-            found[key] = timed(lambda model: strategy.wrap(model, Context()))
-        return found
-
-    @classmethod
-    def communication_seconds(cls, run: Run, grad_bytes: float, network, backward: float) -> float:
-        """Where commbench timed FSDP2 on the run's model at its process count
-        (`network.calibrations`, `calibrate`), what it added to forward + backward: FSDP2's
-        gathers and reduce-scatters run inside them, and on a CPU most of their cost is FSDP2's
-        own work around them, which no link model of its rings sees. Otherwise (and for a
-        16-bit run, as the timing is fp32's), the rings of `phases` one after the other."""
-        timed = (network.calibrations or {}).get(cls.name)
-        if run.workers < 2 or not timed or run.precision != "fp32":
-            return super().communication_seconds(run, grad_bytes, network, backward)
-        setting = "reshard_s" if run.option("reshard_after_forward") else "keep_s"
-        return max(0.0, timed[setting] - timed["plain_s"])
-
-    @classmethod
-    def memory_theory(cls, run: Run, grad_bytes: float) -> dict[str, float]:
-        n = run.workers
-        return {"parameters": grad_bytes / n, "gradients": grad_bytes / n, "optimizer": grad_bytes / n}
 
     # ---- the whole model, gathered ---------------------------------------------------------
     def consolidate(self, model, optimizer, ctx: Context) -> None:

@@ -35,10 +35,11 @@ from ..costmodel.network import Flow
 from ..runtime import distributed
 from ..runtime.record import RankReport, Record, RunSummary, declare_facts
 from ..runtime.run import Run
-from .base import Context, Option, changing_buffers
-from .torchrun import TorchrunStrategy
+from .base import Option
+from .process import Context, changing_buffers
+from .torchrun import TorchrunRuntime, TorchrunStrategy
 
-if TYPE_CHECKING:  # annotations only: torch is imported where a process runs
+if TYPE_CHECKING:
     import torch
     import torch.distributed as dist
 
@@ -112,12 +113,8 @@ class ParameterServer(TorchrunStrategy):
 
     def __init__(self, run: Run, parallel: dict):
         super().__init__(run, parallel)
-        self.dedicated = run.option("placement") == "dedicated"
-        self.servers = run.option("servers")  # K
-        self.extra_processes = self.servers if self.dedicated else 0
-        self.first_worker = self.servers if self.dedicated else 0
-        self.staleness = run.option("staleness")
-        self.ssp: Stale | None = None  # a server's asynchronous state
+        # a dedicated server is a process of its own, beside the workers
+        self.extra_processes = run.option("servers") if run.option("placement") == "dedicated" else 0
 
     @classmethod
     def variant(cls, run: Run) -> str:
@@ -145,6 +142,52 @@ class ParameterServer(TorchrunStrategy):
         if self.parallel["sync_batchnorm"]:
             return "sync_batchnorm is implemented for ddp only; ps takes the first worker's buffers"
         return super().unavailable()
+
+    @classmethod
+    def waits_for_slowest(cls, run: Run) -> bool:
+        """With staleness S > 0 a worker runs ahead of the slowest by up to S updates."""
+        return super().waits_for_slowest(run) and not run.option("staleness")
+
+    @classmethod
+    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
+        """N workers, K server shards of M/K each: every worker sends each shard's server its
+        gradients, then (after the update; the server needs every worker's) receives its
+        weights. A colocated server keeps its own worker's slice local. So a dedicated server
+        moves N M/K each way and a worker M; a colocated server-worker M + (N-2)M/K (K = 1: the
+        2(N-1)M through one server the study is about; K = N: ring all-reduce's 2(N-1)/N M)."""
+        n, k = run.workers, run.option("servers")
+        dedicated = run.option("placement") == "dedicated"
+        server = (lambda s: ("server", s)) if dedicated else (lambda s: ("worker", s))
+        gradients = [Flow(("worker", w), server(s), grad_bytes / k)
+                     for w in range(n) for s in range(k) if server(s) != ("worker", w)]
+        return [gradients, [Flow(f.dst, f.src, f.nbytes) for f in gradients]]
+
+    @classmethod
+    def memory_theory(cls, run: Run, grad_bytes: float) -> dict[str, float]:
+        """Every process keeps the whole weights; a worker its whole gradients; the momentum
+        lives on the servers, 1/K of it each. The busiest: a colocated server (whole gradients
+        and its 1/K), or a dedicated one with K = 1 (its shard's gradients: all of them)."""
+        k = run.option("servers")
+        worker = {"parameters": grad_bytes, "gradients": grad_bytes, "optimizer": 0.0}
+        if run.option("placement") == "colocated":
+            return dict(worker, optimizer=grad_bytes / k)
+        server = {"parameters": grad_bytes, "gradients": grad_bytes / k, "optimizer": grad_bytes / k}
+        return max(worker, server, key=lambda parts: sum(parts.values()))
+
+    def runtime(self) -> ParameterServerRuntime:
+        return ParameterServerRuntime(self)
+
+
+class ParameterServerRuntime(TorchrunRuntime):
+    """A server, a worker or both: the messages of the module docstring, and the step."""
+
+    def __init__(self, spec: ParameterServer):
+        super().__init__(spec)
+        self.dedicated = self.run.option("placement") == "dedicated"
+        self.servers = self.run.option("servers")  # K
+        self.first_worker = self.servers if self.dedicated else 0
+        self.staleness = self.run.option("staleness")
+        self.ssp: Stale | None = None  # a server's asynchronous state
 
     def place(self, ctx: Context) -> Context:
         if ctx.rank < self.servers:
@@ -375,37 +418,6 @@ class ParameterServer(TorchrunStrategy):
                 self.params[i].data.copy_(value)
                 if state:
                     optimizer.state[self.params[i]] = {k: v.to(ctx.device) for k, v in state.items()}
-
-    @classmethod
-    def waits_for_slowest(cls, run: Run) -> bool:
-        """With staleness S > 0 a worker runs ahead of the slowest by up to S updates."""
-        return super().waits_for_slowest(run) and not run.option("staleness")
-
-    @classmethod
-    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
-        """N workers, K server shards of M/K each: every worker sends each shard's server its
-        gradients, then (after the update; the server needs every worker's) receives its
-        weights. A colocated server keeps its own worker's slice local. So a dedicated server
-        moves N M/K each way and a worker M; a colocated server-worker M + (N-2)M/K (K = 1: the
-        2(N-1)M through one server the study is about; K = N: ring all-reduce's 2(N-1)/N M)."""
-        n, k = run.workers, run.option("servers")
-        dedicated = run.option("placement") == "dedicated"
-        server = (lambda s: ("server", s)) if dedicated else (lambda s: ("worker", s))
-        gradients = [Flow(("worker", w), server(s), grad_bytes / k)
-                     for w in range(n) for s in range(k) if server(s) != ("worker", w)]
-        return [gradients, [Flow(f.dst, f.src, f.nbytes) for f in gradients]]
-
-    @classmethod
-    def memory_theory(cls, run: Run, grad_bytes: float) -> dict[str, float]:
-        """Every process keeps the whole weights; a worker its whole gradients; the momentum
-        lives on the servers, 1/K of it each. The busiest: a colocated server (whole gradients
-        and its 1/K), or a dedicated one with K = 1 (its shard's gradients: all of them)."""
-        k = run.option("servers")
-        worker = {"parameters": grad_bytes, "gradients": grad_bytes, "optimizer": 0.0}
-        if run.option("placement") == "colocated":
-            return dict(worker, optimizer=grad_bytes / k)
-        server = {"parameters": grad_bytes, "gradients": grad_bytes / k, "optimizer": grad_bytes / k}
-        return max(worker, server, key=lambda parts: sum(parts.values()))
 
     def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
         """This process's bytes each way: as a worker, the gradients of the shards others

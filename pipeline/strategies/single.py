@@ -8,7 +8,8 @@ multi-process CPU run gets (cores / processes), measured rather than scaled
 from __future__ import annotations
 
 from ..runtime.run import Run
-from .base import Context, Option, Strategy
+from .base import Option, Strategy
+from .process import Context, Runtime
 
 
 class Single(Strategy):
@@ -34,5 +35,10 @@ class Single(Strategy):
     def phases(cls, run: Run, grad_bytes: float) -> list:
         return []  # nothing to synchronise
 
+    def runtime(self) -> SingleRuntime:
+        return SingleRuntime(self)
+
+
+class SingleRuntime(Runtime):
     def start(self, threads: int) -> Context:
         return super().start(self.run.option("threads") or threads)

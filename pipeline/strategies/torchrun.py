@@ -1,10 +1,11 @@
-"""What the multi-process strategies (ddp, ps) share: one process per worker started by torchrun
-(one launcher per node, c10d rendezvous across nodes), a torch.distributed process group, and
-the checks of what this machine can run."""
+"""What the multi-process strategies (ddp, ps, zero, fsdp) share: one process per worker started
+by torchrun (one launcher per node, c10d rendezvous across nodes) and the checks of what this
+machine can run (the spec), a torch.distributed process group (the runtime)."""
 from __future__ import annotations
 
 from ..runtime import distributed
-from .base import Context, Strategy
+from .base import Strategy
+from .process import Context, Runtime
 
 
 class TorchrunStrategy(Strategy):
@@ -54,9 +55,27 @@ class TorchrunStrategy(Strategy):
         # Evaluation runs on one node only (its job asks for one), one process per worker.
         return torchrun(python, self.evaluation_processes(), dict(self.parallel, nnodes=1), "")
 
+    def runtime(self) -> TorchrunRuntime:
+        return TorchrunRuntime(self)
+
+
+def torchrun(python: str, per_node: int, parallel: dict, job_id: str) -> list[str]:
+    """The standard launcher: one torchrun per node (pipeline/runtime/elastic.py: torchrun, naming the
+    process that died), c10d rendezvous at parallel.rdzv_endpoint, elastic restarts."""
+    command = [python, "-m", "pipeline.runtime.elastic", f"--nproc-per-node={per_node}",
+               f"--nnodes={parallel['nnodes']}", f"--max-restarts={parallel['max_restarts']}"]
+    if parallel["nnodes"] == 1:
+        return command + ["--standalone"]
+    return command + ["--rdzv-backend=c10d", f"--rdzv-endpoint={parallel['rdzv_endpoint']}",
+                      f"--rdzv-id={job_id}"]
+
+
+class TorchrunRuntime(Runtime):
+    """A process of a torchrun job: a member of the process group."""
+
     def theory_bytes(self, ctx: Context, grad_bytes: int) -> dict[str, float]:
         """What every rank sends and receives by `phases`: the last worker's link, each way."""
-        wire = self.link_bytes(self.run, grad_bytes)["worker"]
+        wire = self.spec.link_bytes(self.run, grad_bytes)["worker"]
         return {"sent": wire, "received": wire}
 
     def start(self, threads: int) -> Context:
@@ -72,14 +91,3 @@ class TorchrunStrategy(Strategy):
 
     def finish(self, ctx: Context) -> None:
         distributed.destroy_process_group()
-
-
-def torchrun(python: str, per_node: int, parallel: dict, job_id: str) -> list[str]:
-    """The standard launcher: one torchrun per node (pipeline/runtime/elastic.py: torchrun, naming the
-    process that died), c10d rendezvous at parallel.rdzv_endpoint, elastic restarts."""
-    command = [python, "-m", "pipeline.runtime.elastic", f"--nproc-per-node={per_node}",
-               f"--nnodes={parallel['nnodes']}", f"--max-restarts={parallel['max_restarts']}"]
-    if parallel["nnodes"] == 1:
-        return command + ["--standalone"]
-    return command + ["--rdzv-backend=c10d", f"--rdzv-endpoint={parallel['rdzv_endpoint']}",
-                      f"--rdzv-id={job_id}"]

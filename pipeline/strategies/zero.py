@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from ..costmodel.network import Flow, Network
 from ..runtime.run import Run
-from .base import Context
+from .process import Context
 from .ddp import all_reduce_seconds, ring_all_reduce, sync_batchnorm_unavailable, wrapped_in_ddp
-from .torchrun import TorchrunStrategy
-
+from .torchrun import TorchrunRuntime, TorchrunStrategy
 
 
 def partition_bytes(optimizer) -> list[int]:
@@ -39,7 +38,7 @@ PLAIN = "none"  # DDP's gradient all-reduce as it is: plain fp32, no compression
 
 
 class Zero(TorchrunStrategy):
-    """DDP's wrapping and all-reduce (ddp.py), composed with a sharded optimizer."""
+    """DDP's all-reduce (ddp.py), composed with a sharded optimizer."""
 
     name = "zero"
     label = "ZeRO-1"
@@ -59,39 +58,8 @@ class Zero(TorchrunStrategy):
     def predicted_curves(cls, predict: dict) -> dict[str, dict]:
         return {"ZeRO-1 (all-reduce + broadcast)": {"strategy": cls.name}}
 
-    _sizes: list[int] | None = None  # bytes of each rank's partition
-
     def unavailable(self) -> str | None:
         return sync_batchnorm_unavailable(self.parallel) or super().unavailable()
-
-    def wrap(self, model, ctx: Context):
-        return wrapped_in_ddp(model, ctx, self.parallel, PLAIN, self._traffic)
-
-    def optimizer(self, params, **sgd):
-        import torch
-        from torch.distributed import optim as zero_optim
-
-        # Every rank builds the whole SGD's parameter list, but holds state for its partition;
-        # the parameters become views of one bucket a rank, broadcast whole (module docstring)
-        return zero_optim.ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD,
-                                                  parameters_as_bucket_view=True, **sgd)
-
-    def step(self, model, optimizer, ctx: Context) -> float:
-        """The local step of this rank's partition, then the broadcast of every partition: the
-        weights are updated here, each rank its own 1/N (the broadcast's seconds count in the
-        optimizer's phase: the two happen in one call)."""
-        optimizer.step()
-        if self._sizes is None:  # the partitions never change: read once
-            self._sizes = partition_bytes(getattr(optimizer, "_optimizer", optimizer))  # under fp16's scaler
-        sizes = self._sizes
-        # A broadcast: the owner sends its partition to each other rank, which receives it
-        self._traffic.sent += sizes[ctx.rank] * (ctx.processes - 1)
-        self._traffic.received += sum(sizes) - sizes[ctx.rank]
-        return 0.0
-
-    def consolidate(self, model, optimizer, ctx: Context) -> None:
-        """Rank 0 gathers every partition's momentum: its state dict is then the whole one."""
-        optimizer.consolidate_state_dict(to=0)
 
     @classmethod
     def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
@@ -123,5 +91,43 @@ class Zero(TorchrunStrategy):
         n = run.workers
         return {"parameters": grad_bytes, "gradients": grad_bytes, "optimizer": grad_bytes / n}
 
+    def runtime(self) -> ZeroRuntime:
+        return ZeroRuntime(self)
 
-__all__ = ["Zero", "partition_bytes"]
+
+class ZeroRuntime(TorchrunRuntime):
+    """A rank: DDP's wrapping and all-reduce (ddp.py), then its partition's step and broadcast."""
+
+    _sizes: list[int] | None = None  # bytes of each rank's partition
+
+    def wrap(self, model, ctx: Context):
+        return wrapped_in_ddp(model, ctx, self.parallel, PLAIN, self._traffic)
+
+    def optimizer(self, params, **sgd):
+        import torch
+        from torch.distributed import optim as zero_optim
+
+        # Every rank builds the whole SGD's parameter list, but holds state for its partition;
+        # the parameters become views of one bucket a rank, broadcast whole (module docstring)
+        return zero_optim.ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD,
+                                                  parameters_as_bucket_view=True, **sgd)
+
+    def step(self, model, optimizer, ctx: Context) -> float:
+        """The local step of this rank's partition, then the broadcast of every partition: the
+        weights are updated here, each rank its own 1/N (the broadcast's seconds count in the
+        optimizer's phase: the two happen in one call)."""
+        optimizer.step()
+        if self._sizes is None:  # the partitions never change: read once
+            self._sizes = partition_bytes(getattr(optimizer, "_optimizer", optimizer))  # under fp16's scaler
+        sizes = self._sizes
+        # A broadcast: the owner sends its partition to each other rank, which receives it
+        self._traffic.sent += sizes[ctx.rank] * (ctx.processes - 1)
+        self._traffic.received += sum(sizes) - sizes[ctx.rank]
+        return 0.0
+
+    def consolidate(self, model, optimizer, ctx: Context) -> None:
+        """Rank 0 gathers every partition's momentum: its state dict is then the whole one."""
+        optimizer.consolidate_state_dict(to=0)
+
+
+__all__ = ["Zero", "ZeroRuntime", "partition_bytes"]

@@ -34,7 +34,7 @@ class Job:
     cfg: dict
     run: Run
     out_dir: Path
-    strategy: strategies.Strategy
+    runtime: strategies.Runtime  # the strategy in this process (pipeline/strategies/process.py)
     ctx: strategies.Context
     dataset: CocoDetection
     sampler: ShardedBatchSampler
@@ -58,7 +58,7 @@ class Job:
         and what each rank keeps of its own, saved for every rank."""
         return Checkpointer(
             self.state_dir, self.fingerprint, run_name(self.out_dir),
-            parts={**self.strategy.checkpoint_state(self.model, self.optimizer),
+            parts={**self.runtime.checkpoint_state(self.model, self.optimizer),
                    "scaler": self.precision.scaler, "train_state": self.state},
             rank_parts={"moved": self.moved, "rng": RandomState(self.ctx.device)})
 

@@ -13,6 +13,7 @@ import threading
 import time
 
 import psutil
+import torch
 
 
 def _nvml():
@@ -76,8 +77,6 @@ def peak_memory(gpus: list[int]) -> dict:
     the caching allocator reserved; on a CPU its peak resident set (tensors, code, the allocator's
     slack: what the operating system had to give it)."""
     if gpus:
-        import torch
-
         allocated = [torch.cuda.max_memory_allocated(g) for g in gpus]
         return {"peak_bytes": max(allocated), "per_gpu_bytes": allocated,
                 "reserved_bytes": max(torch.cuda.max_memory_reserved(g) for g in gpus),

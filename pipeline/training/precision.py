@@ -22,7 +22,7 @@ DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 class Precision:
     def __init__(self, name: str, device: torch.device, grad_scaler=None):
-        """`grad_scaler(device)` builds fp16's scaler: the strategy's (Strategy.grad_scaler;
+        """`grad_scaler(device)` builds fp16's scaler: the strategy's (Runtime.grad_scaler;
         FSDP agrees an overflow over its shards), torch's own by default."""
         self.name, self.device, self.dtype = name, device, DTYPES[name]
         make_scaler = grad_scaler or (lambda device: torch.amp.GradScaler(device.type))

@@ -20,7 +20,7 @@ from ..runtime.record import (STRATEGY_REMEDY, Bytes, Checkpoints, Evaluation, M
 from ..runtime import distributed, failure, provenance
 from ..runtime.files import atomic_path, read_json_lines, save_torch, write_json, write_text
 from ..strategies import sweep
-from ..strategies.base import Context, gradient_bytes
+from ..strategies.process import Context, gradient_bytes
 from .job import Job
 from .monitor import peak_memory
 from .precision import Precision
@@ -47,21 +47,21 @@ def summarise(job: Job, live_log: Path) -> dict | None:
     """Gather every rank's report; the first worker writes the weights, the iteration log and
     the summary (last, so that its presence means the run finished). Returns the summary's
     JSON object in that process, None in the others."""
-    job.strategy.consolidate(job.model, job.optimizer, job.ctx)
+    job.runtime.consolidate(job.model, job.optimizer, job.ctx)
     ranks = rank_report(job)
     samples = [s for rank in distributed.all_gather(job.monitor.stop()) for s in rank]
     if not job.ctx.reports:
         return None
-    cfg, ctx, strategy = job.cfg, job.ctx, job.strategy
+    cfg, ctx, runtime = job.cfg, job.ctx, job.runtime
     # What the strategy observed over every rank (a ps server's staleness): fields of the record
-    facts = RunSummary.fields_of(strategy.summary_facts([r.to_json() for r in ranks]),
-                                 f"{strategy.name}.summary_facts", STRATEGY_REMEDY)
+    facts = RunSummary.fields_of(runtime.summary_facts([r.to_json() for r in ranks]),
+                                 f"{runtime.spec.name}.summary_facts", STRATEGY_REMEDY)
     record = summary_of(read_json_lines(live_log), job.run, job.state, ctx, job.precision, facts,
                         ranks=ranks, schedule=job.schedule, global_batch=job.global_batch,
                         lr=job.base_lr, evaluations=evaluations(job.state_dir),
-                        communication_timed=strategy.communication_timed is not None)
+                        communication_timed=runtime.spec.communication_timed is not None)
     write_text(job.out_dir / "utilisation.jsonl", "".join(json.dumps(s) + "\n" for s in samples))
-    save_torch({"model": strategy.model_state(job.model),
+    save_torch({"model": runtime.model_state(job.model),
                 "num_classes": job.dataset.num_classes, "model_cfg": cfg["model"]},
                job.out_dir / "model_final.pt")
     with atomic_path(job.out_dir / "iterations.jsonl") as tmp:
@@ -90,18 +90,18 @@ def failed_outcome(job: Job, live_log: Path, reason: str) -> dict:
 def rank_report(job: Job) -> list[RankReport]:
     """Every process's role, checksum of its weights, and bytes per iteration, measured and by
     theory; gathered from all ranks (the replicas must be identical)."""
-    grad_bytes = gradient_bytes(job.strategy.unwrap(job.model))
+    grad_bytes = gradient_bytes(job.runtime.unwrap(job.model))
     iterations = max(job.moved.iterations, 1)
     return distributed.all_gather(RankReport(
-        rank=job.ctx.rank, role=job.ctx.role, checksum=job.strategy.checksum(job.model),
+        rank=job.ctx.rank, role=job.ctx.role, checksum=job.runtime.checksum(job.model),
         gradient_bytes=grad_bytes,
         bytes_per_iteration=Bytes(sent=job.moved.sent / iterations,
                                   received=job.moved.received / iterations),
-        theory_bytes_per_iteration=Bytes(**job.strategy.theory_bytes(job.ctx, grad_bytes)),
-        memory=Memory(**peak_memory(job.strategy.gpus_in_use(job.ctx)),
-                      state=StateBytes(**job.strategy.owned_state(job.model, job.optimizer))),
-        **RankReport.fields_of(job.strategy.rank_facts(job.ctx),
-                               f"{job.strategy.name}.rank_facts", STRATEGY_REMEDY)))
+        theory_bytes_per_iteration=Bytes(**job.runtime.theory_bytes(job.ctx, grad_bytes)),
+        memory=Memory(**peak_memory(job.runtime.gpus_in_use(job.ctx)),
+                      state=StateBytes(**job.runtime.owned_state(job.model, job.optimizer))),
+        **RankReport.fields_of(job.runtime.rank_facts(job.ctx),
+                               f"{job.runtime.spec.name}.rank_facts", STRATEGY_REMEDY)))
 
 
 def summary_of(records: list[dict], run: Run, state: TrainState, ctx: Context,

@@ -193,9 +193,10 @@ def setup(cfg: dict, run: Run, out_dir: Path) -> Job:
     """Start this process's part of the job: data, model, wrapped by the strategy, optimizer,
     and the state of an interrupted run with the same fingerprint."""
     train_cfg, data_cfg = cfg["train"], cfg["data"]
-    strategy = strategies.get(run, cfg["parallel"])
-    ctx = strategy.start(train_cfg["threads"])
-    per_process = strategy.batch_per_process()
+    spec = strategies.get(run, cfg["parallel"])
+    runtime = spec.runtime()
+    ctx = runtime.start(train_cfg["threads"])
+    per_process = spec.batch_per_process()
     global_batch = per_process * ctx.shards
     if ctx.device.type == "cpu":
         torch.use_deterministic_algorithms(True)
@@ -225,17 +226,17 @@ def setup(cfg: dict, run: Run, out_dir: Path) -> Job:
     model = build_model(cfg["model"], dataset.num_classes).to(ctx.device)
     if train_cfg["channels_last"]:
         model = model.to(memory_format=torch.channels_last)
-    model = strategy.wrap(model, ctx)
+    model = runtime.wrap(model, ctx)
     base_lr = scaled_lr(train_cfg, global_batch)
-    optimizer = strategy.optimizer([p for p in model.parameters() if p.requires_grad], lr=base_lr,
-                                   momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"])
-    job = Job(cfg, run, out_dir, strategy, ctx, dataset, sampler, loader, loader_seed, model,
+    optimizer = runtime.optimizer([p for p in model.parameters() if p.requires_grad], lr=base_lr,
+                                  momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"])
+    job = Job(cfg, run, out_dir, runtime, ctx, dataset, sampler, loader, loader_seed, model,
               optimizer, base_lr, global_batch, fingerprint(cfg, run),
-              Precision(run.precision, ctx.device, strategy.grad_scaler),
+              Precision(run.precision, ctx.device, runtime.grad_scaler),
               IterationClock(ctx.device, train_cfg["time_split"]))
     job.checkpointer.restore(ctx.rank, ctx.reports)
     job.state.begin_session(int(os.environ.get(RESTART_COUNT, 0)))
-    job.sync_check = SyncCheck(strategy.unwrap(model), SYNC_CHECK_AFTER,
+    job.sync_check = SyncCheck(runtime.unwrap(model), SYNC_CHECK_AFTER,
                                enabled=train_cfg["sync_debug"] and ctx.device.type == "cuda")
     log.info("rank %d (%s): %d images, %d per process x %d shards, lr %.4g, %d threads, %s, %s",
              ctx.rank, ctx.role, len(dataset), per_process, ctx.shards, base_lr, ctx.threads,
@@ -262,9 +263,9 @@ def iterate(job: Job, batch, stopwatch: Stopwatch, log: IterationLog) -> None:
             losses = forward_backward(job.model, job.optimizer, images, targets, job.precision)
         # -- the strategy's step, and the bytes it moved
         marks["step"] = clock.mark()
-        seconds_communicating = job.strategy.step(job.model, job.precision.optimizer(job.optimizer), ctx)
+        seconds_communicating = job.runtime.step(job.model, job.precision.optimizer(job.optimizer), ctx)
         marks["end"] = clock.mark()
-        traffic = job.strategy.traffic()
+        traffic = job.runtime.traffic()
         job.moved.add(traffic.sent, traffic.received)
         state.step += 1
         distributed.report_progress(state.step)
@@ -319,9 +320,9 @@ def save_checkpoint(job: Job) -> None:
     training's, and this save counts itself, though its own seconds are not known yet (a
     resumed run does not count them)."""
     start = time.perf_counter()
-    job.strategy.consolidate(job.model, job.optimizer, job.ctx)
+    job.runtime.consolidate(job.model, job.optimizer, job.ctx)
     job.state.checkpoints["count"] += 1
-    job.checkpointer.save(job.strategy.saves_checkpoint(job.ctx))
+    job.checkpointer.save(job.runtime.saves_checkpoint(job.ctx))
     job.state.checkpoints["seconds"] += time.perf_counter() - start
 
 
@@ -330,7 +331,7 @@ def train(cfg: dict, run: Run, out_dir: str | Path, max_steps: int | None = None
     Returns the run summary in the process that writes it, None in the others."""
     job = setup(cfg, run, Path(out_dir))
     job.monitor = Monitor(job.ctx.rank, cfg["train"]["monitor_interval_s"],
-                          job.strategy.gpus_in_use(job.ctx)).start()
+                          job.runtime.gpus_in_use(job.ctx)).start()
     state = job.state
     progress = Progress(job.total_steps, state.step, cfg["train"]["print_every"], job.ctx.reports,
                         job.global_batch)
@@ -354,7 +355,7 @@ def train(cfg: dict, run: Run, out_dir: str | Path, max_steps: int | None = None
     summary = summarise(job, live_log)
     if max_steps is None:
         job.checkpointer.forget(job.ctx.rank)
-    job.strategy.finish(job.ctx)
+    job.runtime.finish(job.ctx)
     return summary
 
 
@@ -366,7 +367,7 @@ def evaluate_during_training(job: Job) -> None:
     if not every or (job.state.epoch + 1) % every or job.run.data_mode != "real":
         return
     start = time.perf_counter()
-    model = job.strategy.scoring_model(job.model, job.ctx)  # gathered, where it is sharded
+    model = job.runtime.scoring_model(job.model, job.ctx)  # gathered, where it is sharded
     if model is not None:
         val = CocoDetection(job.cfg["data"]["root"], "val", train=False,
                             exif_orientation=job.cfg["data"]["exif_orientation"])

@@ -10,8 +10,9 @@ import time
 from ..costmodel.network import Flow
 from ..runtime.record import RankReport, declare_facts
 from ..runtime.run import Run
-from .base import Context, Option
-from .torchrun import TorchrunStrategy
+from .base import Option
+from .process import Context
+from .torchrun import TorchrunRuntime, TorchrunStrategy
 
 declare_facts(RankReport, all_gathers=int)  # its rank_facts: the all-gathers this rank ran
 
@@ -41,8 +42,17 @@ class AllGather(TorchrunStrategy):
         n = run.workers
         return [[Flow(("worker", i), ("worker", j), grad_bytes) for i in range(n) for j in range(n) if i != j]]
 
+    def runtime(self) -> AllGatherRuntime:
+        return AllGatherRuntime(self)
+
+
+class AllGatherRuntime(TorchrunRuntime):
+    """A rank: every rank's gradients gathered and averaged here, its all-gathers counted."""
+
+    all_gathers = 0
+
     def step(self, model, optimizer, ctx: Context) -> float:
-        import torch  # here, not at the top: the registry is read where torch is not loaded
+        import torch  # in the runtime only: the spec is read where torch is not loaded
         import torch.distributed as dist
 
         start = time.perf_counter()
@@ -65,8 +75,6 @@ class AllGather(TorchrunStrategy):
         seconds = time.perf_counter() - start
         optimizer.step()  # every rank updates its own replica with the same average
         return seconds
-
-    all_gathers = 0
 
     def rank_facts(self, ctx: Context) -> dict:
         return {"all_gathers": self.all_gathers}

@@ -81,7 +81,7 @@ def train_and_score(cfg: dict, entry: dict, seed: int, out: Path) -> dict:
     return {"seed": seed, "AP": metrics.AP, "AP50": metrics.AP50,
             "images_per_second": summary.images_per_second, "warmup_iters": summary.warmup_iters,
             "iterations": summary.iterations, "run_id": summary.run_id,
-            **({"staleness": summary.staleness.to_json()} if summary.staleness else {})}
+            **{name: summary.to_json()[name] for name in summary.facts}}  # ps: its staleness
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -92,32 +92,40 @@ def test_a_quick_sitting_cut_off_keeps_the_rows_it_measured(tmp_path):
     assert "## overhead: running" in text and "single-w1-b2-amp-bf16-s0" in text
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(distributed.gpu_count() > 0,
-                    reason="a GPU is visible: this is the CPU smoke; run the check itself there")
-def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
+# The CPU smoke in two sittings (`--only`), each under the suite's per-test limit: every item
+# of gpu_check.ITEMS is in one of them.
+SITTINGS = {"strategies": ("strategies", "precision", "nvml"),
+            "recipe": ("overhead", "commbench", "throughput", "sync")}
+
+
+def test_the_cpu_smokes_sittings_cover_every_item():
+    assert sorted(item for items in SITTINGS.values() for item in items) == sorted(gpu_check.ITEMS)
+
+
+def cpu_smoke(tmp_path, sitting: str) -> dict:
+    """The check's CPU smoke of `sitting`'s items: its bundle's items, after the checks every
+    sitting passes (each item done, the provenance, finite losses wherever it trained)."""
+    items = SITTINGS[sitting]
     result = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--out", str(tmp_path / "bundle"),
-                             "--results", str(tmp_path / "results")],
+                             "--results", str(tmp_path / "results"), "--only", *items],
                             cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "no GPU visible: the CPU smoke" in result.stdout
     bundle = json.loads((tmp_path / "bundle" / "gpu_check.json").read_text())
-    items = bundle["items"]
-    assert [items[name]["status"] for name in gpu_check.ITEMS] == ["done"] * len(gpu_check.ITEMS)
+    found = bundle["items"]
+    assert sorted(found) == sorted(items)
+    assert [found[name]["status"] for name in items] == ["done"] * len(items)
     assert bundle["provenance"]["git_revision"] and bundle["provenance"]["packages"]["torch"]
-
     # every row that trained has finite losses (the check's backbone does not diverge)
-    trained = [run for item in items.values() for run in item.get("runs", []) if run["status"] == "ok"]
+    trained = [run for item in found.values() for run in item.get("runs", []) if run["status"] == "ok"]
     assert trained and all(run["losses_finite"] for run in trained)
+    return found
 
-    # each strategy at one process beside single: its cost of wrapping and measuring
-    overhead = {run["run_id"]: run for run in items["overhead"]["runs"]}
-    assert {run_id.split("-")[0] for run_id in overhead} == {cls.name for cls in REGISTERED}
-    assert overhead["single-w1-b2-amp-bf16-s0"]["ratio_to_single"] == 1
-    for run in overhead.values():
-        assert run["status"] == "ok" and run["ratio_to_single"] > 0 or (
-            run["status"] == "skipped" and run["reason"]), run
-    assert overhead["ps-colocated-w1-b2-amp-bf16-s0"]["status"] == "ok"  # one process: colocated
+
+@pytest.mark.slow
+@NO_GPU
+def test_without_a_gpu_the_check_runs_every_strategy_and_precision_at_tiny_sizes(tmp_path):
+    items = cpu_smoke(tmp_path, "strategies")
 
     runs = {run["run_id"]: run for run in items["strategies"]["runs"]}
     # every registered strategy is tried: run, or skipped with the reason the machine gives
@@ -162,6 +170,22 @@ def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
     assert sixteen[("dp", "bf16")]["status"] == "skipped" and "GPUs" in sixteen[("dp", "bf16")]["reason"]
 
     assert "no GPU visible" in items["nvml"]["skipped"]
+
+
+@pytest.mark.slow
+@NO_GPU
+def test_without_a_gpu_the_check_times_overheads_links_and_the_recipe_at_tiny_sizes(tmp_path):
+    items = cpu_smoke(tmp_path, "recipe")
+
+    # each strategy at one process beside single: its cost of wrapping and measuring
+    overhead = {run["run_id"]: run for run in items["overhead"]["runs"]}
+    assert {run_id.split("-")[0] for run_id in overhead} == {cls.name for cls in REGISTERED}
+    assert overhead["single-w1-b2-amp-bf16-s0"]["ratio_to_single"] == 1
+    for run in overhead.values():
+        assert run["status"] == "ok" and run["ratio_to_single"] > 0 or (
+            run["status"] == "skipped" and run["reason"]), run
+    assert overhead["ps-colocated-w1-b2-amp-bf16-s0"]["status"] == "ok"  # one process: colocated
+
     assert items["commbench"]["links"]
     table = items["throughput"]["runs"]
     assert [(r["images_per_gpu"], r["precision"]) for r in table] == [
@@ -174,7 +198,6 @@ def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
     assert json.loads(kept.read_text())["images_per_second"] > 0
     (baseline,) = single_inputs([load_run(kept.parent)])  # as the report reads a compute run
     assert baseline["baseline"] and baseline["compute"] > 0
-
     assert "CUDA synchronisations only" in items["sync"]["skipped"]  # tests/test_sync_free.py on a GPU
 
     text = (tmp_path / "bundle" / "gpu_check.md").read_text()

@@ -493,7 +493,7 @@ class Calibrations(OpenRecord):
 
 @dataclass(frozen=True)
 class CommbenchRecord(OpenRecord):
-    """results/commbench/<preset>/p<N>.json (pipeline/commbench.py): this host's links at
+    """results/commbench/<preset>/p<N>.json (pipeline/commbench/): this host's links at
     `processes` processes, the shared-compute factor and the strategies timed on the model."""
 
     processes: int

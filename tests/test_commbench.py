@@ -7,12 +7,25 @@ import json
 import subprocess
 import sys
 
+import pytest
+import torch
+
 from pipeline.commbench.links import sizes
 from pipeline.config.params import load_resolved
 from pipeline.costmodel import bands
 
 from .conftest import REPO
 from .test_strategies import PARALLEL
+
+
+def commbench(cfg: dict, processes: int, out) -> dict:
+    """The stage started as the workflow's rule starts it (the launcher becomes the job's
+    torchrun); its JSON."""
+    argv = [sys.executable, "-m", "pipeline.launch", "--stage", "commbench", "--processes",
+            str(processes), "--config", json.dumps(cfg), "--out", str(out)]
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(out.read_text())
 
 
 def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
@@ -23,12 +36,7 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
            "commbench": {"min_bytes": 4096, "max_bytes": 32 * 2**20, "repeats": 5,
                          "compute_images": 2, "compute_repeats": 5, "retries": 2},
            "model": dict(load_resolved(REPO / "params.yaml", preset="demo")["model"], min_size=64, max_size=64)}
-    # started as the workflow's rule starts it: the launcher becomes the job's torchrun
-    argv = [sys.executable, "-m", "pipeline.launch", "--stage", "commbench", "--processes", "2",
-            "--config", json.dumps(cfg), "--out", str(out)]
-    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    found = json.loads(out.read_text())
+    found = commbench(cfg, 2, out)
     assert found["backend"] == "gloo" and found["processes"] == 2
     assert set(found["primitives"]) == {"send_recv", "all_reduce", "broadcast"}
     for name, primitive in found["primitives"].items():
@@ -64,3 +72,17 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     fsdp = calibrations["strategies"]["fsdp"]
     assert set(calibrations["strategies"]) == {"fsdp"} and set(fsdp) == {"plain_s", "reshard_s", "keep_s"}
     assert fsdp["reshard_s"] > fsdp["plain_s"] > 0 and fsdp["keep_s"] > fsdp["plain_s"], fsdp
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="NCCL needs a GPU; none is visible")
+def test_over_nccl_every_reduction_is_on_the_gpu(tmp_path):
+    """NCCL reduces only tensors on a GPU: the first GPU sitting failed here with "No backend
+    type associated with device type cpu" while commbench reduced its timings as CPU tensors
+    (links.reduced now puts them on the job's device)."""
+    cfg = {"parallel": dict(PARALLEL, backend="nccl", timeout_s=60),
+           "commbench": {"min_bytes": 4096, "max_bytes": 2**20, "repeats": 3,
+                         "compute_images": 1, "compute_repeats": 3, "retries": 0},
+           "model": dict(load_resolved(REPO / "params.yaml", preset="demo")["model"], min_size=64, max_size=64)}
+    found = commbench(cfg, 1, tmp_path / "commbench.json")
+    assert found["backend"] == "nccl" and found["processes"] == 1

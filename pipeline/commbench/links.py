@@ -78,6 +78,15 @@ def time_broadcast(tensor: torch.Tensor, rank: int) -> float:
 PRIMITIVES = {"send_recv": time_send_recv, "all_reduce": time_all_reduce, "broadcast": time_broadcast}
 
 
+def reduced(values: list[float], device: torch.device, op=dist.ReduceOp.SUM) -> list[float]:
+    """`values` reduced over every rank, in float64 on the job's `device`: NCCL reduces only
+    tensors on a GPU (a CPU tensor fails with "No backend type associated with device type
+    cpu"), gloo those on the CPU."""
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=op)
+    return tensor.tolist()
+
+
 def busy_seconds() -> float | None:
     """CPU seconds the whole machine has been busy (every process, the hypervisor's steal
     included), from /proc/stat; None where that does not describe exactly the cores this
@@ -107,15 +116,15 @@ def with_other_load(measure, device: torch.device, rank: int):
     dist.barrier()
     after = busy_seconds() if rank == 0 else 0.0
     known = busy is not None and after is not None
-    totals = torch.tensor([time.process_time() - own, (after - busy) if known else 0.0,
-                           0.0 if known else 1.0], dtype=torch.float64)
-    dist.all_reduce(totals)  # every rank's own CPU; rank 0's reading of the machine
+    # every rank's own CPU; rank 0's reading of the machine
+    own_cpu, machine, unknown = reduced([time.process_time() - own, (after - busy) if known else 0.0,
+                                         0.0 if known else 1.0], device)
     seconds = time.perf_counter() - wall
-    other = (float(totals[1]) - float(totals[0])) / seconds if not totals[2] and seconds > 0 else None
+    other = (machine - own_cpu) / seconds if not unknown and seconds > 0 else None
     return {**result, "other_load": None if other is None else max(0.0, other)}
 
 
-def slowest_samples(call, repeats: int, warmups: int) -> list[float]:
+def slowest_samples(call, repeats: int, warmups: int, device: torch.device) -> list[float]:
     """The seconds `call()` returns, `repeats` times, each time the slowest rank's after a
     barrier (the same on every rank), following `warmups` untimed calls."""
     for _ in range(warmups):
@@ -123,9 +132,7 @@ def slowest_samples(call, repeats: int, warmups: int) -> list[float]:
     samples = []
     for _ in range(repeats):
         dist.barrier()
-        seconds = torch.tensor([call()], dtype=torch.float64)
-        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
-        samples.append(float(seconds))
+        samples += reduced([call()], device, op=dist.ReduceOp.MAX)
     return samples
 
 
@@ -145,7 +152,7 @@ def measure(device: torch.device, rank: int, processes: int, message_sizes: list
             medians, spreads = [], []
             for size in message_sizes:
                 tensor = torch.zeros(size // 4, device=device)
-                samples = slowest_samples(lambda: timed(tensor, rank), repeats, warmups=1)
+                samples = slowest_samples(lambda: timed(tensor, rank), repeats, warmups=1, device=device)
                 medians.append(statistics.median(samples))
                 spreads.append(bands.relative_spread(samples))
             return fitted(name, processes, rank, message_sizes, medians, spreads)

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from ..costmodel import bands
 from ..detection.model import build_model
+from .links import reduced  # over the ranks, on the collective's device
 from .links import seconds_of  # the one timer of everything commbench times
 from .links import with_other_load  # ... and what else loaded the machine meanwhile
 
@@ -63,13 +64,13 @@ def measure(model_cfg: dict, images: int, repeats: int, device: torch.device, ra
         if rank == 0:
             alone.append(seconds_of(step, device))
         dist.barrier()
-    alone_s = torch.tensor([statistics.median(alone) if rank == 0 else 0.0,
-                            bands.relative_spread(alone) if rank == 0 else 0.0], dtype=torch.float64)
-    dist.all_reduce(alone_s)  # rank 0's, on every rank
+    alone_s, alone_spread = reduced(  # rank 0's, on every rank
+        [statistics.median(alone) if rank == 0 else 0.0,
+         bands.relative_spread(alone) if rank == 0 else 0.0], device)
     together_s, together_spread = together_timed(step, repeats, device, processes, warmups=0)
-    return {"alone_s": float(alone_s[0]), "together_s": together_s,
-            "factor": together_s / float(alone_s[0]), "images": images, "repeats": repeats,
-            "alone_spread": float(alone_s[1]), "together_spread": together_spread,
+    return {"alone_s": alone_s, "together_s": together_s,
+            "factor": together_s / alone_s, "images": images, "repeats": repeats,
+            "alone_spread": alone_spread, "together_spread": together_spread,
             "expected": expected}
 
 
@@ -89,11 +90,9 @@ def together_timed(step, repeats: int, device: torch.device, processes: int,
     for _ in range(repeats):
         dist.barrier()
         samples.append(seconds_of(step, device))
-    mean = torch.tensor([statistics.median(samples) / processes], dtype=torch.float64)
-    dist.all_reduce(mean)
-    spread = torch.tensor([bands.relative_spread(samples)], dtype=torch.float64)
-    dist.all_reduce(spread, op=dist.ReduceOp.MAX)
-    return float(mean), float(spread)
+    (mean,) = reduced([statistics.median(samples) / processes], device)
+    (spread,) = reduced([bands.relative_spread(samples)], device, op=dist.ReduceOp.MAX)
+    return mean, spread
 
 
 def calibrations(strategies, model_cfg: dict, images: int, repeats: int, device: torch.device,

@@ -32,8 +32,8 @@ recorded with its one-line reason (the failing rank's own error) and the next it
   nvml         the utilisation sampler's GPU samples during the training runs before it
 
 `--quick` is what a short loan of one GPU covers: overhead, throughput (2 and 16 images per
-GPU), nvml and sync, 15 timed iterations a run: 20 launches, 371 s on one H100 with torch 2.11
-(overhead 211 s, throughput 27 s of its 90 before a failure since mended, sync 104 s).
+GPU), nvml and sync, 15 timed iterations a run: 20 launches, about 6.5 minutes on one H100 with
+torch 2.11 (overhead 211 s, sync 104 s; the throughput table 90 s in a sitting of its own).
 
 The single-GPU run at the recipe's 2 images (fp32) is kept as results/runs/gpu-check/: set
 report.predict.compute.preset to gpu-check and the predicted scaling uses its time per image

@@ -233,7 +233,8 @@ def test_bad_data(case, tmp_path):
     # image before it writes.
     with pytest.raises(DatasetError) as err:
         prepare.prepare({"root": str(root), "synthetic": None, "fetch": None,
-                         "exif_orientation": "refuse"}, str(manifest))
+                         "exif_orientation": "refuse", "category_mismatch": "refuse"},
+                        str(manifest))
     assert_message(str(err.value), what(root), remedy(root))
     check_readme_row(case_id, str(err.value), root=root, ann=ann_file(root))
     # Training: the dataset opens, or fails, the same way; an image fails when it is read.
@@ -321,7 +322,8 @@ def test_exif_orientation_is_refused_by_default(tmp_path):
     before = snapshot(tmp_path)
     with pytest.raises(DatasetError) as err:  # the data stage
         prepare.prepare({"root": str(root), "synthetic": None, "fetch": None,
-                         "exif_orientation": "refuse"}, str(tmp_path / "data" / "m.json"))
+                         "exif_orientation": "refuse", "category_mismatch": "refuse"},
+                        str(tmp_path / "data" / "m.json"))
     what = (f"{root / 'train2017'}: 1 of the train split's 2 images have an EXIF orientation "
             "other than 1, so a viewer shows them turned from their stored pixels (e.g. 1.jpg "
             "(3: rotate 180))")
@@ -398,7 +400,8 @@ def test_truncated_images_in_train_and_val_are_named_by_the_data_stage(tmp_path,
     manifest = tmp_path / "data" / "mine.manifest.json"
     write_earlier(manifest, '{"earlier": true}\n')
     before = snapshot(tmp_path)
-    data_cfg = {"root": str(root), "synthetic": None, "fetch": None, "exif_orientation": "refuse"}
+    data_cfg = {"root": str(root), "synthetic": None, "fetch": None, "exif_orientation": "refuse",
+                "category_mismatch": "refuse"}
     with caplog.at_level(logging.INFO, logger="pipeline.data.dataset"), \
             pytest.raises(SystemExit) as exit:
         prepare.main(["--config", json.dumps(data_cfg), "--manifest", str(manifest)])

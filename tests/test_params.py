@@ -154,7 +154,8 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
     before = json.loads((REPO / "tests" / "data" / "presets_before_extends.json").read_text())
     resolved = params.validate(raw)
     added = {"data": ["mode",  # data modes
-                      "exif_orientation"],  # images a viewer shows turned: refused, or read as said
+                      "exif_orientation",  # images a viewer shows turned: refused, or read as said
+                      "category_mismatch"],  # val categories training lacks: refused, or warned
              "eval": ["every_epochs"],  # time-to-accuracy
              # checkpoints mid-epoch, a bound on waiting for a dead peer, elastic restarts
              "train": ["checkpoint_every", "precision", "channels_last",  # and mixed precision,

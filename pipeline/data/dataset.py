@@ -7,277 +7,46 @@ Follows torchvision's references/detection recipe for what it skips, and logs ea
     outside the image) is dropped (COCO itself has a few, so these cannot be errors);
   * training drops images left without a box; evaluation keeps every image.
 Anything else wrong is an error naming the file and what to do: a missing, empty, truncated or
-mislabelled (PNG named .jpg) image, malformed or non-COCO JSON, duplicate ids, dangling
-references, a category id below 1 (torchvision's label 0 is the background), a box no recipe
-can mean (negative size, NaN or infinite), an empty split. Each remedy fits a user's own tree
-first, then one the data stage fetched or generated.
+mislabelled (PNG named .jpg) image, one in a mode with no rule (images.py), malformed or
+non-COCO JSON, duplicate ids, dangling references, a category id below 1 (torchvision's label 0
+is the background), a box no recipe can mean (negative size, NaN or infinite), an empty split
+(annotations.py checks the files). Each remedy fits a user's own tree first, then one the data
+stage fetched or generated.
 
-An image whose EXIF orientation is not 1 is shown by a viewer turned from its stored pixels,
-and nothing says which of the two its boxes were drawn on: `data.exif_orientation` says
-(refuse, the default; apply; ignore), and `ImageReader` reads every image that way, for
-training, evaluation and the data stage alike.
+Images are read by `ImageReader` (images.py: each mode's rule, EXIF orientation), for training,
+evaluation and the data stage alike.
 
 `build_manifest` is the data stage's check (pipeline/data/prepare.py writes the manifest): both
-splits load and every image decodes, in a pool of processes, before any training starts.
+splits load, agree on their categories, and every image decodes, in a pool of processes, before
+any training starts; the manifest counts the images' modes and the keys filled in for COCOeval.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import multiprocessing
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from PIL import Image
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from .annotations import (CategoryUse, box_area, check_split_categories, clean_box, filled_line,
+                          load_annotations, missing_optional)
+from .errors import DatasetError, remedy
+from .images import EXIF_REMEDY, ExifOrientationError, ImageReader, mode_rule, orientation_name
 from .tree import SPLIT_DIRS, annotation_path, file_sha256
 
+__all__ = ["SPLIT_DIRS", "CocoDetection", "DatasetError", "InMemory", "MIRROR", "annotation_path",
+           "build_manifest", "clean_box", "collate", "to_model_input"]
 log = logging.getLogger(__name__)
 MIRROR = v2.RandomHorizontalFlip(p=1.0)  # the image and its boxes, together
-REQUIRED_KEYS = {"images": ("id", "file_name", "width", "height"),
-                 "annotations": ("id", "image_id", "category_id", "bbox"),
-                 "categories": ("id", "name")}
-# What PIL raises for bytes it cannot decode (UnidentifiedImageError and "image file is
-# truncated" are OSErrors; a broken PNG chunk is a SyntaxError; a decompression bomb has its own).
-DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError)
-EXIF_ORIENTATION = 0x0112  # the EXIF/TIFF tag; 1 (or absent): the stored pixels are upright
-# Orientation -> what a viewer does to the stored pixels (ExifTool's names) and the PIL
-# transpose that does it (PIL's ImageOps.exif_transpose table); other values mean 1.
-ORIENTATIONS = {2: ("mirror horizontal", Image.Transpose.FLIP_LEFT_RIGHT),
-                3: ("rotate 180", Image.Transpose.ROTATE_180),
-                4: ("mirror vertical", Image.Transpose.FLIP_TOP_BOTTOM),
-                5: ("mirror horizontal and rotate 270 CW", Image.Transpose.TRANSPOSE),
-                6: ("rotate 90 CW", Image.Transpose.ROTATE_270),
-                7: ("mirror horizontal and rotate 90 CW", Image.Transpose.TRANSVERSE),
-                8: ("rotate 270 CW", Image.Transpose.ROTATE_90)}
-EXIF_MODES = ("refuse", "apply", "ignore")
-EXIF_REMEDY = ("set data.exif_orientation: apply if the boxes were drawn on the images as a "
-               "viewer shows them, or ignore if they were drawn on the stored pixels; or rewrite "
-               "the images upright (orientation 1), their boxes to match")
 SHOWN = 10  # unusable images named one per line in the data stage's error; the rest counted
 DECODE_CHUNK = 64  # images per task of the data stage's pool: few round trips, even shares
 PROGRESS_EVERY_S = 10.0  # the data stage's progress line while it decodes
-# What an image's name promises, as PIL names formats. MPO is how PIL opens a JPEG that holds
-# several pictures (some cameras write them); it decodes as the JPEG it is.
-FORMATS = {".jpg": ("JPEG", "MPO"), ".jpeg": ("JPEG", "MPO"), ".png": ("PNG",)}
-EXTENSIONS = {"JPEG": ".jpg", "MPO": ".jpg", "PNG": ".png"}
-JSON_KINDS = {list: "a JSON list", str: "a JSON string", int: "a JSON number",
-              float: "a JSON number", bool: "a JSON boolean", type(None): "JSON null"}
-
-
-class DatasetError(ValueError):
-    """The dataset on disk is unusable; the message names the file and the remedy."""
-
-
-class ExifOrientationError(DatasetError):
-    """An image with an EXIF orientation other than 1, read under data.exif_orientation: refuse."""
-
-    def __init__(self, message: str, orientation: int):
-        super().__init__(message)
-        self.orientation = orientation
-
-
-def remedy(own: str, root: str | Path) -> str:
-    """What to do: `own` for a user's own tree, then for a tree the data stage made."""
-    return (f"{own}; for a dataset the data stage fetched or generated, delete {root} and rerun "
-            "the data stage to fetch or generate it again")
-
-
-def load_annotations(root: str | Path, split: str) -> dict:
-    """The split's annotation file, checked to be a COCO object whose entries have their keys
-    and whose image and annotation ids are unique."""
-    path = annotation_path(root, split)
-    if not path.is_file():
-        raise DatasetError(f"{path}: annotation file not found; expected the COCO 2017 layout "
-                           f"(annotations/, train2017/, val2017/) under {root}")
-    text = path.read_text()
-    if not text:
-        raise DatasetError(f"{path}: is empty (0 bytes); "
-                           f"{remedy('restore it from your copy of the annotations', root)}")
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise DatasetError(f"{path}: not valid JSON ({err.msg}, line {err.lineno}); "
-                           f"{remedy('correct the JSON there, or restore the file', root)}") from err
-    if not isinstance(document, dict):
-        own = "write it as one object with the lists images, annotations and categories"
-        raise DatasetError(f"{path}: is {JSON_KINDS.get(type(document), 'not an object')}, not a "
-                           f"COCO annotation object (images, annotations, categories); "
-                           f"{remedy(own, root)}")
-    for section, keys in REQUIRED_KEYS.items():
-        _check_entries(path, root, section, document.get(section), keys)
-    _check_unique_ids(path, document)
-    return document
-
-
-def _check_entries(path: Path, root, section: str, entries, keys: tuple[str, ...]) -> None:
-    if not isinstance(entries, list):
-        raise DatasetError(f"{path}: missing the '{section}' list of a COCO annotation file; "
-                           f"{remedy('add it (an empty list if it has no entries)', root)}")
-    for entry in entries:
-        if not isinstance(entry, dict):
-            own = f"make it an object with {', '.join(keys)}, or remove it"
-            raise DatasetError(f"{path}: {section} holds {entry!r}, not an object; "
-                               f"{remedy(own, root)}")
-    lacking = [entry for entry in entries if any(k not in entry for k in keys)]
-    if not lacking:
-        return
-    missing = [k for k in keys if k not in lacking[0]]
-    more = (f" (and {len(lacking) - 1} more of its entries lack some of {', '.join(keys)})"
-            if len(lacking) > 1 else "")
-    # An annotation exported with a segmentation only (a mask tool's) has no box to learn from.
-    own = ("give each such annotation a bbox [x, y, width, height] (its object's bounding box), "
-           "or remove it" if "bbox" in missing else
-           f"add {', '.join(missing)} to each such entry, or remove it")
-    raise DatasetError(f"{path}: {section} entry {lacking[0].get('id', '?')} lacks "
-                       f"{', '.join(missing)}{more}; {remedy(own, root)}")
-
-
-def _check_unique_ids(path: Path, document: dict) -> None:
-    """Both are looked up by id (here, and by pycocotools in evaluation): a repeated id would
-    silently merge two images, or keep one of two annotations."""
-    for section, kind in (("images", "image"), ("annotations", "annotation")):
-        counts = Counter(entry["id"] for entry in document[section])
-        repeated = [i for i, n in counts.items() if n > 1]
-        if not repeated:
-            continue
-        first = repeated[0]
-        names = [e["file_name"] for e in document["images"] if e["id"] == first]
-        which = f" ({', '.join(names)})" if section == "images" else ""
-        more = f" (and {len(repeated) - 1} more repeated ids)" if len(repeated) > 1 else ""
-        raise DatasetError(f"{path}: {kind} id {first} is used by {counts[first]} entries of "
-                           f"'{section}'{which}{more}; give each {kind} its own id")
-
-
-def clean_box(bbox, width: int, height: int):
-    """COCO [x, y, w, h] -> [x0, y0, x1, y1] clamped to the image, or None when no area is left
-    (zero width or height, or entirely outside the image). A box no recipe can mean raises
-    ValueError saying why: not 4 numbers, a NaN or infinite coordinate, a negative size."""
-    try:
-        x, y, w, h = (float(v) for v in bbox)
-    except (TypeError, ValueError):
-        raise ValueError("is not 4 numbers [x, y, width, height]") from None
-    if not all(math.isfinite(v) for v in (x, y, w, h)):
-        raise ValueError("has a NaN or infinite coordinate")
-    if w < 0 or h < 0:
-        raise ValueError("has a negative width or height")
-    if w == 0 or h == 0:
-        return None
-    x0, y0 = min(max(x, 0.0), width), min(max(y, 0.0), height)
-    x1, y1 = min(max(x + w, 0.0), width), min(max(y + h, 0.0), height)
-    if x1 <= x0 or y1 <= y0:
-        return None
-    return [x0, y0, x1, y1]
-
-
-def _why_undecodable(path: Path, err: Exception) -> str:
-    """What is wrong with an image PIL could not decode, from its bytes (read only on failure):
-    an empty file, or one cut short (no end marker), says more than PIL's message."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return str(err)
-    if not data:
-        return "the file is empty (0 bytes)"
-    if data.startswith(b"\xff\xd8\xff") and not data.rstrip(b"\0").endswith(b"\xff\xd9"):
-        return (f"the file is truncated: its JPEG data stops after {len(data)} bytes, without "
-                "the end-of-image marker")
-    if data.startswith(b"\x89PNG\r\n\x1a\n") and b"IEND" not in data[-12:]:
-        return (f"the file is truncated: its PNG data stops after {len(data)} bytes, without "
-                "the IEND chunk")
-    return str(err)
-
-
-def orientation_name(orientation: int) -> str:
-    return f"{orientation}: {ORIENTATIONS[orientation][0]}"
-
-
-@dataclass(frozen=True)
-class ImageReader:
-    """How a split's images are read: by training and evaluation (through CocoDetection) and by
-    the data stage's check (`build_manifest`) alike, so what the data stage passed is what
-    training reads. Small, so the data stage's pool sends it with each image."""
-
-    root: Path
-    split: str
-    exif_orientation: str = "refuse"
-
-    def __post_init__(self):
-        if self.exif_orientation not in EXIF_MODES:
-            raise ValueError(f"exif_orientation: {self.exif_orientation!r} is not one of "
-                             f"{', '.join(EXIF_MODES)}")
-
-    @property
-    def source(self) -> Path:
-        return annotation_path(self.root, self.split)
-
-    @property
-    def image_dir(self) -> Path:
-        return self.root / SPLIT_DIRS[self.split]
-
-    def read(self, info: dict) -> tuple[Image.Image, int]:
-        """Image `info` (its entry in 'images') as RGB and its EXIF orientation: the stored
-        pixels, or with `apply` the pixels as a viewer shows them; the size checked against
-        the annotations'. DatasetError naming the file and the remedy where it cannot be."""
-        path = self.image_dir / info["file_name"]
-        image, orientation = self._decode(path, info)
-        if orientation != 1 and self.exif_orientation == "refuse":
-            raise ExifOrientationError(
-                f"{path}: has EXIF orientation {orientation_name(orientation)}, so a viewer shows "
-                f"it turned from its stored pixels, and data.exif_orientation is refuse; "
-                f"{EXIF_REMEDY}", orientation)
-        if orientation != 1 and self.exif_orientation == "apply":
-            image = image.transpose(ORIENTATIONS[orientation][1])
-        self._check_size(path, info, image.size, orientation)
-        return image, orientation
-
-    def _decode(self, path: Path, info: dict) -> tuple[Image.Image, int]:
-        try:
-            with Image.open(path) as handle:
-                self._check_format(path, handle.format)
-                image = handle.convert("RGB")  # decodes it all: a truncated file fails here
-                # read after the pixels: a PNG's eXIf chunk may follow them
-                orientation = handle.getexif().get(EXIF_ORIENTATION, 1)
-        except DatasetError:
-            raise
-        except DECODE_ERRORS as err:
-            own = (f"replace the file with a readable copy, or remove it: its entry in 'images' "
-                   f"and its annotations in {self.source}")
-            raise DatasetError(f"{path}: cannot decode image {info['id']}: "
-                               f"{_why_undecodable(path, err)}; {remedy(own, self.root)}") from err
-        # EXIF defines 1 to 8; anything else means 1, as it does to PIL and to viewers
-        return image, orientation if orientation in range(2, 9) else 1
-
-    def _check_format(self, path: Path, found: str | None) -> None:
-        """The header names the format (no decoding): data that is not what its name says is
-        refused, since other tools (and a re-encode to JPEG) trust the extension."""
-        expected = FORMATS.get(path.suffix.lower())
-        if expected and found not in expected:
-            extension = EXTENSIONS.get(found, f".{str(found).lower()}")
-            raise DatasetError(f"{path}: holds {found} data although its name says "
-                               f"{expected[0]}; re-encode it as {expected[0]}, or rename it to "
-                               f"{path.stem}{extension} and change its file_name in {self.source}")
-
-    def _check_size(self, path: Path, info: dict, size: tuple[int, int], orientation: int) -> None:
-        if size == (info["width"], info["height"]):
-            return
-        hint = ""
-        if orientation in (5, 6, 7, 8) and size == (info["height"], info["width"]):
-            other = "ignore" if self.exif_orientation == "apply" else "apply"
-            hint = (f" (its EXIF orientation {orientation_name(orientation)} swaps width and "
-                    f"height: data.exif_orientation: {other} reads it as "
-                    f"{info['width']}x{info['height']})")
-        own = (f"correct width and height of image {info['id']} in {self.source}, or replace "
-               "the file with the image they describe")
-        raise DatasetError(f"{path}: is {size[0]}x{size[1]} but {self.source} says "
-                           f"{info['width']}x{info['height']}{hint}; {remedy(own, self.root)}")
 
 
 class CocoDetection(torch.utils.data.Dataset):
@@ -296,6 +65,8 @@ class CocoDetection(torch.utils.data.Dataset):
         self.image_dir, self.source = self.reader.image_dir, self.reader.source
         document = load_annotations(root, split)
         self.categories = {c["id"]: c["name"] for c in document["categories"]}
+        self.category_use = CategoryUse.of(self.source, document)  # the splits' agreement
+        self.missing_keys = missing_optional(document)  # filled in for COCOeval
         self._check_category_ids(document)
         self.num_classes = max(self.categories, default=0) + 1
         self.skipped = Counter()
@@ -387,7 +158,7 @@ class CocoDetection(torch.utils.data.Dataset):
                 continue
             box = self._box(img, ann)
             if box is not None:
-                kept.append((box, ann["category_id"], ann.get("area", 0.0), ann.get("iscrowd", 0)))
+                kept.append((box, ann["category_id"], box_area(ann), ann.get("iscrowd", 0)))
         return kept
 
     def _box(self, img: dict, ann: dict) -> list[float] | None:
@@ -422,7 +193,7 @@ class CocoDetection(torch.utils.data.Dataset):
         return [img["id"] for img, _ in self.images]
 
     def load_image(self, index: int) -> Image.Image:
-        return self.reader.read(self.images[index][0])[0]
+        return self.reader.read(self.images[index][0]).image
 
     def target(self, index: int) -> dict:
         """The annotations of image `index` in torchvision's detection format (no decoding)."""
@@ -504,51 +275,74 @@ def collate(batch):
     return tuple(zip(*batch))
 
 
-def build_manifest(root: str | Path, splits=tuple(SPLIT_DIRS),
-                   exif_orientation: str = "refuse") -> dict:
-    """The data stage's check and summary of the splits: each loads, and every image of each
-    decodes as training and evaluation will read it, so that a bad image is found here rather
-    than hours into training. What is wrong, in every split, is one DatasetError that names
-    each file (up to SHOWN per split) and what to do."""
+def build_manifest(root: str | Path, splits=tuple(SPLIT_DIRS), exif_orientation: str = "refuse",
+                   category_mismatch: str = "refuse") -> dict:
+    """The data stage's check and summary of the splits: each loads, the two agree on their
+    categories, and every image of each decodes as training and evaluation will read it, so
+    that a bad image is found here rather than hours into training. What is wrong, in every
+    split, is one DatasetError that names each file (up to SHOWN per split) and what to do."""
     datasets = [CocoDetection(root, split, train=False, exif_orientation=exif_orientation)
                 for split in splits]
-    manifest = {"root": str(root), "exif_orientation": exif_orientation, "splits": {}}
+    by_split = {dataset.split: dataset for dataset in datasets}
+    mismatches = (check_split_categories(by_split["train"].category_use,
+                                         by_split["val"].category_use, category_mismatch)
+                  if {"train", "val"} <= set(by_split) else [])
+    manifest = {"root": str(root), "exif_orientation": exif_orientation,
+                "category_mismatch": category_mismatch, "category_mismatches": mismatches,
+                "splits": {}}
     problems = []
     for dataset in datasets:
-        unusable, oriented = inspect_images(dataset)
+        unusable, oriented, modes = inspect_images(dataset)
         problems += _unusable_problem(dataset, unusable) + _orientation_problem(dataset, oriented)
+        _log_modes(dataset, modes)
+        if dataset.missing_keys:
+            log.info(filled_line(dataset.source, dataset.missing_keys))
         manifest["splits"][dataset.split] = {
             "annotation_file": str(dataset.source), "sha256": file_sha256(dataset.source),
             "images": len(dataset), "boxes": sum(len(t) for _, t in dataset.images),
             "num_classes": dataset.num_classes, "skipped": dict(dataset.skipped),
             # how many images a viewer shows turned from their stored pixels, and what was done
-            "exif_oriented_images": len(oriented)}
+            "exif_oriented_images": len(oriented),
+            # the PIL modes the images are stored in (images.py: how each is read), with counts
+            "image_modes": dict(sorted(modes.items())),
+            # annotations lacking a key COCOeval reads, filled in for it (annotations.py)
+            "filled_for_evaluation": dataset.missing_keys}
     if problems:
         raise DatasetError("\n".join(problems))
     return manifest
 
 
-def inspect_images(dataset: CocoDetection) -> tuple[list[str], list[tuple[str, int]]]:
+def _log_modes(dataset: CocoDetection, modes: Counter) -> None:
+    """One line per split: the stored modes seen, with counts and how each is read."""
+    log.info("%s: image modes: %s", dataset.image_dir,
+             ", ".join(f"{mode} {count} ({mode_rule(mode) or 'refused'})"
+                       for mode, count in sorted(modes.items())))
+
+
+def inspect_images(dataset: CocoDetection) -> tuple[list[str], list[tuple[str, int]], Counter]:
     """Decode every image of `dataset` as its reader reads them: (what is wrong with each
-    unusable one, (file name, EXIF orientation) of each whose orientation is not 1)."""
+    unusable one, (file name, EXIF orientation) of each whose orientation is not 1, how many
+    images are stored in each mode)."""
     infos = [info for info, _ in dataset.images]
     results = _inspect_all([(dataset.reader, info) for info in infos], str(dataset.image_dir))
-    unusable = [problem for problem, _ in results if problem is not None]
+    unusable = [problem for problem, _, _ in results if problem is not None]
     oriented = [(info["file_name"], orientation)
-                for info, (_, orientation) in zip(infos, results) if orientation != 1]
-    return unusable, oriented
+                for info, (_, orientation, _) in zip(infos, results) if orientation != 1]
+    modes = Counter(mode for _, _, mode in results if mode is not None)
+    return unusable, oriented, modes
 
 
-def _inspect(task: tuple[ImageReader, dict]) -> tuple[str | None, int]:
+def _inspect(task: tuple[ImageReader, dict]) -> tuple[str | None, int, str | None]:
     """One image as the data stage checks it: (what is wrong with it, or None; its EXIF
-    orientation)."""
+    orientation; its stored mode, where its header could be read)."""
     reader, info = task
     try:
-        return None, reader.read(info)[1]
+        read = reader.read(info)
+        return None, read.orientation, read.mode
     except ExifOrientationError as err:  # counted and reported for the split as a whole
-        return None, err.orientation
+        return None, err.orientation, err.mode
     except DatasetError as err:
-        return str(err), 1
+        return str(err), 1, getattr(err, "mode", None)
 
 
 def _usable_cores() -> int:
@@ -559,7 +353,7 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _inspect_all(tasks: list, what: str) -> list[tuple[str | None, int]]:
+def _inspect_all(tasks: list, what: str) -> list[tuple[str | None, int, str | None]]:
     """`_inspect` of each task, in order, in a pool of processes (PIL decodes a COCO image in
     a few ms: its 123k images take minutes on one core), logging progress about every
     PROGRESS_EVERY_S."""

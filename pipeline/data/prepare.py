@@ -129,7 +129,8 @@ def prepare(data_cfg: dict, manifest_path: str) -> dict:
         splits = tuple(data_cfg["fetch"]["splits"])
     if not small:
         refuse_missing_splits(data_cfg["root"], splits)
-    manifest = build_manifest(data_cfg["root"], splits, data_cfg["exif_orientation"])
+    manifest = build_manifest(data_cfg["root"], splits, data_cfg["exif_orientation"],
+                              data_cfg["category_mismatch"])
     # What the workflow compares with the tree each time it plans (rules/data.smk), and the
     # data's identity in every checkpoint trained on it (pipeline/data/tree.py).
     manifest["files"] = tree.signature(data_cfg["root"])

@@ -32,6 +32,23 @@ BACKENDS = ("pycocotools", "faster-coco-eval")
 DEFAULT_BACKEND = "faster-coco-eval"  # for the evaluations during training; equal numbers
 
 
+def ground_truth(path: str | Path, backend: str):
+    """The backend's COCO of annotation file `path`, built from the document COCOeval reads
+    (pipeline/data/annotations.py: keys COCO files may leave out filled in, the file unchanged),
+    the same for both backends."""
+    from ..data.annotations import for_evaluation
+
+    COCO, _ = coco_api(backend)
+    document = for_evaluation(path)
+    with contextlib.redirect_stdout(io.StringIO()):
+        if backend == "faster-coco-eval":
+            return COCO(document)
+        coco = COCO()  # pycocotools takes only a file name: its documented way for a dict
+        coco.dataset = document
+        coco.createIndex()
+        return coco
+
+
 def coco_api(backend: str):
     """(COCO, COCOeval) of the backend."""
     if backend == "pycocotools":
@@ -49,9 +66,8 @@ def coco_metrics(ground_truth_file: str | Path, detections: list[dict],
                  backend: str = DEFAULT_BACKEND) -> dict[str, float]:
     """COCOeval's twelve bbox numbers. No detections at all scores 0 (pycocotools would fail);
     -1 means the ground truth has no object of that size, as in COCOeval."""
-    COCO, COCOeval = coco_api(backend)
-    with contextlib.redirect_stdout(io.StringIO()):
-        coco_gt = COCO(str(ground_truth_file))
+    _, COCOeval = coco_api(backend)
+    coco_gt = ground_truth(ground_truth_file, backend)
     if not detections:
         ids = image_ids or coco_gt.getImgIds()
         has = {size: any(True for a in coco_gt.loadAnns(coco_gt.getAnnIds(imgIds=ids))

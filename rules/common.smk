@@ -5,6 +5,7 @@ import functools
 import glob
 import os
 import sys
+import time
 
 from snakemake.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
@@ -13,6 +14,7 @@ from pipeline import resources, strategies
 from pipeline.config import params as P
 from pipeline.config import stages
 from pipeline.report import paper
+from pipeline.runtime import failure
 
 # The interpreter with the locked environment: the one running Snakemake; inside the image
 # (--software-deployment-method apptainer) the host's path does not exist, and the image's
@@ -23,6 +25,7 @@ PRESET = CFG["preset"]
 DATA = CFG["data"]
 RUN_DIR = f"results/runs/{PRESET}/{{run}}"
 MANIFEST = f"data/{DATA['name']}.manifest.json"
+DATA_LOG = f"logs/data/{DATA['name']}.log"  # the data stage's; its error ends the closing summary
 # What the report stage makes is per preset, like the runs: one preset's report never
 # overwrites another's.
 REPORT = f"results/report/{PRESET}"
@@ -120,7 +123,13 @@ def compute_runs(wildcards):
     return sorted(glob.glob(f"results/runs/{PREDICT_PRESET}/single-w1-*/train_summary.json"))
 
 
+# When this invocation began: a data stage's log written since is this invocation's.
+STARTED = time.time()
+
+
 def last_words():
-    """What the workflow says when it ends (onsuccess, onerror in the Snakefile)."""
-    print(sweep.outcome({run: RUN_DIR.format(run=run) for run in RUNS}, f"{REPORT}/report.html"),
-          file=sys.stderr)
+    """What the workflow says when it ends (onsuccess, onerror in the Snakefile): with the
+    data stage's own error where it failed, as Snakemake's console says only to read its log."""
+    error = failure.stage_error(DATA_LOG, STARTED, MANIFEST)
+    print(sweep.outcome({run: RUN_DIR.format(run=run) for run in RUNS}, f"{REPORT}/report.html",
+                        (DATA_LOG, error) if error else None), file=sys.stderr)

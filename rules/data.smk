@@ -33,7 +33,7 @@ rule data:
     resources:
         **ONE_PROCESS,
     log:
-        f"logs/data/{DATA['name']}.log",
+        DATA_LOG,
     benchmark:
         f"logs/benchmarks/data_{DATA['name']}.tsv"
     shell:

@@ -121,3 +121,26 @@ def own_message(failed) -> str | None:
 def outcome_of(failed) -> dict | None:
     """The record of the run a failed worker left for its launcher to write, if any."""
     return (_ours(failed) or {}).get("outcome")
+
+
+ERROR_LINES = 25  # of a failed stage's error, said in the workflow's closing summary
+
+
+def stage_error(log: str | Path, since: float, output: str | Path) -> str | None:
+    """The error a stage's log ends with, where that stage failed after `since`: its log written
+    since, and its output absent (Snakemake removes a failed job's). From its "error: ..."
+    line (cli.run_stage's one line, then what it lists) to the end, else the log's last line
+    (a traceback's); None where it did not fail."""
+    log, output = Path(log), Path(output)
+    try:
+        written = log.stat().st_mtime
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return None
+    if written < since or not lines or output.exists():
+        return None
+    starts = [i for i, line in enumerate(lines) if line.startswith("error: ")]
+    error = lines[starts[-1]:] if starts else lines[-1:]
+    if len(error) > ERROR_LINES:
+        error = error[:ERROR_LINES] + [f"... ({len(error) - ERROR_LINES} more lines in {log})"]
+    return "\n".join(error)

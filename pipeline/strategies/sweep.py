@@ -205,9 +205,11 @@ def equivalence_runs(cfg: dict, compared: list[str] | None = None) -> list[Run]:
     return [fill({"strategy": cls.name, **cls.equivalence_entry}, cfg) for cls in checked]
 
 
-def outcome(run_dirs: dict[str, str], report: str) -> str:
+def outcome(run_dirs: dict[str, str], report: str, data_failure: tuple[str, str] | None = None) -> str:
     """The workflow's last words: how many runs finished, which were skipped or failed and why
-    (from each run's train_summary.json), and where the report is."""
+    (from each run's train_summary.json), and where the report is. `data_failure`: (its log,
+    its error) where the data stage failed, the reason the runs not trained yet were kept
+    from training."""
     done, other, missing = 0, [], []
     for run_id, run_dir in run_dirs.items():
         try:
@@ -221,7 +223,11 @@ def outcome(run_dirs: dict[str, str], report: str) -> str:
             other.append(f"  {run_id}: {summary.get('status')}: {summary.get('reason')}")
     lines = [f"runs: {done} of {len(run_dirs)} trained"
              + (f", {len(other)} skipped or failed:" if other else "")] + other
-    if missing:
+    if missing and data_failure:
+        lines.append(f"  not trained, as the data stage failed ({data_failure[0]}): "
+                     f"{', '.join(missing)}")
+        lines += [f"    {line}" for line in data_failure[1].splitlines()]
+    elif missing:
         lines.append(f"  not trained yet: {', '.join(missing)}")
     if Path(report).exists():
         lines.append(f"report: {report}")

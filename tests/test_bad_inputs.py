@@ -67,9 +67,10 @@ def assert_message(message: str, what: str, remedy: str) -> None:
 
 # --- data: a small valid COCO layout, then one thing broken ---------------------------------
 
-def noise_jpeg(path: Path, seed: int, kind: str = "JPEG") -> None:
-    """64x48 noise: its JPEG scan data is most of the file, so half the file is a cut scan."""
-    pixels = np.random.default_rng(seed).integers(0, 255, (48, 64, 3), dtype=np.uint8)
+def noise_jpeg(path: Path, seed: int, kind: str = "JPEG", size=(64, 48)) -> None:
+    """Noise (64x48 unless `size` says): its JPEG scan data is most of the file, so half the
+    file is a cut scan."""
+    pixels = np.random.default_rng(seed).integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)
     Image.fromarray(pixels).save(path, format=kind)
 
 
@@ -128,6 +129,24 @@ def as_png(root: Path) -> None:
     noise_jpeg(image_file(root), 1, kind="PNG")
 
 
+def replace_image(name: str, image: Image.Image):
+    """A damage: train image 1 replaced by `image`, saved as `name` (its format by the suffix),
+    and its file_name in the annotations changed to match."""
+    def damage(root: Path) -> None:
+        image_file(root).unlink()
+        image.save(root / "train2017" / name)
+        edit(lambda doc: doc["images"][0].update(file_name=name))(root)
+    return damage
+
+
+def with_transparent_corner() -> Image.Image:
+    """64x48 RGBA, opaque but for a 4x4 corner: what a viewer shows there is its background."""
+    pixels = np.full((48, 64, 4), 200, dtype=np.uint8)
+    pixels[..., 3] = 255
+    pixels[:4, :4, 3] = 0
+    return Image.fromarray(pixels, mode="RGBA")
+
+
 def duplicate_image_id(doc: dict) -> None:
     doc["images"][1]["id"] = 1
 
@@ -164,6 +183,16 @@ DATA_CASES = [
      lambda r: f"{image_file(r)}: is 64x48 but {ann_file(r)} says 100x48",
      own("correct width and height of image 1 in {ann}, or replace the file with the image "
          "they describe")),
+    ("image-mode-without-rule", replace_image("1.tif", Image.new("LAB", (64, 48))), "decode",
+     lambda r: f"{r / 'train2017' / '1.tif'}: image 1 is stored in PIL mode LAB, which has no rule "
+               "here to be read as RGB",
+     own("convert it to 8-bit RGB (or to one of those modes), or remove it: its entry in "
+         "'images' and its annotations in {ann}")),
+    ("transparent-pixels", replace_image("1.png", with_transparent_corner()), "decode",
+     lambda r: f"{r / 'train2017' / '1.png'}: image 1 has 16 transparent or translucent pixels "
+               "(PIL mode RGBA)",
+     own("flatten it onto that background (e.g. magick IN -background white -flatten OUT), or "
+         "remove it: its entry in 'images' and its annotations in {ann}")),
     ("missing-image", lambda r: image_file(r).unlink(), "load",
      lambda r: f"{r / 'train2017'}: 1 image(s) listed in {ann_file(r)} are missing, e.g. ['1.jpg']",
      own("add the files to {root}/train2017, or remove their entries in 'images' (and their "
@@ -197,6 +226,10 @@ DATA_CASES = [
     ("unknown-image", edit(lambda doc: doc["annotations"][0].update(image_id=99)), "load",
      lambda r: f"{ann_file(r)}: annotation 1 refers to image 99, which is not in 'images'",
      lambda r: "add the image or remove the annotation"),
+    ("area-not-a-number", edit(lambda doc: doc["annotations"][0].update(area="100")), "load",
+     lambda r: f"{ann_file(r)}: annotation 1 of image 1 has area '100', which COCOeval cannot read",
+     lambda r: "write area: a number from 0, or no area key: then the box's width x height is "
+               "used"),
     ("duplicate-image-id", edit(duplicate_image_id), "load",
      lambda r: f"{ann_file(r)}: image id 1 is used by 2 entries of 'images' (1.jpg, 2.jpg)",
      lambda r: "give each image its own id"),
@@ -710,10 +743,11 @@ PLACEHOLDERS = {  # what a case passes for each, as README's section says
     "run": "the run's folder (results/runs/demo/single-w1-b4-s0)",
     "pid": "the process that holds the run",
 }
-# The cases above with a test of their own (not an entry of a list of cases).
+# The cases above with a test of their own (not an entry of a list of cases), and those of
+# tests/test_annotation_checks.py (the two splits' categories), which check their rows here too.
 ONE_OFF_CASES = ("exif-orientation-refused", "exif-quarter-turn-read-as-stored",
                  "undecodable-images-in-both-splits", "image-damaged-after-the-data-stage",
-                 "run-busy")
+                 "run-busy", "val-category-absent-from-train", "category-named-differently")
 # Cases with no row of their own: their message has the form of the case named, its row's.
 SHOWN_BY = {"infinite-box": "nan-box", "wrong-type-nullable": "wrong-type",
             "workers-not-a-number": "wrong-type", "nested-negative": "negative-epochs"}

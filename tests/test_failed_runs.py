@@ -18,10 +18,13 @@ from pipeline.data.dataset import CocoDetection
 from pipeline.data.sampler import ShardedBatchSampler, aspect_ratio_groups
 from pipeline.report.load import load_run, summary_frame
 from pipeline.runtime import failure
+from pipeline.runtime.files import MARKER
 from pipeline.runtime.run import Run
 from pipeline.strategies.sweep import runs
 
 from .conftest import REPO, small_config
+from .test_data_changes import RUN, TARGET, users_tree
+from .workflow import copy_workflow, edit_params, snakemake
 
 
 def launch(cfg: dict, run: Run, out: Path, stage: str = "train") -> tuple[int, list[str]]:
@@ -120,3 +123,47 @@ def test_a_diverged_run_is_recorded_as_failed_and_its_reason_reaches_summary_csv
     assert json.loads((out / "metrics.json").read_text())["status"] == "failed"
     row = summary_frame([load_run(out)], "demo").iloc[0]
     assert row["status"] == "failed" and row["reason"] == summary["reason"]
+
+
+def test_a_stage_error_is_read_from_a_log_written_since_the_workflow_began(tmp_path):
+    """failure.stage_error: the block from the log's last "error: " line, only for a log this
+    invocation wrote whose output is absent (Snakemake removes a failed job's output)."""
+    log, output = tmp_path / "data.log", tmp_path / "data.manifest.json"
+    log.write_text("INFO checking\nerror: a.json: 2 of the val split's 4 images cannot be used\n"
+                   "  val2017/1.jpg: cannot decode image 1\n")
+    written = log.stat().st_mtime
+    assert failure.stage_error(log, written, output) == (
+        "error: a.json: 2 of the val split's 4 images cannot be used\n"
+        "  val2017/1.jpg: cannot decode image 1")
+    assert failure.stage_error(log, written + 1, output) is None  # an earlier invocation's log
+    assert failure.stage_error(tmp_path / "absent.log", 0, output) is None
+    output.write_text("{}")
+    assert failure.stage_error(log, written, output) is None  # the stage made its output
+    output.unlink()
+    log.write_text("Traceback (most recent call last):\nKeyError: 'x'\n")  # not one of ours
+    assert failure.stage_error(log, 0, output) == "KeyError: 'x'"
+
+
+@pytest.mark.slow
+def test_a_failed_data_stage_says_why_in_the_workflows_closing_summary(small_dataset, tmp_path):
+    """Snakemake's console says of a failed job only to read its log; the workflow's closing
+    summary names the runs the data stage kept from training and ends with its own error."""
+    workdir = copy_workflow(tmp_path)
+    edit_params(workdir, users_tree)
+    root = workdir / "data" / "mine"
+    shutil.copytree(small_dataset, root, ignore=shutil.ignore_patterns(MARKER))
+    val = root / "annotations" / "instances_val2017.json"
+    document = json.loads(val.read_text())
+    document["categories"].append({"id": 9, "name": "zebra"})
+    document["annotations"][0]["category_id"] = 9  # a box of a category training lacks
+    val.write_text(json.dumps(document))
+
+    failed = snakemake(workdir, TARGET, check=False)
+    assert failed.returncode != 0
+    summary = failed.stderr.split("runs: 0 of 1 trained", 1)[-1].splitlines()
+    assert summary[1] == f"  not trained, as the data stage failed (logs/data/mine.log): {RUN}"
+    assert summary[2].startswith("    error: data/mine/annotations/instances_val2017.json: "
+                                 "category id(s) 9 ('zebra', 1 boxes) are used by validation "
+                                 "boxes but by no training box"), failed.stderr[-3000:]
+    assert "data.category_mismatch: warn" in summary[2]
+    assert not (workdir / "data" / "mine.manifest.json").exists()

@@ -102,7 +102,8 @@ def sized_tree(root: Path, optional_keys: bool) -> None:
     `optional_keys` False, the annotations lack area and iscrowd (and, as write_coco writes
     them, the file has no info, licenses, segmentation or supercategory)."""
     for split in ("train", "val"):
-        images = [{"id": i, "file_name": f"{i}.jpg", "width": WIDTH, "height": HEIGHT} for i in (1, 2)]
+        images = [{"id": i, "file_name": f"{i}.jpg", "width": WIDTH, "height": HEIGHT}
+                  for i in (1, 2)]
         boxes = [{"id": 10 * i + k, "image_id": i, "category_id": 1, "bbox": box}
                  for i in (1, 2) for k, box in enumerate(BOXES)]
         if optional_keys:
@@ -110,7 +111,8 @@ def sized_tree(root: Path, optional_keys: bool) -> None:
                 box.update(area=box["bbox"][2] * box["bbox"][3], iscrowd=0)
         write_coco(root, split, images, boxes)
         for image in images:
-            noise_jpeg(root / f"{split}2017" / image["file_name"], image["id"], size=(WIDTH, HEIGHT))
+            noise_jpeg(root / f"{split}2017" / image["file_name"], image["id"],
+                       size=(WIDTH, HEIGHT))
 
 
 def found(shift: int) -> list[dict]:

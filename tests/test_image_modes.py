@@ -46,7 +46,8 @@ def gray(values: np.ndarray) -> np.ndarray:
 
 # (id, image, file name, format, stored mode as counted, the RGB pixels the rule gives)
 MODES = [
-    ("16-bit-png", Image.fromarray(TWELVE_BIT), "1.png", "PNG", "I;16", gray(stretched(TWELVE_BIT))),
+    ("16-bit-png", Image.fromarray(TWELVE_BIT), "1.png", "PNG", "I;16",
+     gray(stretched(TWELVE_BIT))),
     ("16-bit-big-endian-tiff", Image.fromarray(TWELVE_BIT.astype(">u2")), "1.tif",
      "TIFF", "I;16B", gray(stretched(TWELVE_BIT))),
     ("32-bit-integer-tiff", Image.fromarray(TWELVE_BIT.astype(np.int32)), "1.tif", "TIFF", "I",
@@ -56,7 +57,8 @@ MODES = [
      gray(np.where(TWELVE_BIT > 2000, 255, 0).astype(np.uint8))),
     ("opaque-rgba", Image.fromarray(np.dstack([RGB, np.full(SIZE[::-1], 255, np.uint8)])),
      "1.png", "PNG", "RGBA", RGB),
-    ("opaque-gray-alpha", Image.merge("LA", [Image.fromarray(RGB[..., 0]), Image.new("L", SIZE, 255)]),
+    ("opaque-gray-alpha",
+     Image.merge("LA", [Image.fromarray(RGB[..., 0]), Image.new("L", SIZE, 255)]),
      "1.png", "PNG", "LA", gray(RGB[..., 0])),
 ]
 
@@ -83,7 +85,7 @@ def test_a_16_bit_image_is_not_read_as_white(tmp_path):
     assert pixels.min() == 0 and pixels.max() == 255 and (pixels == 255).float().mean() < 0.01
 
 
-def test_a_palette_image_with_a_transparency_key_is_read_only_where_nothing_is_transparent(tmp_path):
+def test_a_palette_image_with_a_transparency_key_is_read_where_nothing_is_see_through(tmp_path):
     """A P (palette) PNG's tRNS chunk names a see-through index: unused, the image is opaque
     and read through its palette; used, it is refused like any transparent pixel."""
     palette_image = Image.fromarray(RGB).quantize(16)

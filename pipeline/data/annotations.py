@@ -117,9 +117,10 @@ def _check_evaluated_values(path: Path, document: dict) -> None:
         if "iscrowd" in ann and ann["iscrowd"] not in (0, 1):
             bad.append((f"iscrowd {ann['iscrowd']!r}", "0 or 1"))
         if bad:
+            wanted = "; ".join(f"{held.split()[0]}: {want}" for held, want in bad)
             raise DatasetError(f"{path}: annotation {ann['id']!r} of image {ann['image_id']} has "
                                f"{' and '.join(held for held, _ in bad)}, which COCOeval cannot "
-                               f"read; write {'; '.join(f'{held.split()[0]}: {want}' for held, want in bad)}")
+                               f"read; write {wanted}")
 
 
 def box_area(ann: dict) -> float:

@@ -223,9 +223,8 @@ class ImageReader:
         return ReadImage(image, orientation, read.mode)
 
     def _decode(self, path: Path, info: dict) -> ReadImage:
-        own = (f"replace the file with a readable copy, or remove it: its entry in 'images' "
-               f"and its annotations in {self.source}")
-        mode = None
+        removal = f"remove it: its entry in 'images' and its annotations in {self.source}"
+        mode = None  # where even the header cannot be read
         try:
             with Image.open(path) as handle:
                 self._check_format(path, handle.format)
@@ -236,10 +235,10 @@ class ImageReader:
         except DatasetError:
             raise
         except ModeRefused as err:
-            fix = f"{err.fix}, or remove it: its entry in 'images' and its annotations in {self.source}"
             raise ImageModeError(f"{path}: image {info['id']} {err.why}; "
-                                 f"{remedy(fix, self.root)}", mode) from None
+                                 f"{remedy(f'{err.fix}, or {removal}', self.root)}", mode) from None
         except DECODE_ERRORS as err:
+            own = f"replace the file with a readable copy, or {removal}"
             raise DatasetError(f"{path}: cannot decode image {info['id']}: "
                                f"{_why_undecodable(path, err)}; {remedy(own, self.root)}") from err
         # EXIF defines 1 to 8; anything else means 1, as it does to PIL and to viewers

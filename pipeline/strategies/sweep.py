@@ -205,7 +205,8 @@ def equivalence_runs(cfg: dict, compared: list[str] | None = None) -> list[Run]:
     return [fill({"strategy": cls.name, **cls.equivalence_entry}, cfg) for cls in checked]
 
 
-def outcome(run_dirs: dict[str, str], report: str, data_failure: tuple[str, str] | None = None) -> str:
+def outcome(run_dirs: dict[str, str], report: str,
+            data_failure: tuple[str, str] | None = None) -> str:
     """The workflow's last words: how many runs finished, which were skipped or failed and why
     (from each run's train_summary.json), and where the report is. `data_failure`: (its log,
     its error) where the data stage failed, the reason the runs not trained yet were kept

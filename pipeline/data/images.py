@@ -67,6 +67,7 @@ MODE_RULES = {"RGB": "as stored", "L": "gray", "1": "black and white as 0 and 25
               **{mode: OPAQUE_ONLY for mode in ("RGBA", "LA", "PA")}}
 TRANSPARENCY_KEY = " with transparency"  # a P, L or RGB image whose tRNS names a see-through value
 ALPHA_MODES = ("RGBA", "LA", "PA")
+KEYED_MODES = ("P", "L", "RGB")  # those whose transparency key is read (to 8-bit RGBA)
 
 
 class ExifOrientationError(DatasetError):
@@ -104,8 +105,8 @@ def stored_mode(image: Image.Image) -> str:
 
 def mode_rule(mode: str) -> str | None:
     """How an image stored in `mode` (as `stored_mode` names it) is read; None: refused."""
-    if mode.endswith(TRANSPARENCY_KEY):
-        return OPAQUE_ONLY if mode.removesuffix(TRANSPARENCY_KEY) in MODE_RULES else None
+    if mode.endswith(TRANSPARENCY_KEY):  # (a 16-bit one would be clipped on its way to RGBA)
+        return OPAQUE_ONLY if mode.removesuffix(TRANSPARENCY_KEY) in KEYED_MODES else None
     return MODE_RULES.get(mode)
 
 

@@ -123,3 +123,13 @@ def test_a_constant_16_bit_image_reads_as_black(tmp_path):
     root = tmp_path / "mine"
     dataset_with(root, Image.fromarray(np.full(SIZE[::-1], 3000, np.uint16)), "1.png", "PNG")
     assert CocoDetection(root, "train", train=False)[0][0].max() == 0
+
+
+def test_a_16_bit_image_with_a_transparency_key_is_refused_not_clipped(tmp_path):
+    """Its way to RGBA would clip it to 8 bits: no rule reads it, and the data stage says so."""
+    root = tmp_path / "mine"
+    dataset_with(root, Image.fromarray(TWELVE_BIT), "1.png", "PNG", transparency=0)
+    with pytest.raises(DatasetError) as err:
+        build_manifest(root)
+    assert (f"{root / 'train2017' / '1.png'}: image 1 is stored in PIL mode I;16 with "
+            "transparency, which has no rule here") in str(err.value)

@@ -42,5 +42,5 @@ rule data:
         f"logs/benchmarks/data_{DATA['name']}.tsv"
     shell:
         "{params.python} -m pipeline.data.prepare --config {params.data:q} --manifest {output.manifest}"
-        " --tree-state {params.tree:q}"
+        " --tree-state={params.tree:q}"
         " > {log} 2>&1"

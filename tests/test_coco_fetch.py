@@ -578,7 +578,8 @@ def test_the_readme_team_block_shares_the_archives_between_two_fresh_clones(serv
     """The README's team block as written, in two fresh clones of one repository with a
     directory as the DVC remote: the first fetches, pushes and commits dvc.lock and .dvc/config;
     the second, cloned after that commit, pulls the archives and extracts its tree without one
-    request to the archives' server, and DVC then finds both stages up to date."""
+    request to the archives' server, and DVC then finds both stages up to date. A clone without
+    the commit falls back to the download with a warning."""
     server, archives = served
     coco_repo(tmp_path / "project", server, archives)
     origin = tmp_path / "origin.git"
@@ -603,3 +604,12 @@ def test_the_readme_team_block_shares_the_archives_between_two_fresh_clones(serv
     status = run([sys.executable, "-m", "dvc", "status", "coco_download", "coco_extract@coco2017"],
                  second)
     assert "Data and pipelines are up to date" in status, status
+
+    # A clone without that commit (the project as it was): the pull fails, and the data rule's
+    # fallback to the 19 GB download is said at WARNING level.
+    pull = ("import logging, sys; logging.basicConfig(format='%(levelname)s %(message)s'); "
+            "from pipeline.data.prepare import pull_archives; "
+            "sys.exit(pull_archives(sys.argv[1]))")
+    missed = attempt([sys.executable, "-c", pull, str(tmp_path / "dvc-store")], tmp_path / "project")
+    assert missed.returncode == 0, missed.stderr[-3000:]  # pull_archives returned False
+    assert "WARNING the archives were not pulled from" in missed.stderr, missed.stderr[-3000:]

@@ -10,25 +10,29 @@ localrules:
 
 # Data that changed since its manifest (images added or removed, annotations edited, a split
 # gone) is checked again, and everything trained on it retrained: the tree is compared with the
-# manifest's record of it (pipeline/data/tree.py) each time the workflow plans, and a difference
-# is written to DATA_CHANGED, an input of the data rule, which so becomes newer than its output.
-DATA_CHANGED = f"data/{DATA['name']}.changed.json"
-_changed = workflow.is_main_process and tree.stale_manifest(DATA["root"], MANIFEST)
-if _changed:
-    files.write_json(DATA_CHANGED, {"root": DATA["root"], "changes": _changed[1],
-                                    "files": _changed[0]})
-    print(f"{DATA['root']} changed since {MANIFEST} ({'; '.join(_changed[1])}): the data stage "
-          "checks it again, and every run trained on it trains again", file=sys.stderr)
+# manifest's record of it (pipeline/data/tree.py) each time the workflow plans, and the outcome is
+# the data rule's `tree` param, which Snakemake reruns the rule on when it differs from the one
+# the manifest was made with. Nothing is written while planning (`-n` included).
+DATA_PLAN = tree.plan(DATA["root"], MANIFEST)
+if DATA_PLAN.changes and workflow.is_main_process:
+    # A tree the pipeline made is not replaced while it differs from what it wrote (the data
+    # stage refuses it, naming the files, pipeline/runtime/files.py): say so here, as it will.
+    _edits = files.made_by_pipeline(DATA["root"]) and files.edits(DATA["root"])
+    _then = (f"the data stage refuses it, untouched, as it was made by this pipeline and is not as "
+             f"written ({_edits}): {files.EDITED_REMEDY}" if _edits else
+             "the data stage checks it again, and every run trained on it trains again")
+    print(f"{DATA['root']} changed since {MANIFEST} ({'; '.join(DATA_PLAN.changes)}): {_then}",
+          file=sys.stderr)
 
 
 rule data:
     input:
         code=code("data") + (["dvc.yaml"] if DATA["fetch"] else []),
-        changed=[DATA_CHANGED] if os.path.exists(DATA_CHANGED) else [],
     output:
         manifest=MANIFEST,
     params:
         data=P.canonical(DATA),
+        tree=DATA_PLAN.state,
         python=PYTHON,
     resources:
         **ONE_PROCESS,
@@ -38,4 +42,5 @@ rule data:
         f"logs/benchmarks/data_{DATA['name']}.tsv"
     shell:
         "{params.python} -m pipeline.data.prepare --config {params.data:q} --manifest {output.manifest}"
+        " --tree-state={params.tree:q}"
         " > {log} 2>&1"

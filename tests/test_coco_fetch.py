@@ -20,6 +20,7 @@ import yaml
 from PIL import Image
 from torchvision.models import resnet50
 
+from pipeline.config import stages
 from pipeline.config.params import load_resolved
 from pipeline.data.coco_fetch import FetchError, check_free_space, download, extract
 from pipeline.data.dataset import CocoDetection
@@ -28,6 +29,7 @@ from pipeline.runtime.files import MARKER, read_json
 
 from .conftest import REPO
 from .http_server import Server
+from .workflow import jobs, on_disk
 
 ARCHIVES = {"annotations": "annotations/annotations_trainval2017.zip",
             "train2017": "zips/train2017.zip", "val2017": "zips/val2017.zip"}
@@ -243,6 +245,22 @@ def test_dvc_yaml_extracts_every_preset_that_fetches():
         assert configs[name]["name"] == name and configs[name]["root"] == f"data/{name}"
         assert {k: configs[name]["fetch"][k] for k in shared} == {
             k: configs["coco2017"]["fetch"][k] for k in shared}
+
+
+def test_dvc_yaml_deps_are_the_files_the_stages_execute():
+    """dvc.yaml's deps are no hand-kept list: the synthetic stage's are the files the
+    Snakefile's data rule declares (pipeline/config/stages.py: code_files), the COCO stages'
+    those that running pipeline.data.coco_fetch executes; so `dvc status` and Snakemake agree on
+    which edits make the data stale."""
+    dvc_stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    expected = {"synthetic": stages.code_files("data"),
+                "coco_download": list(stages.module_files("pipeline.data.coco_fetch")),
+                "coco_extract": ["data/archives/coco2017",
+                                 *stages.module_files("pipeline.data.coco_fetch")]}
+    for name, files in expected.items():
+        deps = dvc_stages[name].get("do", dvc_stages[name])["deps"]
+        paste = "".join(f"\n  - {f}" for f in files)
+        assert deps == files, f"dvc.yaml: set the deps of stage {name} to:{paste}"
 
 
 def test_dvc_checks_out_nothing_but_the_archives():
@@ -484,3 +502,114 @@ def test_the_coco_recipe_end_to_end_then_push_pull_without_retraining(served, tm
     assert len(server.requests) == served_before
     assert archive.stat().st_nlink == 2 and len(CocoDetection(repo / "data" / "coco2017", "val",
                                                               train=False)) == 8
+
+
+@pytest.mark.slow
+def test_an_edited_copy_of_the_extracted_tree_is_refused_or_used_as_planned(served, tmp_path):
+    """The issue's reproduction, through the real Snakemake and DVC: data/coco2017 extracted by
+    the data rule, replaced by a teammate's `cp -a` copy of it, a file added to it and one
+    validation annotation deleted. The planner says the data stage will refuse it, and it does,
+    naming both; `dvc repro` refuses it too; nothing in it changes. With its marker deleted (the
+    remedy) the data stage uses it as it is. A dry run
+    writes nothing; an annotation file put back byte for byte (a new time) plans nothing."""
+    server, archives = served
+    repo = tmp_path / "repo"
+    coco_repo(repo, server, archives)
+    snakemake = [sys.executable, "-m", "snakemake", "--cores", "2"]
+    manifest = "data/coco2017.manifest.json"
+    root, team = repo / "data" / "coco2017", tmp_path / "team"
+    run(snakemake + ["--", manifest], repo)  # data rule: DVC downloads and extracts
+    val_boxes = read_json(repo / manifest)["splits"]["val"]["boxes"]
+
+    run(["cp", "-a", str(root), str(team)], repo)
+    shutil.rmtree(root)
+    run(["cp", "-a", str(team), str(root)], repo)
+    (root / "notes.txt").write_bytes(b"the user's own notes\n")
+    annotations = root / "annotations" / "instances_val2017.json"
+    document = json.loads(annotations.read_text())
+    document["annotations"].pop()
+    annotations.write_text(json.dumps(document))
+    edits = ("data/coco2017 was made by this pipeline, but is not as it was written: notes.txt "
+             "(added), annotations/instances_val2017.json (changed)")
+    before = on_disk(repo)
+    planned = attempt(snakemake + ["-n", "--", manifest], repo)
+    assert on_disk(repo) == before  # planning wrote nothing
+    assert jobs(planned) == {"data": 1}
+    assert ("data/coco2017 changed since data/coco2017.manifest.json (annotations/"
+            "instances_val2017.json: other contents): the data stage refuses it, untouched"
+            in planned.stderr), planned.stderr[-3000:]
+    assert "notes.txt (added), annotations/instances_val2017.json (changed)" in planned.stderr
+    tree = snapshot(root)
+    refused = attempt(snakemake + ["--", manifest], repo)
+    assert refused.returncode != 0
+    log = (repo / "logs" / "data" / "coco2017.log").read_text()
+    assert edits in log and "running dvc" not in log, log[-3000:]
+    assert f"delete its {MARKER} file" in log
+    repro = attempt([sys.executable, "-m", "dvc", "repro", "coco_extract@coco2017"], repo)
+    assert repro.returncode != 0 and edits in repro.stdout + repro.stderr
+    assert snapshot(root) == tree
+
+    (root / MARKER).unlink()  # the remedy: the tree is now the user's, used as it is
+    # (Snakemake removed the manifest when the refused job started: no record to compare with)
+    assert jobs(attempt(snakemake + ["-n", "--", manifest], repo)) == {"data": 1}
+    used = run(snakemake + ["--", manifest], repo)
+    assert read_json(repo / manifest)["splits"]["val"]["boxes"] == val_boxes - 1, used[-3000:]
+    assert "using it as it is, without downloading" in (repo / "logs" / "data" / "coco2017.log").read_text()
+    assert (root / "notes.txt").read_bytes() == b"the user's own notes\n"
+    assert jobs(attempt(snakemake + ["-n", "--", manifest], repo)) == {}
+
+    kept = annotations.read_bytes()
+    annotations.write_text(json.dumps(dict(document, annotations=[])))
+    assert jobs(attempt(snakemake + ["-n", "--", manifest], repo)) == {"data": 1}
+    annotations.write_bytes(kept)  # put back byte for byte, with a new time
+    before = on_disk(repo)
+    assert jobs(attempt(snakemake + ["-n", "--", manifest], repo)) == {}
+    assert on_disk(repo) == before
+
+
+def readme_team_block() -> str:
+    """The README's shell block that shares the archives through a team remote."""
+    section = (REPO / "README.md").read_text().split("\n## COCO 2017 through DVC\n")[1]
+    return section.split("\n## ")[0].split("```sh\n")[1].split("```")[0]
+
+
+@pytest.mark.slow
+def test_the_readme_team_block_shares_the_archives_between_two_fresh_clones(served, tmp_path):
+    """The README's team block as written, in two fresh clones of one repository with a
+    directory as the DVC remote: the first fetches, pushes and commits dvc.lock and .dvc/config;
+    the second, cloned after that commit, pulls the archives and extracts its tree without one
+    request to the archives' server, and DVC then finds both stages up to date. A clone without
+    the commit falls back to the download with a warning."""
+    server, archives = served
+    coco_repo(tmp_path / "project", server, archives)
+    origin = tmp_path / "origin.git"
+    run(["git", "clone", "-q", "--bare", str(tmp_path / "project"), str(origin)], tmp_path)
+    block = readme_team_block().replace("/shared/dvc-store", str(tmp_path / "dvc-store"))
+    block = block.replace(". .venv/bin/activate\n", "")  # attempt() puts this interpreter first on PATH
+    once, everywhere = block.split("# everywhere else")
+    first, second = tmp_path / "first", tmp_path / "second"
+
+    run(["git", "clone", "-q", str(origin), str(first)], tmp_path)
+    run(["git", "config", "user.name", "t"], first)
+    run(["git", "config", "user.email", "t@t"], first)
+    requests = len(server.requests)
+    run(["bash", "-euo", "pipefail", "-c", once], first)
+    assert len(server.requests) > requests  # the first clone downloaded the archives
+    run(["git", "clone", "-q", str(origin), str(second)], tmp_path)
+    assert (second / "dvc.lock").is_file() and "dvc-store" in (second / ".dvc" / "config").read_text()
+    requests = len(server.requests)
+    output = run(["bash", "-euo", "pipefail", "-c", "# everywhere else" + everywhere], second)
+    assert len(server.requests) == requests, output  # pulled from the remote: no download
+    assert len(CocoDetection(second / "data" / "coco2017", "val", train=False)) == 8
+    status = run([sys.executable, "-m", "dvc", "status", "coco_download", "coco_extract@coco2017"],
+                 second)
+    assert "Data and pipelines are up to date" in status, status
+
+    # A clone without that commit (the project as it was): the pull fails, and the data rule's
+    # fallback to the 19 GB download is said at WARNING level.
+    pull = ("import logging, sys; logging.basicConfig(format='%(levelname)s %(message)s'); "
+            "from pipeline.data.prepare import pull_archives; "
+            "sys.exit(pull_archives(sys.argv[1]))")
+    missed = attempt([sys.executable, "-c", pull, str(tmp_path / "dvc-store")], tmp_path / "project")
+    assert missed.returncode == 0, missed.stderr[-3000:]  # pull_archives returned False
+    assert "WARNING the archives were not pulled from" in missed.stderr, missed.stderr[-3000:]

@@ -1,6 +1,7 @@
 """A user's own dataset that changes after a finished run, through the real workflow: images
 added to a split make the data stage check it again and the run train again on the new data
-(not resume on the old); nothing changed plans nothing; a split that disappears is refused
+(not resume on the old); nothing changed, or data put back as it was, plans nothing, and a dry
+run writes nothing; a split that disappears is refused
 with a message that names it. pipeline/data/tree.py compares the tree with its manifest."""
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pipeline.training.identity import fingerprint
 
 from .conftest import small_config
 from .test_train import single_run
-from .workflow import copy_workflow, edit_params, jobs, snakemake, tiny_params
+from .workflow import copy_workflow, edit_params, jobs, on_disk, snakemake, tiny_params
 
 pytestmark = pytest.mark.slow
 
@@ -73,8 +74,21 @@ def test_a_users_data_that_changes_is_checked_and_trained_on_again(workdir):
     before = iterations(workdir)
     assert jobs(snakemake(workdir, "--dry-run", TARGET)) == {}
 
+    # An annotation file edited, planned, then put back byte for byte (a new time): no
+    # trace of the plan, nothing to do (a dry run writes nothing that a later plan reads)
+    annotations = workdir / "data" / "mine" / "annotations" / "instances_val2017.json"
+    kept = annotations.read_bytes()
+    annotations.write_bytes(kept.replace(b'"images"', b'"images" ', 1))
+    disk = on_disk(workdir)
+    assert jobs(snakemake(workdir, "--dry-run", TARGET)) == {"data": 1, "train": 1, "evaluate": 1}
+    assert on_disk(workdir) == disk
+    annotations.write_bytes(kept)
+    assert jobs(snakemake(workdir, "--dry-run", TARGET)) == {}
+
     add_training_images(workdir / "data" / "mine", 8)
+    disk = on_disk(workdir)
     planned = snakemake(workdir, "--dry-run", TARGET)
+    assert on_disk(workdir) == disk
     assert "data/mine changed since data/mine.manifest.json (train2017: 24 images -> 32 images" in (
         planned.stderr)
     assert jobs(planned) == {"data": 1, "train": 1, "evaluate": 1}

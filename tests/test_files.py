@@ -3,6 +3,7 @@ whole replaces only a directory it wrote itself."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -88,7 +89,9 @@ def test_replacing_dir_creates_marks_and_replaces_its_own(tmp_path):
     with replacing_dir(target, {"made_by": "test", "n": 1}, remedy="move it") as staging:
         fill(staging)
         (staging / "stale.txt").write_text("only in the first")
-    assert files.read_json(target / MARKER) == {"made_by": "test", "n": 1}
+    marker = files.read_json(target / MARKER)
+    assert {k: marker[k] for k in ("made_by", "n")} == {"made_by": "test", "n": 1}
+    assert sorted(marker["listing"]) == ["data.txt", "stale.txt"]  # what it held when written
     with replacing_dir(target, {"made_by": "test", "n": 2}, remedy="move it") as staging:
         fill(staging)
     assert sorted(p.name for p in target.iterdir()) == [MARKER, "data.txt"]
@@ -106,6 +109,48 @@ def test_replacing_dir_leaves_the_target_as_it_was_on_error(tmp_path):
             raise RuntimeError("interrupted")
     assert sorted(p.name for p in target.iterdir()) == [MARKER, "data.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["made"]
+
+
+def made_with_annotations(target: Path) -> Path:
+    with replacing_dir(target, {"made_by": "test"}, remedy="move it") as staging:
+        (staging / "annotations").mkdir()
+        (staging / "annotations" / "instances_val2017.json").write_text('{"images": []}')
+        (staging / "val2017").mkdir()
+        (staging / "val2017" / "1.jpg").write_bytes(b"pixels")
+    return target
+
+
+def test_a_copy_of_a_made_tree_is_replaced_only_while_it_holds_what_was_written(tmp_path):
+    """A teammate's `cp -a` of a tree the pipeline made carries its marker: it is replaced while
+    it holds what the marker's listing says (a JSON file rewritten with the same bytes
+    included), and refused, untouched, with each difference named, once anything in it was
+    added, changed or removed."""
+    made = made_with_annotations(tmp_path / "made")
+    annotations = Path("annotations") / "instances_val2017.json"
+    edits = {"added": lambda t: (t / "notes.txt").write_bytes(b"the user's own notes\n"),
+             "changed": lambda t: (t / annotations).write_text('{"images": [1]}'),
+             "image changed": lambda t: (t / "val2017" / "1.jpg").write_bytes(b"pixelz"),
+             "removed": lambda t: (t / "val2017" / "1.jpg").unlink(),
+             "no listing": lambda t: write_json(t / MARKER, {"made_by": "an older version"})}
+    said = {"added": "notes.txt (added)", "changed": f"{annotations} (changed)",
+            "image changed": "val2017/1.jpg (changed)", "removed": "val2017/1.jpg (removed)",
+            "no listing": "its marker lists no files"}
+    for name, edit in edits.items():
+        copy = tmp_path / name
+        shutil.copytree(made, copy)  # as `cp -a`: file times kept
+        edit(copy)
+        before = snapshot(copy)
+        with pytest.raises(files.EditedTreeError) as refused:
+            made_with_annotations(copy)
+        message = str(refused.value)
+        assert said[name] in message and "left untouched" in message, message
+        assert f"delete its {MARKER} file" in message and "move it away" in message
+        assert snapshot(copy) == before, name
+    unchanged = tmp_path / "unchanged"
+    shutil.copytree(made, unchanged)
+    (unchanged / annotations).write_text('{"images": []}')  # same bytes, a new time: hashed
+    made_with_annotations(unchanged)
+    assert files.edits(unchanged) == ""
 
 
 def users(tmp_path: Path) -> dict[str, Path]:

@@ -11,15 +11,16 @@ from pycocotools.coco import COCO
 
 from pipeline.data import prepare, synthetic
 from pipeline.data.dataset import SPLIT_DIRS, annotation_path
-from pipeline.runtime.files import ForeignDirectoryError
+from pipeline.runtime.files import MARKER, EditedTreeError, ForeignDirectoryError
 
 from .conftest import SMALL_DATA
 from .test_coco_fetch import snapshot
 
 
 def digest(root) -> dict[str, str]:
+    """The dataset's bytes, file by file (but the marker, which records the files' times)."""
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+            for p in sorted(root.rglob("*")) if p.is_file() and p.name != MARKER}
 
 
 def test_same_settings_same_bytes(tmp_path, small_dataset):
@@ -61,13 +62,18 @@ def test_objects_span_coco_size_classes_and_categories(tmp_path):
     assert max(per_image) > 1                                # several objects, some overlapping
 
 
-def test_regenerating_replaces_the_whole_directory(tmp_path):
+def test_regenerating_replaces_the_whole_directory_it_wrote_and_no_file_of_the_users(tmp_path):
     root = tmp_path / "d"
     synthetic.generate(root, SMALL_DATA)
-    stray = root / "train2017" / "stray.jpg"
-    stray.write_bytes(b"left over")
+    synthetic.generate(root, dict(SMALL_DATA, train_images=4))
+    assert len(list((root / "train2017").iterdir())) == 4
+    stray = root / "train2017" / "mine.jpg"
+    stray.write_bytes(b"a user's picture")
+    with pytest.raises(EditedTreeError, match="train2017/mine.jpg \\(added\\)"):
+        synthetic.generate(root, dict(SMALL_DATA, train_images=3))
+    assert stray.read_bytes() == b"a user's picture" and len(list((root / "train2017").iterdir())) == 5
+    stray.unlink()
     synthetic.generate(root, dict(SMALL_DATA, train_images=3))
-    assert not stray.exists()
     assert len(list((root / "train2017").iterdir())) == 3
     assert [p.name for p in tmp_path.iterdir()] == ["d"]  # no staging directories left behind
 

@@ -109,3 +109,20 @@ def copy_finished(finished: Path, root: Path) -> Path:
     """A finished workflow directory copied whole, times kept: Snakemake finds nothing to do."""
     shutil.copytree(finished, root, symlinks=True, dirs_exist_ok=True)
     return root
+
+
+PLAN_RECORDS = ("metadata", "incomplete")  # what of .snakemake a later plan reads
+
+
+def on_disk(path: Path) -> dict:
+    """Every file and folder under `path` with its size, time and mode: what a dry run must
+    leave as it was (a folder's time moves when anything is made or deleted in it). Of
+    .snakemake, only the records a later plan reads (each output's params, code and input;
+    the incomplete jobs): Snakemake rewrites its I/O cache (read only with --trust-io-cache) and
+    makes its locks folder on every dry run, and the workflow clears a killed Snakemake's
+    locks (pipeline/runtime/stale_locks.py) when it plans."""
+    def kept(relative: Path) -> bool:
+        return ".git" not in relative.parts and (
+            relative.parts[:1] != (".snakemake",) or relative.parts[1:2] and relative.parts[1] in PLAN_RECORDS)
+    return {str(p.relative_to(path)): (p.lstat().st_size, p.lstat().st_mtime_ns, p.lstat().st_mode)
+            for p in [path, *path.rglob("*")] if kept(p.relative_to(path))}

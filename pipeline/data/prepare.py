@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from ..config import cli, params
-from ..runtime.files import ForeignDirectoryError, made_by_pipeline, write_json
+from ..runtime.files import ForeignDirectoryError, made_by_pipeline, refuse_edited, write_json
 from . import synthetic, tree
 from .dataset import SPLIT_DIRS, DatasetError, annotation_path, build_manifest
 
@@ -87,9 +87,12 @@ def pull_archives(remote: str) -> bool:
         raise DatasetError(f"data.fetch.remote: DVC refused {remote!r}: {added.stderr.strip()}")
     pulled = dvc("pull", DOWNLOAD_STAGE)
     if pulled.returncode != 0:
-        logging.info("the archives were not pulled from %s, so they are downloaded (the data "
-                     "stage never runs DVC with --force: anything DVC names here is kept): %s",
-                     remote, pulled.stderr.strip()[-1000:])
+        # A 19 GB download where a pull was meant: said where it shows (dvc.lock, committed
+        # after the first fetch, is what `dvc pull` needs: README, COCO 2017 through DVC)
+        logging.warning("the archives were not pulled from %s, so they are downloaded instead "
+                        "(does this clone have the dvc.lock of the fetch that pushed them? the "
+                        "data stage never runs DVC with --force: anything DVC names here is "
+                        "kept): %s", remote, pulled.stderr.strip()[-1000:])
     return pulled.returncode == 0
 
 
@@ -106,6 +109,7 @@ def fetch_unless_present(name: str, root: str | Path, fetch: dict) -> str:
     refuse anything else at data.root before DVC can delete it."""
     root = Path(root)
     if not (root.exists() or root.is_symlink()) or made_by_pipeline(root):
+        refuse_edited(root)  # before DVC: its extract stage would refuse it too, less plainly
         return fetch_with_dvc(name, root, fetch)
     missing = missing_coco_layout(root, fetch["splits"])
     if missing:
@@ -117,7 +121,7 @@ def fetch_unless_present(name: str, root: str | Path, fetch: dict) -> str:
             "without downloading")
 
 
-def prepare(data_cfg: dict, manifest_path: str) -> dict:
+def prepare(data_cfg: dict, manifest_path: str, tree_state: str = "") -> dict:
     small = data_cfg["synthetic"] is not None
     splits = ("train", "val")
     if small:
@@ -135,6 +139,7 @@ def prepare(data_cfg: dict, manifest_path: str) -> dict:
     # data's identity in every checkpoint trained on it (pipeline/data/tree.py).
     manifest["files"] = tree.signature(data_cfg["root"])
     manifest["identity"] = tree.identity(manifest["files"])
+    manifest["tree_state"] = tree_state  # the planner's, returned while the tree is unchanged
     write_json(manifest_path, manifest)
     return manifest
 
@@ -156,13 +161,15 @@ def main(argv: list[str] | None = None) -> None:
         source.add_argument("--params", help="a params.yaml to read the data section from (dvc.yaml)")
         parser.add_argument("--preset", help="with --params: the preset (default: the file's own)")
         parser.add_argument("--manifest", required=True)
+        parser.add_argument("--tree-state", default="",
+                            help="the workflow's rerun trigger for the tree (pipeline/data/tree.py: plan)")
 
     def body(args):
         if args.params:
             data_cfg = params.load_resolved(args.params, args.preset)["data"]
         else:
             data_cfg = json.loads(args.config)
-        manifest = prepare(data_cfg, args.manifest)
+        manifest = prepare(data_cfg, args.manifest, args.tree_state)
         print(json.dumps(manifest["splits"], indent=1))
 
     cli.run_stage("Prepare and validate the configured dataset.", body, arguments=arguments,

@@ -2,7 +2,7 @@
 
 The manifest (pipeline/data/prepare.py) records the tree's `signature` when the data stage
 checks it; the workflow compares it with the tree as it is now each time it plans
-(rules/data.smk), so a training image added, an annotation file edited or a split removed makes
+(rules/data.smk, `plan`: a rerun trigger, no file written), so a training image added, an annotation file edited or a split removed makes
 the data stage run again, and everything trained on the old data with it. A run's checkpoint
 carries the data's `identity` too (pipeline/training/identity.py): a resumed run never mixes
 old and new data.
@@ -18,7 +18,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
+
+from ..runtime.listing import file_sha256
 
 SPLIT_DIRS = {"train": "train2017", "val": "val2017"}
 MISSING = "missing"
@@ -26,14 +29,6 @@ MISSING = "missing"
 
 def annotation_path(root: str | Path, split: str) -> Path:
     return Path(root) / "annotations" / f"instances_{SPLIT_DIRS[split]}.json"
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _annotations(path: Path, known: dict | None) -> dict | str:
@@ -95,12 +90,17 @@ def changes(before: dict, now: dict) -> list[str]:
     return said
 
 
+def _manifest(manifest_path: str | Path) -> dict | None:
+    try:
+        manifest = json.loads(Path(manifest_path).read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
 def recorded(manifest_path: str | Path) -> dict | None:
     """The signature a manifest recorded; None without one (no manifest yet, or an older one)."""
-    try:
-        files = json.loads(Path(manifest_path).read_text()).get("files")
-    except (FileNotFoundError, ValueError, AttributeError):
-        return None
+    files = (_manifest(manifest_path) or {}).get("files")
     return files if isinstance(files, dict) else None
 
 
@@ -114,3 +114,26 @@ def stale_manifest(root: str | Path, manifest_path: str | Path) -> tuple[dict, l
     if identity(now) == identity(known):
         return None
     return now, changes(known, now) or ["other contents"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the planner makes of the tree: `state`, the data rule's param (a rerun trigger),
+    and `changes`, said for a person when the tree differs from its manifest."""
+    state: str
+    changes: tuple[str, ...] = ()
+
+
+def plan(root: str | Path, manifest_path: str | Path) -> Plan:
+    """The data rule's rerun trigger, computed without writing anything (`snakemake -n` leaves
+    the disk as it was). Snakemake stores a rule's params as they were planned, and reruns the
+    rule when they differ: while the tree agrees with its manifest, the state is the one the
+    manifest recorded (the data stage stores the state it ran with, `--tree-state`); when it
+    differs, the state names the tree's identity now. So a change plans the data stage and all
+    that was trained on the data, and data put back as it was (any file times) plans nothing."""
+    manifest = _manifest(manifest_path) or {}
+    stale = stale_manifest(root, manifest_path)
+    if stale is None:
+        return Plan(str(manifest.get("tree_state", "")))
+    now, said = stale
+    return Plan(f"changed: {identity(now)}", tuple(said))

@@ -1,6 +1,7 @@
 """Process plumbing, the ground floor: nothing here imports detection, strategies or reports.
 
     files.py        atomic writes, output errors that name the remedy, what the pipeline made
+    listing.py      what a tree the pipeline made held when written (sizes, times, JSON hashes), what differs now
     distributed.py  process groups: start, finish, gather, lost peers, heartbeat
     elastic.py      torchrun, naming the rank that failed first and its own error (what `python -m` starts)
     failure.py      why a run failed, in one line, from the failing process to whoever reads it

@@ -13,8 +13,10 @@ elsewhere (an --out of the user's choosing, data/, which may hold the user's own
 no folder's mode. Set-group-ID and sticky bits (a shared project folder's) are kept.
 
 A directory the pipeline writes whole (a generated or extracted dataset) is built in a staging
-directory, marked as ours, and renamed into place. It replaces only a directory that carries that
-mark: anything else at the target (a user's data, a mount, a symlink) is left untouched.
+directory, marked as ours (the marker lists what it holds: pipeline/runtime/listing.py), and
+renamed into place. It replaces only a directory that carries that mark and still holds what the
+listing says: anything else at the target (a user's data, a mount, a symlink, our tree or a copy
+of it with a file added, changed or removed) is left untouched, and what differs is named.
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
+
+from . import listing
 
 MARKER = ".made-by-frcnn-dp-bench"  # in a directory tree this pipeline wrote whole (JSON: how)
 OUTPUT_TREE = "results"  # the workflow's outputs, under its working directory (rules/common.smk)
@@ -186,18 +190,55 @@ def save_torch(obj, path: str | Path) -> None:
 
 
 def made_by_pipeline(path: str | Path) -> bool:
-    """A real directory (not a link to one) that carries our marker."""
+    """A real directory (not a link to one) that carries our marker (a copy of one does too:
+    `edits` then tells whether anything in it is not as the pipeline wrote it)."""
     path = Path(path)
     return path.is_dir() and not path.is_symlink() and (path / MARKER).is_file()
 
 
+NO_LISTING = "(its marker lists no files: written by an older version, so changes cannot be told)"
+EDITED_REMEDY = (f"move it away to have it made afresh (what you changed stays in the moved copy); "
+                 f"or, to keep it as your own data, delete its {MARKER} file: the pipeline then "
+                 "never replaces it, and uses a COCO 2017 layout there as it is")
+
+
+def edits(target: str | Path) -> str:
+    """What differs in a tree the pipeline made from the listing its marker recorded when it
+    was written (pipeline/runtime/listing.py), said for a person; "" when nothing does."""
+    target = Path(target)
+    try:
+        recorded = json.loads((target / MARKER).read_text()).get("listing")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if not isinstance(recorded, dict):
+        return NO_LISTING
+    return listing.compare(target, recorded, skip=MARKER).said()
+
+
+class EditedTreeError(ForeignDirectoryError):
+    """A tree the pipeline made holds files added or changed since: it was left untouched."""
+
+
 def check_replaceable(target: str | Path, remedy: str) -> None:
-    """Refuse, before any work, to replace anything at `target` that the pipeline did not make."""
+    """Refuse, before any work, to replace anything at `target` that the pipeline did not make,
+    or that it made but that differs from what it wrote (a file added, changed or removed)."""
     target = Path(target)
     if (target.exists() or target.is_symlink()) and not made_by_pipeline(target):
         raise ForeignDirectoryError(
             f"{target} already exists and was not made by this pipeline (that would be a "
             f"directory, not a link, holding {MARKER}), so it was left untouched: {remedy}")
+    refuse_edited(target)
+
+
+def refuse_edited(target: str | Path) -> None:
+    """An EditedTreeError naming what differs, where `target` is a tree the pipeline made and
+    something in it is not as the pipeline wrote it."""
+    target = Path(target)
+    changed = made_by_pipeline(target) and edits(target)
+    if changed:
+        raise EditedTreeError(
+            f"{target} was made by this pipeline, but is not as it was written: {changed}. It "
+            f"was left untouched, not replaced: {EDITED_REMEDY}")
 
 
 @contextlib.contextmanager
@@ -212,7 +253,10 @@ def replacing_dir(target: str | Path, provenance: dict, remedy: str) -> Iterator
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield staging
-        write_json(staging / MARKER, provenance)
+        # What the tree holds as written, for check_replaceable to compare with next time
+        # (compact JSON: COCO's listing has 123k entries)
+        recorded = dict(provenance, listing=listing.record(staging, skip=MARKER))
+        write_text(staging / MARKER, json.dumps(recorded, separators=(",", ":")) + "\n")
         set_usual_mode(staging)
         check_replaceable(target, remedy)  # again: something may have appeared there meanwhile
         _swap(staging, target)

@@ -59,3 +59,19 @@ def test_a_real_cpu_trace_of_the_tiny_model(tmp_path):
     assert "aten::nonzero" in found.syncs and found.syncs["aten::nonzero"]["count"] >= 3
     assert found.top and all(0 < t["share"] <= 1 for t in found.top)
     assert json.loads(json.dumps(found.to_json()))["steps"] == 3
+
+
+def test_a_trace_too_large_to_bring_back_is_slimmed_of_its_shortest_frames(tmp_path):
+    import gzip
+    from pipeline.measure.profile import slim
+    events = [{"ph": "X", "cat": "python_function", "name": f"f{i}.py(1): g", "ts": i, "dur": 1 + i % 50}
+              for i in range(20000)] + [{"ph": "X", "cat": "kernel", "name": "conv", "ts": 0, "dur": 5}]
+    path = tmp_path / "trace.json.gz"
+    with gzip.open(path, "wt") as handle:
+        json.dump({"traceEvents": events}, handle)
+    before = path.stat().st_size
+    said = slim(path, before // 4)
+    assert path.stat().st_size <= before // 4 and "shorter than" in said
+    kept = read_events(path)
+    assert any(e["cat"] == "kernel" for e in kept)  # the device's events stay whole
+    assert all(e["dur"] >= 10 for e in kept if e["cat"] == "python_function")

@@ -234,3 +234,16 @@ def test_without_a_gpu_the_check_times_overheads_links_and_the_recipe_at_tiny_si
     text = (tmp_path / "bundle" / "gpu_check.md").read_text()
     assert text.startswith("# GPU check: CPU") and "## throughput: done" in text
     assert "host-device syncs" in text and "not throughput figures" in text
+
+
+def test_against_reads_a_carried_tree_else_archives_the_revision(tmp_path):
+    """--against REV: .against/REV where it was carried (a GPU host has no history), else
+    `git archive REV` of this clone, unpacked; an unknown revision is refused with the remedy."""
+    tree = gpu_check.against_tree("6985bbf", tmp_path)
+    carried = REPO / ".against" / "6985bbf"
+    assert tree == carried if carried.exists() else tree == tmp_path / "against-6985bbf"
+    assert (tree / "pipeline" / "training" / "train.py").is_file()
+    assert (tree / "params.yaml").read_text() == subprocess.run(
+        ["git", "-C", str(REPO), "show", "6985bbf:params.yaml"], capture_output=True, text=True).stdout
+    with pytest.raises(SystemExit, match="no-such-rev.*git archive no-such-rev"):
+        gpu_check.against_tree("no-such-rev", tmp_path)

@@ -3,7 +3,6 @@ computes: one step's losses, gradients and updated weights with each knob on are
 default within float32's rounding, on the demo's tiny model and on R50-FPN at a small size."""
 from __future__ import annotations
 
-import copy
 
 import pytest
 import torch

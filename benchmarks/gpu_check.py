@@ -1,62 +1,90 @@
 """One offline command that checks every GPU path of the benchmark on this host and records
-the figures: a Markdown and a JSON bundle with their provenance, rewritten as each run finishes
-(a sitting cut off by its time limit keeps every row it measured).
+the figures: a Markdown and a JSON bundle with their provenance, rewritten as each timed segment
+or run finishes (a sitting cut off by its time limit keeps every row it measured).
 
-    python benchmarks/gpu_check.py [--out gpu-check] [--results results] [--quick] [--only ITEM...]
+    python benchmarks/gpu_check.py [--out gpu-check] [--results results] [--quick]
+        [--only ITEM...] [--against REV]
 
 It needs no internet and no dataset: the coco2017 preset's model (R50-FPN, frozen BatchNorm,
 3 trainable backbone stages) trains on synthetic COCO-layout images at COCO's sizes (640 px,
-resized by the model to 800) through the project's own launcher and training loop. Its backbone
-is a random ResNet-50 whose BatchNorm statistics were gathered on the check's own images
+resized by the model to 800) through the project's own training loop. Its backbone is a random
+ResNet-50 whose BatchNorm statistics were gathered on the check's own images
 (`calibrated_backbone`): with a random backbone's statistics (mean 0, variance 1) frozen, the
-detector diverged within a few steps on an H100. Each item runs on its own; a failure is
-recorded with its one-line reason (the failing rank's own error) and the next item runs:
+detector diverged within a few steps on an H100.
 
-  overhead     every registered strategy at one process (nothing to communicate) in bf16,
-               beside single at the smallest and largest images per GPU: what wrapping and
-               measuring cost an iteration (milliseconds over single, ratio of images/s)
-  strategies   every registered strategy at one process per GPU (NCCL), and one run for each
-               value of each of its choice options (DDP's comm hooks, the server's placement);
-               a run the GPUs do not allow is listed with the reason (dp needs 2 GPUs)
-  precision    single in fp32, bf16 and fp16, each with and without channels-last, and the time
-               split off; every other strategy's own 16-bit path (FSDP2's MixedPrecisionPolicy
-               and sharded loss scaler, ZeRO's, DDP's and the server's autocast) in bf16 and
-               fp16 at one process per GPU, listed with its reason where it refuses one
+The protocol (benchmarks/interleave.py, the timed items): every configuration of an item is
+built in ONE worker process (benchmarks/segments.py: the tree's own `setup` and loop step, its
+own strategy runtime), and the configurations take turns, A B C A B C: each segment 50 timed
+iterations (the first after 20 of warm-up, a later one after 2), 3 segments each. A row is the
+median images/s of its segments with the 95 % t-interval, whether its segments agreed within
+3 % (the bundle lists those that did not), and its gap to its reference (a strategy to single,
+HEAD to --against, a knob to the default) with that ratio's interval (pipeline/measure/stats.py).
+A segment is bounded by two device synchronisations; nothing inside it is added to the step.
+Each item runs on its own; a failure is recorded with its one-line reason and the next runs:
+
+  throughput   single at 2, 8 and 16 images per GPU (--quick: 2, 16), fp32 and bf16: images/s,
+               the data wait's share, SM utilisation (NVML, during the segments). --against REV
+               times AGAINST's settings in REV's tree too (.against/REV, from `git archive`),
+               interleaved, same data, backbone file, sizes, batch and precision: HEAD's row
+               reads its ratio to REV's. Knobs and profile join its worker where the call has them.
+  profile      single, 16 images, bf16: 3 iterations after warm-up under torch.profiler (CPU +
+               CUDA, Python frames); the trace kept as profile-trace.json.gz beside the bundle,
+               summarised (pipeline/measure/profile.py): busy share, longest idle gaps and the
+               host's frames in them, syncs, top kernels. Not a throughput figure (the
+               profiler's overhead is in it).
+  knobs        the speed knobs (pipeline/training/speed.py) beside their default, interleaved:
+               torch.compile of the backbone (16 images, bf16), fused SGD (2 images, bf16)
+  sync         every registered strategy at one process, bf16, a few iterations with
+               train.sync_debug, in one process: a host-device synchronisation by the loop, the
+               strategy or the measuring fails its row, naming it (skipped on CPU)
   commbench    the NCCL links timed at the GPU count, and the model's compute alone and with
                every GPU's process at once (pipeline/commbench/)
-  throughput   R50-FPN at 2, 8 and 16 images per GPU, fp32 and bf16: images/s, the data wait's
-               share of an iteration, SM utilisation and peak GPU memory in use (both NVML)
-  sync         every registered strategy at one process, bf16, a few iterations with
-               train.sync_debug: a host-device synchronisation by the loop, the strategy or the
-               measuring fails the run naming it (skipped on CPU: it sees CUDA's only)
-  nvml         the utilisation sampler's GPU samples during the training runs before it
+  overhead     every registered strategy at one process in bf16 beside single, single
+               bracketing each (S A S B S C S D S), at the smallest images per GPU (and the
+               largest, but for --quick): each one's ratio to single with its interval,
+               single's own repeats the machine's noise
+  strategies   every registered strategy at one process per GPU (NCCL), and one run for each
+               value of each of its choice options, launched as the workflow launches them
+               (AT_ONCE side by side on one GPU: paths, not timings); a run the GPUs do not
+               allow is listed with the reason (dp needs 2 GPUs)
+  precision    single in fp32, bf16 and fp16, each with and without channels-last, and the time
+               split off; every other strategy's own 16-bit path in bf16 and fp16, launched
+  nvml         the utilisation sampler's GPU samples during the launched runs before it
 
-`--quick` is what a short loan of one GPU covers: overhead, throughput (2 and 16 images per
-GPU), nvml and sync, 15 timed iterations a run: 20 launches, about 6.5 minutes on one H100 with
-torch 2.11 (overhead 211 s, sync 104 s; the throughput table 90 s in a sitting of its own).
+A GPU loan is two calls (benchmarks/gpu_sitting.md has them exactly, with what comes back):
+`--quick --against f484bdb` (throughput, profile, knobs, sync, commbench) and `--quick --only
+overhead strategies precision nvml`. Estimated on one H100 from the last sitting's figures
+(an R50-FPN iteration 0.068 s at 2 images bf16, 0.25 s at 16 bf16, 0.28 s at 16 fp32; ~15 s a
+worker's or a launch's start-up), seconds:
+  call 1: start-up (data, backbone) 30; throughput with --against (6 configurations of 174
+          iterations: 170; 2 workers started side by side, 8 models built: 30), the knobs in
+          the same worker (compile at 16 images: 44 + ~60 compiling; fused at 2: 12) and the
+          profile there (15): 330 in all; sync 25; commbench 25: about 410 (6.8 min)
+  call 2: start-up 30; overhead at 2 images (25 segments of 52 iterations, 5 warm-ups, a
+          worker) 115; strategies (9 launches, AT_ONCE at a time) 55; precision (12 launches)
+          75: about 275 (4.6 min)
+The whole check (no --quick) adds 8 images, the overhead at 16 and the recipe's kept run.
 
-The single-GPU run at the recipe's 2 images (fp32) is kept as results/runs/gpu-check/: set
-report.predict.compute.preset to gpu-check and the predicted scaling uses its time per image
-as the measured compute input. Without a GPU the command says so and runs the same items at
-tiny sizes on CPU (gloo, 2 processes; the demo's tiny model in every item but the throughput
-table's fp32 rows, which train the real R50-FPN with the check's backbone at 64 px: R50-FPN's
-bf16 step is many times its fp32 step on CPUs without native bf16): CI runs that smoke
-(tests/test_gpu_check.py), about 4 minutes on 2 cores. The whole check on one H100 is about
-12 minutes by estimate (each of ~40 launches ~15 s of start-up plus its steps): `--only`
-splits it into calls of a few items each (nvml reads the samples of the training items of its
-own call: `--only strategies nvml`).
+The recipe's single run at 2 images (fp32; not in --quick) is kept as results/runs/gpu-check/:
+set report.predict.compute.preset to gpu-check and the predicted scaling uses its time per
+image as the measured compute input. Without a GPU the command says so and runs the same items
+at tiny sizes on CPU (gloo, 2 processes; the demo's tiny model; the protocol at 2 warm-up, 3
+timed, 2 repeats; the kept recipe run is R50-FPN at 64 px): CI runs that smoke
+(tests/test_gpu_check.py).
 """
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
 import dataclasses
+import io
 import json
 import math
 import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -68,9 +96,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import one_process_entry, strategy_entries, workers_for  # noqa: E402
+from benchmarks.interleave import Config, Protocol, interleave  # noqa: E402
+from benchmarks.segments import free_port  # noqa: E402
 from pipeline.config import params  # noqa: E402
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.launch import command, commbench_command, evaluation_command  # noqa: E402
+from pipeline.measure import profile as profiles  # noqa: E402
 from pipeline.runtime import distributed, provenance  # noqa: E402
 from pipeline.runtime.files import write_json, write_text  # noqa: E402
 from pipeline.runtime.record import RunSummary  # noqa: E402
@@ -87,39 +118,71 @@ class Sizes:
     min_size: int            # what the model resizes them to
     iterations: int          # timed iterations of each strategy and precision run
     batches: tuple           # images per GPU of the throughput table
-    table_iterations: int
+    table_iterations: int    # iterations of the recipe's baseline run (kept for the report)
     tiny_model: bool         # every run uses the demo's tiny model (the CPU smoke)
+    protocol: Protocol       # how the timed items time each configuration (benchmarks/interleave.py)
+    profile_steps: int       # iterations the profile item records
 
 
-GPU = Sizes(image_size=640, min_size=800, iterations=20, batches=(2, 8, 16), table_iterations=30,
-            tiny_model=False)
-# --quick: what a short loan of one GPU can cover (see QUICK_ITEMS), fewer timed iterations
+# The issue's protocol: >= 20 warm-up and >= 50 timed iterations a segment, >= 3 segments each
+# configuration, interleaved; 2 iterations of re-warm before a later segment.
+ON_GPU = Protocol(warmup=20, timed=50, repeats=3, rewarm=2)
+GPU = Sizes(image_size=640, min_size=800, iterations=20, batches=(2, 8, 16), table_iterations=15,
+            tiny_model=False, protocol=ON_GPU, profile_steps=3)
+# --quick: what a short loan of one GPU can cover (see QUICK_ITEMS)
 QUICK = Sizes(image_size=640, min_size=800, iterations=15, batches=(2, 16), table_iterations=15,
-              tiny_model=False)
+              tiny_model=False, protocol=ON_GPU, profile_steps=3)
 CPU_SMOKE = Sizes(image_size=64, min_size=64, iterations=2, batches=(2,), table_iterations=2,
-                  tiny_model=True)
+                  tiny_model=True, protocol=Protocol(warmup=2, timed=3, repeats=2, rewarm=1),
+                  profile_steps=2)
 WARMUP = 5  # iterations every summary leaves out of its timings
-# nvml last: it reads the samples of the training items before it in its call
-ITEMS = ("overhead", "strategies", "precision", "commbench", "throughput", "sync", "nvml")
-QUICK_ITEMS = ("overhead", "throughput", "nvml", "sync")
+# In this order, whatever order --only names them in: the quick sitting's first (the regression
+# and the profile before anything else), nvml last (it reads the samples of the launched
+# training items before it in its call).
+ITEMS = ("throughput", "profile", "knobs", "sync", "commbench", "overhead", "strategies",
+         "precision", "nvml")
+QUICK_ITEMS = ("throughput", "profile", "knobs", "sync", "commbench")
+# On one GPU, the strategies and precision items start this many one-process runs side by side
+# (each its own rendezvous port): they check paths, and their start-up (~15 s each) would
+# otherwise take most of a sitting; their rows' timings are not the protocol's figures.
+AT_ONCE = 4
+TRACE_LIMIT = 15 * 2**20  # a file back from a GPU host is at most 16 MiB
+# The speed knobs the knobs item times beside the default (pipeline/training/speed.py), each at
+# the table's smallest (0) or largest (-1) images per GPU in bf16: compile where the GPU's work
+# is largest; fused SGD where its step (a fixed cost a step) weighs most, and is 4x cheaper.
+KNOBS_ON_GPU = (("compile", {"compile": "backbone"}, -1), ("fused", {"optimizer": "fused"}, 0))
+KNOBS_ON_CPU = (("fused", {"optimizer": "fused"}, 0), ("channels_last", {"channels_last": True}, 0))
+# The settings HEAD is timed against another revision at (--against): the earlier sitting's
+# 76.5 -> 63.9 images/s (16 images, bf16) and 47.2 -> 34.1 (2 images, fp32)
+AGAINST = ((16, "bf16"), (2, "fp32"))
 
 
-def base_config(sizes: Sizes, processes: int, data_root: Path, backbone: Path) -> dict:
-    cfg = params.load_resolved(REPO / "params.yaml", preset="coco2017")
+def overrides(sizes: Sizes, processes: int, data_root: Path, backbone: Path) -> dict:
+    """What the check changes of the coco2017 preset ({section: {key: value}}), the same for
+    HEAD and for an --against tree (benchmarks/segments.py applies them to that tree's own)."""
     largest = max(2 * processes * (WARMUP + sizes.iterations),
                   max(sizes.batches) * (WARMUP + sizes.table_iterations))
-    cfg["data"].update(name="gpu-check", root=str(data_root), fetch=None, aspect_ratio_groups=0,
-                       synthetic={"seed": 2017, "image_size": sizes.image_size,
-                                  "train_images": largest, "val_images": 2, "max_objects": 8,
-                                  "clutter": 6})
-    cfg["model"].update(backbone_weights=str(backbone), min_size=sizes.min_size, max_size=1333)
     # The check's few iterations are a COCO run's first ones, so they warm up as those do:
     # `auto` resolves to 1000 iterations on COCO (an epoch is thousands of batches). At full lr
     # from the first step, 16 images per GPU went non-finite by step 11-13 on an H100 even with
     # the calibrated backbone; the lr does not change what an iteration costs.
-    cfg["train"].update(epochs=1, lr_steps=[], checkpoint_every=0, monitor_interval_s=1.0,
-                        warmup_iters=1000, print_every=10)
-    cfg["eval"]["every_epochs"] = 0
+    # 4 loader processes a run (not `auto`: a core each): several runs are held or started at
+    # once, and 4 decode 16 640-px JPEGs in well under a 16-image step.
+    return {"data": {"name": "gpu-check", "root": str(data_root), "fetch": None,
+                     "aspect_ratio_groups": 0, "workers": 4,
+                     "synthetic": {"seed": 2017, "image_size": sizes.image_size,
+                                   "train_images": largest, "val_images": 2, "max_objects": 8,
+                                   "clutter": 6}},
+            "model": {"backbone_weights": str(backbone), "min_size": sizes.min_size, "max_size": 1333},
+            "train": {"epochs": 1, "lr_steps": [], "checkpoint_every": 0, "monitor_interval_s": 1.0,
+                      "warmup_iters": 1000, "print_every": 10},
+            "eval": {"every_epochs": 0}}
+
+
+def base_config(sizes: Sizes, processes: int, data_root: Path, backbone: Path) -> dict:
+    cfg = params.load_resolved(REPO / "params.yaml", preset="coco2017")
+    for section, values in overrides(sizes, processes, data_root, backbone).items():
+        cfg[section].update(values)
     return cfg
 
 
@@ -184,7 +247,7 @@ class Outcome:
     model: str | None = None
 
 
-def train(cfg: dict, entry: dict, out: Path, steps: int) -> Outcome:
+def train(cfg: dict, entry: dict, out: Path, steps: int, rdzv_endpoint: str | None = None) -> Outcome:
     """`steps` iterations of one run through the launcher, as the workflow's train job starts
     it; its summary, or an exception naming what failed."""
     try:
@@ -196,7 +259,8 @@ def train(cfg: dict, entry: dict, out: Path, steps: int) -> Outcome:
         return Outcome(sweep.run_id(run), "skipped", why)
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
-    result = subprocess.run(command(cfg, run, str(out)) + ["--max-steps", str(steps)], cwd=REPO,
+    result = subprocess.run(command(cfg, run, str(out), rdzv_endpoint=rdzv_endpoint)
+                            + ["--max-steps", str(steps)], cwd=REPO,
                             capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         raise RunFailed(f"{sweep.run_id(run)}: {failure_line(result.stderr)}", result.stderr[-3000:])
@@ -264,8 +328,12 @@ class Check:
     rewritten as each run finishes, so a sitting cut off by its time limit still leaves every
     row it measured (its item then reads "running")."""
 
-    def __init__(self, sizes: Sizes, work: Path, results: Path, gpus: int, out: Path, mode: str):
+    def __init__(self, sizes: Sizes, work: Path, results: Path, gpus: int, out: Path, mode: str,
+                 against: Path | None = None):
         self.sizes, self.work, self.results, self.gpus = sizes, work, results, gpus
+        self.against = against  # another revision's tree, timed beside HEAD (--against)
+        self.wanted: tuple = ITEMS  # the items of this call (main sets them)
+        self.shared: dict = {}  # what the throughput item measured for knobs and profile
         self.out, self.mode = out, mode
         self.processes = gpus if gpus else 2  # one per GPU; on CPU, 2 gloo processes
         self.started = time.perf_counter()
@@ -274,15 +342,16 @@ class Check:
         self.lock = threading.Lock()
         import torch
         self.device = torch.cuda.get_device_name(0) if gpus else "CPU"
-        self.provenance = provenance.collect({"sizes": sizes.__dict__}, world_size=self.processes)
+        self.provenance = provenance.collect({"sizes": dataclasses.asdict(sizes)}, world_size=self.processes)
         backbone = work / "resnet50-calibrated.pth"
+        self.settings = overrides(sizes, self.processes, work / "data", backbone)
         self.cfg = base_config(sizes, self.processes, work / "data", backbone)
         synthetic.generate(self.cfg["data"]["root"], self.cfg["data"]["synthetic"])
         torch.save(calibrated_backbone(self.cfg), backbone)
 
     def bundle(self) -> dict:
         return {"device": self.device, "gpus": self.gpus, "mode": self.mode,
-                "sizes": self.sizes.__dict__, "seconds": time.perf_counter() - self.started,
+                "sizes": dataclasses.asdict(self.sizes), "seconds": time.perf_counter() - self.started,
                 "items": self.items, "provenance": self.provenance}
 
     def save(self) -> None:
@@ -323,7 +392,8 @@ class Check:
         entry = {"images_per_worker": per_gpu, **entry}
         out = self.work / "runs" / name
         try:
-            found = train(cfg, entry, out, WARMUP + iterations)
+            # a port of its own: runs of the GPU's items may start side by side (AT_ONCE)
+            found = train(cfg, entry, out, WARMUP + iterations, f"127.0.0.1:{free_port()}")
         except RunFailed as err:
             return Outcome(name, "failed", str(err), log=err.log)
         except Exception as err:
@@ -339,27 +409,67 @@ class Check:
 
     def overhead(self) -> dict:
         """Every registered strategy at one process (nothing to communicate) in bf16 beside
-        single, at the table's smallest and largest images per GPU: what each wrapper and the
-        project's instrumentation cost an iteration, as milliseconds over single and a ratio
-        of images/s. Where a strategy's default cannot run on one process (ps's dedicated
-        server needs a second), its first option value that can is taken."""
+        single, at the table's smallest images per GPU (and its largest, but for --quick),
+        all in one process under the protocol, single bracketing each strategy (S A S B ...
+        S): what each wrapper and the project's instrumentation cost an iteration, as a ratio
+        of images/s to single with its 95 % interval, single's own repeats the machine's
+        noise. Where a strategy's default cannot run on one process (ps's dedicated server
+        needs a second), its first option value that can is taken."""
+        ends = (self.sizes.batches[0], self.sizes.batches[-1])
+        batches = ends[:1] if self.sizes is QUICK else tuple(dict.fromkeys(ends))
         rows = []
-        for per_gpu in dict.fromkeys((self.sizes.batches[0], self.sizes.batches[-1])):
-            single = None
+        for per_gpu in batches:
+            configs, skipped = [], []
             for cls in REGISTERED:
-                entry = dict(one_process_entry(cls, self.cfg), precision="bf16")
-                name = f"overhead-{sweep.run_id(sweep.fill(dict(entry, images_per_worker=per_gpu), self.cfg))}"
-                found = row(self._run(entry, name, per_gpu, self.sizes.iterations,
-                                      self.sizes.tiny_model), images_per_gpu=per_gpu)
-                if cls.name == "single":
-                    single = found if found["status"] == "ok" else None
-                if single and found["status"] == "ok":
-                    found["ms_over_single"] = 1000 * (found["sec_per_iter"] - single["sec_per_iter"])
-                    found["ratio_to_single"] = found["images_per_second"] / single["images_per_second"]
-                print(f"   {found['run_id']}: {found['status']} "
-                      f"x{found.get('ratio_to_single', float('nan')):.3f} of single", flush=True)
-                rows.append(self.add("overhead", found))
+                entry = dict(one_process_entry(cls, self.cfg), precision="bf16", images_per_worker=per_gpu)
+                why, run_id = self._unavailable(entry)
+                if why:
+                    skipped.append({"name": run_id, "status": "skipped", "reason": why, "images_per_gpu": per_gpu})
+                else:
+                    configs.append(Config(run_id, entry, facts={"images_per_gpu": per_gpu}))
+            single, others = configs[0], configs[1:]
+            turn = [c for other in others for c in (single, other)] or [single]
+            self._protocol(f"overhead-b{per_gpu}", configs, lambda c: single, rows, skipped,
+                           turn=turn, closing=(single,))
         return {"runs": rows}
+
+    def _unavailable(self, entry: dict) -> tuple[str, str]:
+        """Why this machine cannot run `entry` ("" if it can), and its run id."""
+        try:
+            run = sweep.fill(entry, self.cfg, where="gpu check")
+        except params.ParamsError as refused:
+            return str(refused), f"{entry['strategy']} (refused)"
+        return REGISTERED_BY_NAME[run.strategy](run, self.cfg["parallel"]).unavailable(), sweep.run_id(run)
+
+    def _protocol(self, name: str, configs: list, reference, rows: list, skipped: list = (),
+                  turn=None, closing=(), profile=None, **extra) -> list:
+        """Time `configs` under the sizes' protocol (benchmarks/interleave.py), their rows in
+        `rows` rewritten after every segment; `reference(config)` is what its gap is read
+        against (None: no gap)."""
+        item = name.split("-")[0]
+        first = len(rows)
+        rows.extend(skipped)
+        at = len(rows)
+        rows.extend({"name": c.name, "status": "waiting"} for c in configs)
+
+        def done(_config):
+            for i, config in enumerate(configs):
+                rows[at + i] = dict(config.row(reference(config)), **extra, **config.facts)
+            with self.lock:
+                self.items[item]["runs"] = rows
+            self.save()
+        overrides = self.overrides()
+        interleave(configs, overrides, self.work / name, self.sizes.protocol, done=done,
+                   turn=turn, closing=closing, profile=profile)
+        done(None)
+        return rows[first:]
+
+    def overrides(self, tiny: bool | None = None) -> dict:
+        """The check's settings for a worker (segments.py), the tiny model's in the CPU smoke."""
+        found = json.loads(json.dumps(self.settings))
+        if self.sizes.tiny_model if tiny is None else tiny:
+            found["model"] = with_model(self.cfg, self.sizes, True)["model"]
+        return found
 
     def strategies(self) -> dict:
         def job(i: int, entry: dict):
@@ -369,7 +479,8 @@ class Check:
                 print(f"   {found.run_id}: {found.status}", flush=True)
                 return self.add("strategies", row(found, entry=entry))
             return run
-        return {"runs": self._each([job(i, e) for i, e in enumerate(strategy_entries(self.processes))])}
+        return {"runs": self._each([job(i, e) for i, e in enumerate(strategy_entries(self.processes))],
+                                   at_once=AT_ONCE if self.gpus == 1 else 1)}
 
     def precision(self) -> dict:
         """single's grid (each precision with and without channels-last; the time split off),
@@ -395,9 +506,11 @@ class Check:
                     channels_last=channels_last, time_split=time_split))
             return run
         jobs = [job(i, *setting) for i, setting in enumerate(single + others)]
-        # On the GPU one at a time, as timings need; in the CPU smoke single's runs two at once
-        # (its timings mean nothing, its paths do). Multi-process runs never overlap: two gloo
-        # jobs on one host have been seen to cross their messages.
+        # In the CPU smoke single's runs two at once, the others one at a time: two gloo jobs
+        # on one host have been seen to cross their messages. On one GPU, AT_ONCE (module
+        # docstring).
+        if self.gpus == 1:
+            return {"runs": self._each(jobs, at_once=AT_ONCE)}
         return {"runs": self._each(jobs[:len(single)], at_once=1 if self.gpus else 2)
                 + self._each(jobs[len(single):])}
 
@@ -432,41 +545,148 @@ class Check:
         return {"links": json.loads(out.read_text())}
 
     def throughput(self) -> dict:
-        """single at each images per GPU, fp32 and bf16. The CPU smoke trains the real R50-FPN
-        (with the check's own backbone) in its fp32 rows: the tiny model of every other item
-        would not see a backbone that diverges."""
-        rows, baseline_failure = [], None
+        """single at each images per GPU, fp32 and bf16, all in one process under the protocol:
+        images/s (median, 95 % interval, whether its repeats agreed), the data wait's share,
+        SM utilisation (NVML, sampled while its segments ran). With --against REV, the same
+        settings at AGAINST run in REV's own tree (its own loop and config, the same data,
+        backbone file, image sizes, batch and precision) in a second worker, interleaved,
+        and each HEAD row reads its ratio to REV's. Where the same call has `knobs` and
+        `profile`, their configurations join this one worker (one start-up, and the knobs
+        interleaved with their default, the table's largest bf16 row), and the profile is
+        recorded there after the timed turns. Then (but for --quick) the recipe's single run
+        at 2 images (fp32, R50-FPN with the check's backbone; in the CPU smoke too, a few
+        steps at 64 px) is launched as the workflow launches it, and kept for the report
+        (results/runs/gpu-check/): the table's last row."""
+        configs, against = [], {}
         for per_gpu in self.sizes.batches:
             for precision in ("fp32", "bf16"):
-                entry = {"strategy": "single", "workers": 1, "precision": precision}
-                name = f"throughput-b{per_gpu}-{precision}"
-                tiny = self.sizes.tiny_model and precision != "fp32"
-                outcome = self._run(entry, name, per_gpu, self.sizes.table_iterations, tiny)
-                found = row(outcome, images_per_gpu=per_gpu, precision=precision)
-                found.update(self._gpu_figures(self.work / "runs" / name))
-                rows.append(self.add("throughput", found))
-                print(f"   {per_gpu} images/GPU {precision}: {found.get('images_per_second')}", flush=True)
-                if per_gpu == 2 and precision == "fp32" and outcome.status == "ok":
-                    try:  # the table goes on: its rows are measured without the baseline
-                        self._keep_baseline(self.work / "runs" / name, tiny)
-                    except RuntimeError as err:
-                        baseline_failure = err
-        if baseline_failure:  # the item fails with the reason, every row kept
-            raise baseline_failure
+                configs.append(self._single(f"b{per_gpu}-{precision}", per_gpu, precision))
+                if self.against and (per_gpu, precision) in self.against_settings():
+                    other = self._single(f"b{per_gpu}-{precision}-{self.against.name}", per_gpu,
+                                         precision, tree=self.against)
+                    against[configs[-1].name] = other
+                    configs.append(other)
+        table = {c.name: c for c in configs}
+        knobs, reference = self._knob_configs(table) if "knobs" in self.wanted else ([], {})
+        reference.update(against)
+        largest = table[f"b{self.sizes.batches[-1]}-bf16"]
+        profile = self._profile_request(largest) if "profile" in self.wanted else None
+        rows = self._protocol("throughput", configs + knobs, lambda c: reference.get(c.name), [],
+                              profile=profile)
+        # the knobs item's rows: each knob and its default
+        self.shared = {"knobs": {n for k in knobs for n in (k.name, reference[k.name].name)},
+                       "profile": profile}
+        if 2 in self.sizes.batches and self.sizes is not QUICK:
+            rows.append(self.add("throughput", self._keep_recipe_run()))
         return {"runs": rows}
 
+    def against_settings(self) -> tuple:
+        """AGAINST, or the table's smallest batch in bf16 where the table has neither (the CPU
+        smoke: the tiny model, whose bf16 step CPUs take in seconds)."""
+        found = tuple(s for s in AGAINST if s[0] in self.sizes.batches and not self.sizes.tiny_model)
+        return found or ((self.sizes.batches[0], "bf16"),)
+
+    def _single(self, name: str, per_gpu: int, precision: str, tree: Path = REPO, **train) -> Config:
+        """single at `per_gpu` images in `precision` (the tiny model in the CPU smoke)."""
+        model = "tiny" if self.sizes.tiny_model else self.cfg["model"]["arch"]
+        return Config(name, {"strategy": "single", "workers": 1, "images_per_worker": per_gpu,
+                             "precision": precision}, {"train": train} if train else {}, tree,
+                      facts={"images_per_gpu": per_gpu, "precision": precision, "model": model, **train})
+
+    def _keep_recipe_run(self) -> dict:
+        """The recipe's single run (2 images, fp32, R50-FPN), launched as the workflow launches
+        it and kept where report.predict.compute.preset: gpu-check reads it; its row."""
+        name = "throughput-b2-fp32"
+        entry = {"strategy": "single", "workers": 1, "precision": "fp32"}
+        outcome = self._run(entry, name, 2, self.sizes.table_iterations, tiny=False)
+        found = dict(row(outcome, images_per_gpu=2, precision="fp32"), name="recipe run (kept)")
+        found.update(self._gpu_figures(self.work / "runs" / name))
+        if outcome.status == "ok":
+            try:
+                self._keep_baseline(self.work / "runs" / name, tiny=False)
+            except RuntimeError as err:  # the row stays, failed with the reason
+                found.update(status="failed", reason=str(err))
+        return found
+
+    def _profile_request(self, config: Config) -> dict:
+        return {"config": config.name, "steps": self.sizes.profile_steps,
+                "trace": self.out / "profile-trace.json.gz"}
+
+    def profile(self) -> dict:
+        """single at the table's largest images per GPU in bf16: after the protocol's warm-up, a
+        few iterations recorded by torch.profiler (CPU and CUDA activities, Python frames),
+        its trace kept gzipped beside the bundle (Perfetto, TensorBoard) and summarised
+        (pipeline/measure/profile.py). Recorded in the throughput item's worker where the
+        call has both. The profiler's own overhead is in these iterations: their times are
+        not throughput figures."""
+        request = self.shared.get("profile")
+        if request is None:
+            per_gpu = self.sizes.batches[-1]
+            config = self._single(f"b{per_gpu}-bf16", per_gpu, "bf16")
+            request = self._profile_request(config)
+            interleave([config], self.overrides(), self.work / "profile",
+                       dataclasses.replace(self.sizes.protocol, repeats=0), profile=request)
+        trace = Path(request["trace"])
+        summary = profiles.summarise(profiles.read_events(trace))
+        kept = "whole"
+        if trace.stat().st_size > TRACE_LIMIT:  # what comes back from a GPU host is bounded
+            kept = profiles.slim(trace, TRACE_LIMIT)
+        return {"summary": summary.to_json(), "summary_text": summary.markdown(),
+                "trace": trace.name, "trace_mb": round(trace.stat().st_size / 2**20, 1),
+                "trace_kept": kept,
+                "note": "profiled iterations carry the profiler's overhead: not throughput figures"}
+
+    def _knob_configs(self, table: dict) -> tuple[list, dict]:
+        """Each speed knob (KNOBS_ON_GPU, or KNOBS_ON_CPU) beside its default, the bf16 row of
+        `table` (name -> Config) at its images per GPU, made where the table lacks it; the
+        configurations to time and each one's reference."""
+        chosen = KNOBS_ON_GPU if self.gpus else KNOBS_ON_CPU
+        configs, reference = [], {}
+        for name, train, which in chosen:
+            per_gpu = self.sizes.batches[which]
+            default = table.get(f"b{per_gpu}-bf16")
+            if default is None:
+                default = table[f"b{per_gpu}-bf16"] = self._single(f"b{per_gpu}-bf16", per_gpu, "bf16")
+                configs.append(default)
+            knob = self._single(f"b{per_gpu}-bf16-{name}", per_gpu, "bf16", **train)
+            configs.append(knob)
+            reference[knob.name] = default
+        return configs, reference
+
+    def knobs(self) -> dict:
+        """Each speed knob (pipeline/training/speed.py) beside its default, single in bf16,
+        under the protocol in one process (the throughput item's, where the call has both):
+        torch.compile of the backbone at the largest images per GPU (its compiling falls in
+        its first warm-up) and fused SGD at the smallest, on a GPU; channels-last is the
+        precision item's there. The CPU smoke leaves compile out (inductor's C++ build takes
+        about a minute there; tests/test_speed.py checks its numbers) and times channels-last."""
+        measured = self.shared.get("knobs")
+        if measured:
+            return {"runs": [r for r in self.items["throughput"]["runs"] if r["name"] in measured],
+                    "note": "measured in the throughput item's worker, interleaved with its table"}
+        configs, reference = self._knob_configs({})
+        return {"runs": self._protocol("knobs", configs, lambda c: reference.get(c.name), [])}
+
     def sync(self) -> dict:
-        """Every registered strategy at one process, bf16, a few iterations under
-        train.sync_debug: a host-device synchronisation by the loop, the strategy or the
-        measuring fails the run, naming it (the detector's own forward is let off)."""
+        """Every registered strategy at one process, bf16, a few iterations with
+        train.sync_debug, all in one process: a host-device synchronisation by the loop, the
+        strategy or the measuring fails its run, naming it (the detector's own forward is
+        let off)."""
         if not self.gpus:  # the sync debug mode sees CUDA's synchronisations only
             return {"skipped": "no GPU visible: train.sync_debug checks CUDA synchronisations only"}
-        rows = []
+        configs, skipped = [], []
         for cls in REGISTERED:
-            entry = dict(one_process_entry(cls, self.cfg), precision="bf16")
-            found = row(self._run(entry, f"sync-{cls.name}", 2, 3, self.sizes.tiny_model, sync_debug=True))
-            print(f"   {found['run_id']}: {found['status']} {found.get('reason') or ''}", flush=True)
-            rows.append(self.add("sync", found))
+            entry = dict(one_process_entry(cls, self.cfg), precision="bf16", images_per_worker=2)
+            why, run_id = self._unavailable(entry)
+            if why:
+                skipped.append({"name": run_id, "status": "skipped", "reason": why})
+            else:
+                configs.append(Config(run_id, entry, {"train": {"sync_debug": True}}))
+        # checked from its 6th iteration on (train.py SYNC_CHECK_AFTER): 6 + 3 checked
+        checked = Protocol(warmup=6, timed=3, repeats=1, rewarm=0)
+        interleave(configs, self.overrides(), self.work / "sync", checked)
+        rows = skipped + [{"name": c.name, "status": "failed" if c.error else "ok",
+                           "reason": c.error} for c in configs]
         return {"runs": rows}
 
     def _gpu_figures(self, out: Path) -> dict:
@@ -519,10 +739,18 @@ def markdown(bundle: dict) -> str:
             lines += ["", f"    {item['reason'][-800:]}".replace("\n", "\n    ")]
         runs = item.get("runs", [])
         if runs:
-            columns = list(dict.fromkeys(k for run in runs for k in run if k not in ("entry", "log")))
+            columns = list(dict.fromkeys(k for run in runs for k in run
+                                         if k not in ("entry", "log", "traceback")))
             lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
             lines += ["| " + " | ".join(_cell(row.get(k)) for k in columns) + " |" for row in runs]
             lines.append("")
+        apart = [f"{r['name']} ({100 * r['disagreement']:.1f} %)" for r in runs if r.get("agree") is False]
+        if apart:
+            lines.append("- repeats that disagreed by more than 3 % (the machine was noisy): "
+                         + ", ".join(apart))
+        if "summary_text" in item:
+            lines += [item["summary_text"], f"- trace: {item['trace']} ({item['trace_mb']} MiB); "
+                      f"{item['note']}"]
         for key in ("samples", "sm_percent_median", "skipped"):
             if key in item:
                 lines.append(f"- {key}: {item[key]}")
@@ -534,6 +762,25 @@ def markdown(bundle: dict) -> str:
     return "\n".join(lines)
 
 
+def against_tree(rev: str, work: Path) -> Path:
+    """The source tree of revision `rev`: .against/REV where it was carried (a GPU host has no
+    git history), else `git archive REV` of this clone unpacked under `work`."""
+    carried = REPO / ".against" / rev
+    if (carried / "pipeline" / "training" / "train.py").is_file():
+        return carried
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev],
+                             capture_output=True)
+    if archive.returncode != 0:
+        raise SystemExit(f"--against {rev}: neither {carried} nor the revision in this clone's "
+                         f"history ({archive.stderr.decode().strip()}); unpack `git archive {rev}` "
+                         f"into {carried}")
+    target = work / f"against-{rev}"
+    target.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(target, filter="data")
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="gpu-check", help="directory of gpu_check.md and .json")
@@ -541,6 +788,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", choices=ITEMS)
     parser.add_argument("--quick", action="store_true",
                         help=f"a short loan of one GPU: {', '.join(QUICK_ITEMS)} at fewer iterations")
+    parser.add_argument("--against", metavar="REV",
+                        help="time the throughput item's AGAINST settings in this git revision's "
+                             "tree too, interleaved with HEAD's: .against/REV (a `git archive` "
+                             "unpacked), else an archive of REV from this clone's history")
     args = parser.parse_args(argv)
     gpus = distributed.gpu_count()
     sizes = (QUICK if args.quick else GPU) if gpus else CPU_SMOKE
@@ -548,15 +799,18 @@ def main(argv: list[str] | None = None) -> int:
     mode = (f"{gpus} GPU(s), one process per GPU over NCCL" if gpus else
             "no GPU visible: the CPU smoke (the same items at tiny sizes, 2 gloo processes)")
     mode += "; --quick" if args.quick else ""
+    mode += f"; against {args.against}" if args.against else ""
     print(f"gpu check: {mode}; writing {args.out} as each run finishes", flush=True)
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
-        check = Check(sizes, Path(work), Path(args.results), gpus, Path(args.out), mode)
+        against = against_tree(args.against, Path(work)) if args.against else None
+        check = Check(sizes, Path(work), Path(args.results), gpus, Path(args.out), mode, against)
+        check.wanted = tuple(items)
         for name in ITEMS:  # in this order, whatever order --only names them in
             if name in items:
                 check.item(name, getattr(check, name))
     failed = [name for name, item in check.items.items() if item["status"] == "failed"]
-    failed += [run["run_id"] for item in check.items.values() for run in item.get("runs", [])
-               if run["status"] == "failed"]
+    failed += [run.get("run_id") or run.get("name") for item in check.items.values()
+               for run in item.get("runs", []) if run["status"] == "failed"]
     print(f"wrote {Path(args.out) / 'gpu_check.md'} and gpu_check.json; "
           + (f"failed: {', '.join(failed)}" if failed else "every item done"), flush=True)
     return 1 if failed else 0

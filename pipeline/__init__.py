@@ -9,6 +9,7 @@ stages that stand on all of them.
     data/          the images and their boxes, to the batches a process trains on
     detection/     the detector and how it is scored
     training/      the one training loop and what it keeps
+    measure/       measuring on a GPU: repeats and gaps (no torch), a profile's summary
     commbench/     the commbench stage: this machine's links and shared compute, measured
     report/        tables, figures, report and paper from the recorded runs
     launch.py      one training run (or the commbench stage) started the way its strategy (its

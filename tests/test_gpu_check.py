@@ -66,48 +66,53 @@ def test_the_checks_backbone_keeps_its_activations_in_scale(tmp_path):
 @pytest.mark.slow
 @NO_GPU
 def test_a_quick_sitting_cut_off_keeps_the_rows_it_measured(tmp_path):
-    """--quick rewrites its bundle as each run finishes: killed mid-item (as a GPU loan's time
-    limit kills it), the bundle reads, with every finished row and the item still running."""
+    """--quick rewrites its bundle after every timed segment: killed mid-item (as a GPU loan's
+    time limit kills it), the bundle reads, with every row measured so far and the item still
+    running."""
     bundle = tmp_path / "bundle" / "gpu_check.json"
     check = subprocess.Popen([sys.executable, "benchmarks/gpu_check.py", "--quick", "--out",
                               str(bundle.parent), "--results", str(tmp_path / "results")],
                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True, env=dict(os.environ, TMPDIR=str(tmp_path)))
+
+    def measured() -> list:
+        runs = json.loads(bundle.read_text())["items"]["throughput"].get("runs", [])
+        return [r for r in runs if r["status"] == "ok"]
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and check.poll() is None:
-            if bundle.exists() and len(json.loads(bundle.read_text())["items"]["overhead"]["runs"]) >= 2:
+            if bundle.exists() and "throughput" in json.loads(bundle.read_text())["items"] and measured():
                 break
             time.sleep(0.5)
     finally:
         os.killpg(check.pid, signal.SIGKILL)
         output = check.communicate()[0]
     found = json.loads(bundle.read_text())
-    overhead = found["items"]["overhead"]
-    assert overhead["status"] == "running", output[-2000:]
-    assert [r["run_id"] for r in overhead["runs"][:2]] == ["single-w1-b2-amp-bf16-s0", "dp-w1-b2-amp-bf16-s0"]
-    assert overhead["runs"][0]["status"] == "ok" and overhead["runs"][0]["losses_finite"]
-    assert "throughput" not in found["items"]
+    throughput = found["items"]["throughput"]
+    assert throughput["status"] == "running", output[-2000:]
+    first = measured()[0]
+    assert first["name"] == "b2-fp32" and first["repeats"] >= 1 and first["losses_finite"]
+    assert "sync" not in found["items"]  # the items after it never started
     text = (bundle.parent / "gpu_check.md").read_text()
-    assert "## overhead: running" in text and "single-w1-b2-amp-bf16-s0" in text
+    assert "## throughput: running" in text and "b2-fp32" in text
 
 
 # The CPU smoke in two sittings (`--only`), each under the suite's per-test limit: every item
 # of gpu_check.ITEMS is in one of them.
-SITTINGS = {"strategies": ("strategies", "precision", "nvml"),
-            "recipe": ("overhead", "commbench", "throughput", "sync")}
+SITTINGS = {"strategies": ("knobs", "strategies", "precision", "nvml"),
+            "recipe": ("throughput", "profile", "sync", "commbench", "overhead")}
 
 
 def test_the_cpu_smokes_sittings_cover_every_item():
     assert sorted(item for items in SITTINGS.values() for item in items) == sorted(gpu_check.ITEMS)
 
 
-def cpu_smoke(tmp_path, sitting: str) -> dict:
+def cpu_smoke(tmp_path, sitting: str, *options: str) -> dict:
     """The check's CPU smoke of `sitting`'s items: its bundle's items, after the checks every
     sitting passes (each item done, the provenance, finite losses wherever it trained)."""
     items = SITTINGS[sitting]
     result = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--out", str(tmp_path / "bundle"),
-                             "--results", str(tmp_path / "results"), "--only", *items],
+                             "--results", str(tmp_path / "results"), "--only", *items, *options],
                             cwd=REPO, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "no GPU visible: the CPU smoke" in result.stdout
@@ -169,30 +174,50 @@ def test_without_a_gpu_the_check_runs_every_strategy_and_precision_at_tiny_sizes
     assert sixteen[("ps", "fp16")]["status"] == "skipped" and "bf16" in sixteen[("ps", "fp16")]["reason"]
     assert sixteen[("dp", "bf16")]["status"] == "skipped" and "GPUs" in sixteen[("dp", "bf16")]["reason"]
 
+    # each speed knob beside the default, interleaved (compile is tests/test_speed.py's on CPU)
+    knobs = {run["name"]: run for run in items["knobs"]["runs"]}
+    assert list(knobs) == ["b2-bf16", "b2-bf16-fused", "b2-bf16-channels_last"], list(knobs)
+    assert all(run["status"] == "ok" and run["losses_finite"] for run in knobs.values()), knobs
+    assert knobs["b2-bf16-fused"]["reference"] == "b2-bf16" and knobs["b2-bf16-fused"]["optimizer"] == "fused"
+
     assert "no GPU visible" in items["nvml"]["skipped"]
 
 
 @pytest.mark.slow
 @NO_GPU
 def test_without_a_gpu_the_check_times_overheads_links_and_the_recipe_at_tiny_sizes(tmp_path):
-    items = cpu_smoke(tmp_path, "recipe")
+    """The recipe's sitting, with --against f484bdb: that revision's own tree (carried in
+    .against/, else archived from this clone's history) trains beside HEAD's, interleaved."""
+    items = cpu_smoke(tmp_path, "recipe", "--against", "f484bdb")
+    protocol = gpu_check.CPU_SMOKE.protocol
 
-    # each strategy at one process beside single: its cost of wrapping and measuring
-    overhead = {run["run_id"]: run for run in items["overhead"]["runs"]}
-    assert {run_id.split("-")[0] for run_id in overhead} == {cls.name for cls in REGISTERED}
-    assert overhead["single-w1-b2-amp-bf16-s0"]["ratio_to_single"] == 1
-    for run in overhead.values():
-        assert run["status"] == "ok" and run["ratio_to_single"] > 0 or (
-            run["status"] == "skipped" and run["reason"]), run
+    # each strategy at one process beside single, in one process: single brackets each one
+    overhead = {run["name"]: run for run in items["overhead"]["runs"]}
+    assert {name.split("-")[0] for name in overhead} == {cls.name for cls in REGISTERED}
+    single = overhead["single-w1-b2-amp-bf16-s0"]
+    timed = [run for run in overhead.values() if run["status"] == "ok"]
+    others = [run for run in timed if run is not single]
+    assert len(others) >= 4 and all(run["repeats"] == protocol.repeats for run in others)
+    # S A S B ... S: single's segments are one more than the others' together, per repeat
+    assert single["repeats"] == protocol.repeats * len(others) + 1
+    for run in others:  # the interval comes from the repeats: it holds their median
+        assert run["reference"] == single["name"] and run["ratio"] > 0
+        assert run["low"] <= run["images_per_second"] <= run["high"], run
+        assert min(run["segments"]) <= run["images_per_second"] <= max(run["segments"])
     assert overhead["ps-colocated-w1-b2-amp-bf16-s0"]["status"] == "ok"  # one process: colocated
+    assert overhead["dp-w1-b2-amp-bf16-s0"]["status"] == "skipped"
 
     assert items["commbench"]["links"]
-    table = items["throughput"]["runs"]
-    assert [(r["images_per_gpu"], r["precision"]) for r in table] == [
-        (2, "fp32"), (2, "bf16")]
-    assert all(r["status"] == "ok" and 0 <= r["data_share"] < 1 for r in table), table
+    table = {run["name"]: run for run in items["throughput"]["runs"]}
+    assert list(table) == ["b2-fp32", "b2-bf16", "b2-bf16-f484bdb", "recipe run (kept)"]
+    assert all(0 <= table[n]["data_share"] < 1 and table[n]["repeats"] == protocol.repeats
+               for n in ("b2-fp32", "b2-bf16", "b2-bf16-f484bdb")), table
+    # f484bdb's tree trained the same setting; HEAD's row reads its ratio to it
+    assert table["b2-bf16-f484bdb"]["tree"] == "f484bdb" and table["b2-bf16"]["tree"] == "HEAD"
+    assert table["b2-bf16"]["reference"] == "b2-bf16-f484bdb" and table["b2-bf16"]["ratio"] > 0
     # the real R50-FPN with the check's own backbone, a few steps at 64 px: finite
-    assert table[0]["model"] == "fasterrcnn_resnet50_fpn" and table[0]["losses_finite"], table[0]
+    recipe = table["recipe run (kept)"]
+    assert recipe["model"] == "fasterrcnn_resnet50_fpn" and recipe["losses_finite"], recipe
     # the recipe's single run, kept where report.predict.compute.preset: gpu-check reads it
     kept = tmp_path / "results" / "runs" / "gpu-check" / "single-w1-b2-s0" / "train_summary.json"
     assert json.loads(kept.read_text())["images_per_second"] > 0
@@ -200,5 +225,25 @@ def test_without_a_gpu_the_check_times_overheads_links_and_the_recipe_at_tiny_si
     assert baseline["baseline"] and baseline["compute"] > 0
     assert "CUDA synchronisations only" in items["sync"]["skipped"]  # tests/test_sync_free.py on a GPU
 
+    # the profile: a real trace beside the bundle, summarised (the CPU's ops as the device)
+    profile = items["profile"]
+    assert (tmp_path / "bundle" / profile["trace"]).stat().st_size > 0
+    assert profile["summary"]["steps"] == gpu_check.CPU_SMOKE.profile_steps
+    assert 0 < profile["summary"]["busy_share"] <= 1 and profile["summary"]["gaps"]
+
     text = (tmp_path / "bundle" / "gpu_check.md").read_text()
     assert text.startswith("# GPU check: CPU") and "## throughput: done" in text
+    assert "host-device syncs" in text and "not throughput figures" in text
+
+
+def test_against_reads_a_carried_tree_else_archives_the_revision(tmp_path):
+    """--against REV: .against/REV where it was carried (a GPU host has no history), else
+    `git archive REV` of this clone, unpacked; an unknown revision is refused with the remedy."""
+    tree = gpu_check.against_tree("6985bbf", tmp_path)
+    carried = REPO / ".against" / "6985bbf"
+    assert tree == carried if carried.exists() else tree == tmp_path / "against-6985bbf"
+    assert (tree / "pipeline" / "training" / "train.py").is_file()
+    assert (tree / "params.yaml").read_text() == subprocess.run(
+        ["git", "-C", str(REPO), "show", "6985bbf:params.yaml"], capture_output=True, text=True).stdout
+    with pytest.raises(SystemExit, match="no-such-rev.*git archive no-such-rev"):
+        gpu_check.against_tree("no-such-rev", tmp_path)

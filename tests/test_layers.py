@@ -7,7 +7,7 @@ from pipeline.config import stages
 
 # Bottom to top. The top-level modules (pipeline/*.py) are the top layer.
 LAYERS = ["runtime", "config", "costmodel", "strategies", "data", "detection", "training",
-          "commbench", "report", "(top)"]
+          "measure", "commbench", "report", "(top)"]
 PACKAGE_DIR = stages.ROOT / "pipeline"
 
 

@@ -161,7 +161,8 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
              "train": ["checkpoint_every", "precision", "channels_last",  # and mixed precision,
                        "warmup_iters",  # the reference's warm-up (auto) replaced 50 and 1000
                        "time_split",  # the per-phase timing can be switched off
-                       "sync_debug"],  # a GPU run can check it synchronises nothing
+                       "sync_debug",  # a GPU run can check it synchronises nothing
+                       "compile", "optimizer"],  # speed knobs (pipeline/training/speed.py)
              "parallel": ["timeout_s", "max_restarts"]}
     added["eval"].append("backend")  # COCOeval's implementation
 

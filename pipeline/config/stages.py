@@ -39,6 +39,9 @@ class Stage:
 
 
 FAULT_KNOBS = ("parallel.timeout_s", "parallel.max_restarts")  # how a job outlives a fault
+# How a training job runs, not what it computes: checkpoints, the sync check, and the speed
+# knobs (pipeline/training/speed.py: the same tensors within the precision's rounding)
+SPEED_KNOBS = ("train.checkpoint_every", "train.sync_debug", "train.compile", "train.optimizer")
 COMMBENCH_LAUNCH = ("pipeline.commbench", "pipeline.commbench.job")  # pipeline.launch's commbench path
 STAGES = {
     "data": Stage(("data",), ("pipeline.data.prepare",)),
@@ -47,13 +50,13 @@ STAGES = {
     # knobs do not retrain anything.
     "train": Stage(("data", "model", "train", "parallel", "eval.every_epochs", "eval.batch_size"),
                    ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.training.train"),
-                   FAULT_KNOBS + ("train.checkpoint_every", "train.sync_debug"), COMMBENCH_LAUNCH),
+                   FAULT_KNOBS + SPEED_KNOBS, COMMBENCH_LAUNCH),
     "evaluate": Stage(("data", "model", "parallel", "eval"),
                       ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.detection.evaluate"), FAULT_KNOBS,
                       COMMBENCH_LAUNCH),
     "equivalence": Stage(("data", "model", "train", "parallel"),
                          ("pipeline.equivalence", "pipeline.runtime.elastic", "pipeline.training.train"),
-                         FAULT_KNOBS + ("train.checkpoint_every", "train.sync_debug")),
+                         FAULT_KNOBS + SPEED_KNOBS),
     # The machine's links for the cost model, and how much its processes slow each other's
     # compute (with the run's model): one job per process count the sweep runs
     "commbench": Stage(("parallel", "commbench", "model"),

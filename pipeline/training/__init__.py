@@ -8,6 +8,7 @@
     timing.py     an iteration's phase split at one host synchronisation, and the GPU check
                   that nothing else synchronises (train.sync_debug)
     precision.py  fp32, bf16 and fp16 autocast
+    speed.py      knobs of how fast, not what: channels-last, torch.compile, the SGD kernels
     monitor.py    CPU, memory and GPU sampling while the loop runs
     summary.py    the run summary from explicit inputs and every rank's report; a diverged
                   run's failed record

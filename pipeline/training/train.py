@@ -49,6 +49,7 @@ from .checkpoint import CheckpointError
 from .identity import fingerprint
 from .job import Job
 from .monitor import Monitor
+from . import speed
 from .precision import Precision
 from .summary import failed_outcome, summarise
 from .state import Stopwatch
@@ -141,11 +142,16 @@ def to_device(images, targets, device):
 def forward_backward(model, optimizer, images, targets, precision: Precision) -> dict:
     """The losses (their sum as `loss`, then each term), still on the device: reading them
     here would make the host wait for the device (see pipeline/training/timing.py)."""
-    with precision.autocast():
-        loss_dict = model(images, targets)
-        loss = sum(loss_dict.values())
-    optimizer.zero_grad(set_to_none=True)
-    precision.backward(loss)
+    try:
+        with precision.autocast():
+            loss_dict = model(images, targets)
+            loss = sum(loss_dict.values())
+        optimizer.zero_grad(set_to_none=True)
+        precision.backward(loss)
+    except Exception as err:  # torch.compile's own errors surface at the first iterations
+        if speed.is_compile_error(err):
+            raise speed.CompileFailed(err) from err
+        raise
     return {"loss": loss, **{k: loss_dict[k] for k in LOSS_TERMS}}
 
 
@@ -223,13 +229,12 @@ def setup(cfg: dict, run: Run, out_dir: Path) -> Job:
                                          num_workers=workers,
                                          generator=loader_seed,
                                          pin_memory=ctx.device.type == "cuda")
-    model = build_model(cfg["model"], dataset.num_classes).to(ctx.device)
-    if train_cfg["channels_last"]:
-        model = model.to(memory_format=torch.channels_last)
+    model = speed.apply(build_model(cfg["model"], dataset.num_classes).to(ctx.device), train_cfg)
     model = runtime.wrap(model, ctx)
     base_lr = scaled_lr(train_cfg, global_batch)
     optimizer = runtime.optimizer([p for p in model.parameters() if p.requires_grad], lr=base_lr,
-                                  momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"])
+                                  momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"],
+                                  **speed.sgd_options(train_cfg))
     job = Job(cfg, run, out_dir, runtime, ctx, dataset, sampler, loader, loader_seed, model,
               optimizer, base_lr, global_batch, fingerprint(cfg, run),
               Precision(run.precision, ctx.device, runtime.grad_scaler),
@@ -404,7 +409,8 @@ def main(argv: list[str] | None = None) -> None:
                   lambda args: train(args.cfg, Run.from_json(json.loads(args.entry), "--entry"), args.out,
                                      args.max_steps),
                   arguments=arguments, stage="train", explain=explain_failure, argv=argv,
-                  errors=(TrainingError, CheckpointError, DatasetError, OutputError))  # one line each
+                  errors=(TrainingError, CheckpointError, DatasetError, OutputError,
+                          speed.CompileFailed))  # one line each
 
 
 if __name__ == "__main__":

@@ -334,6 +334,7 @@ class Check:
         self.against = against  # another revision's tree, timed beside HEAD (--against)
         self.wanted: tuple = ITEMS  # the items of this call (main sets them)
         self.shared: dict = {}  # what the throughput item measured for knobs and profile
+        self.profile_knob: str | None = None  # --profile-knob: the profile with one speed knob on
         self.out, self.mode = out, mode
         self.processes = gpus if gpus else 2  # one per GPU; on CPU, 2 gloo processes
         self.started = time.perf_counter()
@@ -619,10 +620,13 @@ class Check:
         (pipeline/measure/profile.py). Recorded in the throughput item's worker where the
         call has both. The profiler's own overhead is in these iterations: their times are
         not throughput figures."""
-        request = self.shared.get("profile")
+        request = None if self.profile_knob else self.shared.get("profile")
         if request is None:
             per_gpu = self.sizes.batches[-1]
-            config = self._single(f"b{per_gpu}-bf16", per_gpu, "bf16")
+            knob = dict((name, train) for name, train, _ in KNOBS_ON_GPU + KNOBS_ON_CPU)
+            train = knob.get(self.profile_knob, {})
+            suffix = f"-{self.profile_knob}" if self.profile_knob else ""
+            config = self._single(f"b{per_gpu}-bf16{suffix}", per_gpu, "bf16", **train)
             request = self._profile_request(config)
             interleave([config], self.overrides(), self.work / "profile",
                        dataclasses.replace(self.sizes.protocol, repeats=0), profile=request)
@@ -792,6 +796,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="time the throughput item's AGAINST settings in this git revision's "
                              "tree too, interleaved with HEAD's: .against/REV (a `git archive` "
                              "unpacked), else an archive of REV from this clone's history")
+    parser.add_argument("--profile-knob", choices=sorted({k[0] for k in KNOBS_ON_GPU + KNOBS_ON_CPU}),
+                        help="profile with this speed knob on (its own worker), to set its "
+                             "profile beside the default's of an earlier call")
     args = parser.parse_args(argv)
     gpus = distributed.gpu_count()
     sizes = (QUICK if args.quick else GPU) if gpus else CPU_SMOKE
@@ -805,6 +812,7 @@ def main(argv: list[str] | None = None) -> int:
         against = against_tree(args.against, Path(work)) if args.against else None
         check = Check(sizes, Path(work), Path(args.results), gpus, Path(args.out), mode, against)
         check.wanted = tuple(items)
+        check.profile_knob = args.profile_knob
         for name in ITEMS:  # in this order, whatever order --only names them in
             if name in items:
                 check.item(name, getattr(check, name))

@@ -759,11 +759,23 @@ def markdown(bundle: dict) -> str:
             if key in item:
                 lines.append(f"- {key}: {item[key]}")
         if "links" in item:
-            for op, timings in item["links"].items():
-                if isinstance(timings, list) and timings and isinstance(timings[-1], dict):
-                    lines.append(f"- {op}: largest message {timings[-1]}")
+            lines += _links_lines(item["links"])
         lines.append("")
     return "\n".join(lines)
+
+
+def _links_lines(links: dict) -> list[str]:
+    """commbench's fitted link per primitive (pipeline/commbench/links.py): latency, bandwidth,
+    the fit's r2 and the largest message's time."""
+    lines = [f"- backend {links.get('backend')}; disturbed: {links.get('disturbed') or 'none'}"]
+    for op, fit in (links.get("primitives") or {}).items():
+        bandwidth = fit.get("bandwidth_gbit_s")
+        largest = (f"{fit['bytes'][-1] / 2**20:.0f} MiB in {1e6 * fit['seconds'][-1]:.1f} us"
+                   if fit.get("bytes") and fit.get("seconds") else "-")
+        lines.append(f"- {op}: alpha {1e6 * fit['alpha_s']:.1f} us, bandwidth "
+                     + (f"{bandwidth:.3g} Gbit/s" if bandwidth else "not resolved (no slope)")
+                     + f", r2 {fit.get('r2', float('nan')):.2f}, largest message {largest}")
+    return lines
 
 
 def against_tree(rev: str, work: Path) -> Path:

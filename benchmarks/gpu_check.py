@@ -480,8 +480,9 @@ class Check:
                 print(f"   {found.run_id}: {found.status}", flush=True)
                 return self.add("strategies", row(found, entry=entry))
             return run
+        at_once = AT_ONCE if self.gpus == 1 else 1
         return {"runs": self._each([job(i, e) for i, e in enumerate(strategy_entries(self.processes))],
-                                   at_once=AT_ONCE if self.gpus == 1 else 1)}
+                                   at_once=at_once), **side_by_side(at_once)}
 
     def precision(self) -> dict:
         """single's grid (each precision with and without channels-last; the time split off),
@@ -511,7 +512,7 @@ class Check:
         # on one host have been seen to cross their messages. On one GPU, AT_ONCE (module
         # docstring).
         if self.gpus == 1:
-            return {"runs": self._each(jobs, at_once=AT_ONCE)}
+            return {"runs": self._each(jobs, at_once=AT_ONCE), **side_by_side(AT_ONCE)}
         return {"runs": self._each(jobs[:len(single)], at_once=1 if self.gpus else 2)
                 + self._each(jobs[len(single):])}
 
@@ -717,6 +718,16 @@ class Check:
             raise RuntimeError(f"evaluating {target} failed: {failure_line(result.stderr)}")
 
 
+def side_by_side(at_once: int) -> dict:
+    """The note of an item whose launches shared one GPU: their timings disturbed each other,
+    so they show that each path runs, and are not figures to compare (the overhead item is)."""
+    if at_once == 1:
+        return {}
+    return {"note": f"launched {at_once} at a time on one GPU: each row shows that its path "
+                    "runs; its images/s were disturbed by the others and are not timings "
+                    "(the overhead item times each strategy under the protocol)"}
+
+
 def training_gpu_samples(out: Path, start_up: int = 3) -> list[dict]:
     """A run's GPU samples, less the first few: those fall in its start-up (model build, data
     loader), where the GPU idles, and would pull the utilisation down."""
@@ -755,6 +766,8 @@ def markdown(bundle: dict) -> str:
         if "summary_text" in item:
             lines += [item["summary_text"], f"- trace: {item['trace']} ({item['trace_mb']} MiB); "
                       f"{item['note']}"]
+        if "note" in item and "summary_text" not in item:
+            lines.append(f"- note: {item['note']}")
         for key in ("samples", "sm_percent_median", "skipped"):
             if key in item:
                 lines.append(f"- {key}: {item[key]}")

@@ -203,7 +203,10 @@ def test_without_a_gpu_the_check_times_overheads_links_and_the_recipe_at_tiny_si
     for run in others:  # the interval comes from the repeats: it holds their median
         assert run["reference"] == single["name"] and run["ratio"] > 0
         assert run["low"] <= run["images_per_second"] <= run["high"], run
-        assert min(run["segments"]) <= run["images_per_second"] <= max(run["segments"])
+        # the median lies among its segments, at the rows' rounding (3 significant figures:
+        # a relative 0.5 %; the segments are kept to 2 decimals)
+        rounding, segments = 1 + 5e-3, run["segments"]
+        assert min(segments) / rounding <= run["images_per_second"] <= max(segments) * rounding
     assert overhead["ps-colocated-w1-b2-amp-bf16-s0"]["status"] == "ok"  # one process: colocated
     assert overhead["dp-w1-b2-amp-bf16-s0"]["status"] == "skipped"
 

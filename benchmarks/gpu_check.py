@@ -803,7 +803,7 @@ def against_tree(rev: str, work: Path) -> Path:
         raise SystemExit(f"--against {rev}: neither {carried} nor the revision in this clone's "
                          f"history ({archive.stderr.decode().strip()}); unpack `git archive {rev}` "
                          f"into {carried}")
-    target = work / f"against-{rev}"
+    target = work / "against" / rev  # named as the carried tree: rows are named by it
     target.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(target, filter="data")

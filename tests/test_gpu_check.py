@@ -244,7 +244,7 @@ def test_against_reads_a_carried_tree_else_archives_the_revision(tmp_path):
     `git archive REV` of this clone, unpacked; an unknown revision is refused with the remedy."""
     tree = gpu_check.against_tree("6985bbf", tmp_path)
     carried = REPO / ".against" / "6985bbf"
-    assert tree == carried if carried.exists() else tree == tmp_path / "against-6985bbf"
+    assert tree == carried if carried.exists() else tree == tmp_path / "against" / "6985bbf"
     assert (tree / "pipeline" / "training" / "train.py").is_file()
     assert (tree / "params.yaml").read_text() == subprocess.run(
         ["git", "-C", str(REPO), "show", "6985bbf:params.yaml"], capture_output=True, text=True).stdout

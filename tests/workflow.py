@@ -28,6 +28,9 @@ def tiny_params(raw: dict) -> dict:
     demo["model"].update(min_size=96, max_size=96, channels=32, representation_size=128)
     demo["train"].update(epochs=2, images_per_worker=4, base_batch=4, warmup_iters=4, lr_steps=[])
     demo["eval"].update(batch_size=4)
+    # PNG figures only, small: a report with PDFs too costs twice the CPU; tests/test_report.py
+    # draws every figure in both formats, and the finished demo keeps both (with_repeats_and_modes)
+    raw["report"].update(figure_formats=["png"], dpi=40)
     # timed in seconds; no retries: the suite's other worker keeps every measurement outside a
     # quiet machine's band, so retrying would only triple the stage (retrying is tested in
     # tests/test_commbench.py and tests/test_disturbance.py)
@@ -70,6 +73,7 @@ def with_repeats_and_modes(raw: dict) -> dict:
     tiny_params(raw)
     demo = raw["presets"]["demo"]
     demo["eval"]["every_epochs"] = 1
+    raw["report"]["figure_formats"] = ["png", "pdf"]  # the paper's figures as users get them
     demo["train"]["checkpoint_every"] = 4
     demo["sweep"][1]["repeats"] = 2  # ddp: two seeds (one of each other entry keeps it short)
     demo["sweep"].append({"strategy": "ddp", "workers": 2, "images_per_worker": 2,

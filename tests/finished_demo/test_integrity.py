@@ -198,8 +198,27 @@ def kill(workdir: Path, point: str) -> float:
     killed = time.monotonic()
     snake.wait(timeout=180)  # a dead worker or torchrun: the job fails, and Snakemake stops
     failed_after = time.monotonic() - killed
-    wait_for(lambda: not job_processes(workdir), "every process of the job to be gone", timeout=10)
+    # SIGKILLed processes leave at once, but a process torn down on a busy 2-core runner
+    # (a gigabyte of a torch process's memory unmapped) can take seconds: a generous deadline,
+    # and the survivors named where one outlives it.
+    try:
+        wait_for(lambda: not job_processes(workdir), "every process of the job to be gone", timeout=60)
+    except AssertionError:
+        raise AssertionError(f"{point}: processes outlived the kill by 60 s: {survivors(workdir)}") from None
     return failed_after
+
+
+def survivors(workdir: Path) -> list[str]:
+    """Each process still working in the test's directory: pid, state, parent and command."""
+    found = []
+    for pid, cmdline in job_processes(workdir).items():
+        try:
+            status = dict(line.split(":\t", 1) for line in
+                          Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+        except OSError:
+            status = {}
+        found.append(f"{pid} [{status.get('State', '?')}, parent {status.get('PPid', '?')}] {cmdline[:200]}")
+    return found
 
 
 @pytest.mark.parametrize("point", KILL_POINTS)
@@ -218,7 +237,8 @@ def test_kill_9_anywhere_and_the_same_command_finishes_the_same_results(workdir,
         log = train_log(workdir, DDP)
         assert "error: rank 1 (pid" in log and "was killed by SIGKILL" in log, log[-2000:]
         assert "rerun the same command to resume" in log
-        assert failed_after < 60, failed_after
+        # How fast is measured, not asserted (no timing assertions): the log above shows
+        # torchrun saw the death itself, rather than a collective timing out much later.
         print(f"{point}: Snakemake stopped {failed_after:.1f} s after the worker's death")
 
     rerun = snakemake(workdir)  # the README's command again: no --unlock, nothing forced

@@ -30,7 +30,7 @@ def tiny_params(raw: dict) -> dict:
     demo["eval"].update(batch_size=4)
     # PNG figures only, small: a report with PDFs too costs twice the CPU; tests/test_report.py
     # draws every figure in both formats, and the finished demo keeps both (with_repeats_and_modes)
-    raw["report"].update(figure_formats=["png"], dpi=40)
+    raw["report"].update(figure_formats=["png"], dpi=50)  # the schema's least
     # timed in seconds; no retries: the suite's other worker keeps every measurement outside a
     # quiet machine's band, so retrying would only triple the stage (retrying is tested in
     # tests/test_commbench.py and tests/test_disturbance.py)

@@ -120,8 +120,7 @@ def inputs(args: argparse.Namespace, predict: dict, preset: str) -> tuple[Comput
                else preset_compute(runs, preset, where))
     frame = prediction_frame(runs, links) if runs else pd.DataFrame(columns=["ratio", "flag"])
     modelled = frame[(frame["flag"] == "") | frame["flag"].str.startswith("missed")]
-    return compute, Band.of(list(modelled["ratio"]), BOUND, str(where) if where else "a finished preset "
-                                                                                   "(--from not given)")
+    return compute, Band.of(list(modelled["ratio"]), BOUND, str(where) if where else "--from not given")
 
 
 def predicted_frame(points: pd.DataFrame, band: Band) -> pd.DataFrame:

@@ -26,11 +26,12 @@ class Band:
         """The range of `ratios` (runs of `where`), widened to 1 +- `bound` at least."""
         seen = [r for r in ratios if math.isfinite(r) and r > 0]
         low, high = min([1 - bound, *seen]), max([1 + bound, *seen])
-        found = (f"predicted/measured x{min(seen):.2f}-{max(seen):.2f} over {len(seen)} "
-                 f"multi-process run(s) of {where}" if seen else
-                 f"no multi-process run of {where} with a prediction")
-        return cls(low, high, f"{found}, widened to at least the report's +-{bound:.0%} bound: "
-                              f"x{low:.2f}-{high:.2f}")
+        if not seen:
+            return cls(low, high, f"the report's +-{bound:.0%} bound, x{low:.2f}-{high:.2f} (no "
+                                  f"multi-process run with a prediction to widen it: {where})")
+        return cls(low, high, f"predicted/measured x{min(seen):.2f}-{max(seen):.2f} over {len(seen)} "
+                              f"multi-process run(s) of {where}, widened to at least the report's "
+                              f"+-{bound:.0%} bound: x{low:.2f}-{high:.2f}")
 
     def around(self, predicted: float) -> tuple[float, float]:
         """The images/s a run predicted at `predicted` is expected to measure, lowest first."""

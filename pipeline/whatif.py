@@ -171,7 +171,8 @@ def printed(frame: pd.DataFrame, cfg: dict, per_gpu: int, compute: Compute, band
         *([f"Not predicted at {gpus} GPUs (the strategy cannot run there): {', '.join(missing)}."]
           if missing else []),
         "Predicted images/s at each GPU count:",
-        curves.map("{:.1f}".format).to_string()])
+        curves.map(lambda rate: "-" if math.isnan(rate) else f"{rate:.1f}").to_string(),
+        "(-: the strategy cannot run at that size)" if curves.isna().any().any() else ""]).rstrip()
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> None:

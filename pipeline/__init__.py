@@ -16,4 +16,6 @@ stages that stand on all of them.
                    job) says, or why it cannot run here
     equivalence.py how far one step of each multi-worker strategy lands from `single`
     resources.py   what each workflow job asks a scheduler for
+    whatif.py      the cost model asked about your own cluster: predicted images/s, efficiency
+                   and memory per GPU of each strategy, ranked with their band (no torch)
 """

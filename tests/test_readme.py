@@ -44,6 +44,9 @@ slow (CI runs them).
   README's arguments is parsed and each of its configurations validated against params.yaml,
   the script stopped before it generates data (tests/test_accuracy_seeds.py runs the script for
   real on a shrunk demo).
+* The what-if commands (README: "Your own cluster") run as written, in-process, in a folder
+  laid out as a finished clone's: the example cluster file and a made-up finished demo
+  (tests/test_whatif.py builds it; that module runs the command in a process of its own).
 * The DVC block (README: "COCO 2017 through DVC") is run by tests/test_coco_fetch.py
   (test_dvc_commands_leave_a_users_trees_alone, marked slow: a local HTTP server stands in for
   COCO's), which reads its commands from this block (readme_dvc_commands); here: that it does.
@@ -65,6 +68,7 @@ from argparse import Namespace
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -102,6 +106,9 @@ RUN_BY = {
     ". .venv/bin/activate": (
         "test_dvc_block_is_run_by_test_coco_fetch", "run by test_coco_fetch (slow), which reads this block"),
     "data  ->  train": (None, "the stages' diagram, not a command"),
+    ".venv/bin/python -m pipeline.whatif": (
+        "test_whatif_commands_run", "each line run as written in a folder holding the example cluster "
+        "file and a made-up finished demo under results/ (tests/test_whatif.py); its CSV written there"),
     ".venv/bin/snakemake --cores all --forcerun": (
         "test_forcerun_names_a_real_run", "dry run (-n) on a copy of the demo: its train job is the forced one"),
 }
@@ -366,6 +373,29 @@ def test_benchmark_scripts_parse():
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert result.stdout.count("ok ") == len(scripts)
+
+
+def test_whatif_commands_run(monkeypatch, tmp_path, capsys):
+    """The what-if block's commands in a folder laid out as a finished clone's: the example
+    cluster file and a made-up finished demo (its run folders and commbench JSON)."""
+    from pipeline import whatif
+
+    from .test_whatif import finished_preset
+
+    (block,) = blocks_run_by("test_whatif_commands_run")
+    finished_preset(tmp_path / "results", "demo")
+    (tmp_path / "examples").mkdir()
+    shutil.copy(REPO / "examples" / "cluster-8x8.yaml", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    lines = [line for line in block.text.splitlines() if line.strip()]
+    assert len(lines) == 2
+    for line in lines:
+        words = shlex.split(line)
+        assert words[:3] == [".venv/bin/python", "-m", "pipeline.whatif"]
+        whatif.main(words[3:])
+        assert capsys.readouterr().out.startswith(f"{whatif.LABEL}: 8 x 8 GPUs")
+    written = pd.read_csv(tmp_path / "results" / "whatif" / "cluster-8x8.csv")
+    assert set(written["gpus"]) == {1, 2, 4, 8, 16, 32, 64}
 
 
 def test_accuracy_seeds_command_parses(monkeypatch, tmp_path):

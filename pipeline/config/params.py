@@ -116,6 +116,15 @@ def _describe(error: jsonschema.ValidationError, source: str) -> str:
     return f"{source}: {where}: {error.message}; {remedy(error)}"
 
 
+def schema_errors(document, schema: dict, source: str) -> list[str]:
+    """Each way `document` breaks `schema`, said as params.yaml's errors are (the file, the
+    key, the remedy): for files checked against a part of this schema (a what-if cluster)."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted((inner for e in validator.iter_errors(document) for inner in _innermost(e)),
+                    key=lambda e: list(map(str, e.absolute_path)))
+    return [_describe(e, source) for e in errors]
+
+
 def merged(base: dict, override: dict) -> dict:
     """`override` on top of `base`: mappings merge key by key; lists and values replace."""
     out = dict(base)
@@ -163,12 +172,9 @@ def validate(raw: dict, source: str = "params.yaml") -> dict[str, dict]:
                           "preset, defaults, presets, report")
     presets = resolve_presets(raw, source)
     document = {k: v for k, v in raw.items() if k != "defaults"} | {"presets": presets}
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted((inner for e in validator.iter_errors(document) for inner in _innermost(e)),
-                    key=lambda e: list(map(str, e.absolute_path)))
+    errors = schema_errors(document, yaml.safe_load(SCHEMA_PATH.read_text()), source)
     if errors:
-        raise ParamsError("invalid parameters:\n  " + "\n  ".join(_describe(e, source) for e in errors))
+        raise ParamsError("invalid parameters:\n  " + "\n  ".join(errors))
     if raw["preset"] not in presets:
         raise ParamsError(f"{source}: preset: '{raw['preset']}' is not one of the presets "
                           f"({', '.join(presets)}); use --config preset=NAME with one of them")

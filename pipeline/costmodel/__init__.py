@@ -6,11 +6,15 @@ network, from compute measured elsewhere.
                   commbench JSON measured it, or a cluster's)
     predict.py    a predicted iteration of one strategy (passed in: its spec), the wait for
                   the slowest worker, a predicted point on a cluster, where a strategy saturates
-    clusters.py   the hypothetical clusters of report.predict, and one GPU's compute
+    clusters.py   the hypothetical clusters of report.predict or a user's cluster file (checked),
+                  and one GPU's compute
+    ranking.py    the uncertainty band of a predicted images/s (the model's predicted/measured
+                  on a finished preset) and the ranking of strategies it tells apart
     bands.py      the bands of a quiet machine's measurements: outside, commbench repeats a
                   measurement, then marks it disturbed
 
 Each strategy states its own messages (`Strategy.phases`, pipeline/strategies/). The stage that
 times this machine's links is pipeline/commbench/; the report makes frames, tables and
-sentences of the predictions (pipeline/report/prediction.py, clusters.py).
+sentences of the predictions (pipeline/report/prediction.py, clusters.py); the what-if command
+(pipeline/whatif.py) asks it about a user's own cluster.
 """

@@ -1,11 +1,19 @@
-"""The hypothetical clusters of `report.predict` (params.yaml) the cost model predicts on, and one
-GPU's measured or assumed compute (pipeline/report/clusters.py fills them in)."""
+"""The hypothetical clusters the cost model predicts on: those of `report.predict` (params.yaml),
+or a user's own, read from a YAML or JSON file and flags and checked against the same schema
+(`read_cluster`, for the what-if command pipeline/whatif.py); and one GPU's measured or assumed
+compute (pipeline/report/clusters.py fills them in)."""
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
+import yaml
+
+from ..config.params import SCHEMA_PATH, schema_errors
 from .network import Link, Network
+
+EXAMPLE = "examples/cluster-8x8.yaml"  # a cluster file to copy (README: the what-if command)
 
 
 @dataclass(frozen=True)
@@ -16,6 +24,13 @@ class Compute:
     gradient_bytes: float
     source: str
     variance_per_image: float = math.nan  # of compute, when measured: the slowest worker's wait
+
+    @classmethod
+    def measured(cls, single: dict, source: str) -> "Compute":
+        """From one `single` run's inputs (pipeline/report/prediction.py `single_inputs`): its
+        compute and data wait per image, its optimizer step shared over its images."""
+        return cls(single["compute"] + single["data"] + single["optimizer"] / single["images"],
+                   single["gradient_bytes"], source, single["compute_variance"])
 
 
 @dataclass(frozen=True)
@@ -52,3 +67,45 @@ class Cluster:
         the GPU nodes; `spare_only`: the spare machines alone)."""
         spare = self.spare_cpu_machines_per_node * self.nodes_for(gpus)
         return spare if spare_only else max(1, spare)
+
+
+class ClusterError(ValueError):
+    """A cluster description is malformed; the message names the file, the key and the remedy."""
+
+
+def cluster_schema() -> dict:
+    """The schema of one cluster: report.predict's `clusters` item in params.schema.yaml."""
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())
+    predict = schema["properties"]["report"]["properties"]["predict"]
+    return {**predict["properties"]["clusters"]["items"], "$defs": schema["$defs"]}
+
+
+def read_cluster(path: str | Path | None, given: dict) -> dict:
+    """One cluster as report.predict states one: the YAML or JSON file at `path` (None: none),
+    with the values `given` (flags, None where not given) over it, checked. The name defaults
+    to the file's stem."""
+    found, source = {}, "the command line"
+    if path is not None:
+        source = str(path)
+        try:
+            found = yaml.safe_load(Path(path).read_text())  # JSON is YAML too
+        except OSError as err:
+            raise ClusterError(f"{path}: cannot read the cluster file ({err.strerror}); give the "
+                               f"path of a YAML or JSON file such as {EXAMPLE}") from err
+        except yaml.YAMLError as err:
+            raise ClusterError(f"{path}: not valid YAML or JSON: {err}") from err
+        if not isinstance(found, dict):
+            raise ClusterError(f"{path}: expected a mapping of the cluster's keys (as in {EXAMPLE}), "
+                               f"found {type(found).__name__}")
+    cluster = {**found, **{k: v for k, v in given.items() if v is not None}}
+    cluster.setdefault("name", Path(path).stem if path is not None else "your cluster")
+    schema = cluster_schema()
+    # a misspelt key is named as such first, not only as the key it leaves missing
+    errors = schema_errors(cluster, {**schema, "required": []}, source)
+    missing = [key for key in schema["required"] if key not in cluster]
+    if missing:
+        errors.append(f"{source}: no {', '.join(missing)}; add " + ("them" if len(missing) > 1 else "it")
+                      + f" to the file (as in {EXAMPLE}) or give --{missing[0].replace('_', '-')}")
+    if errors:
+        raise ClusterError("invalid cluster:\n  " + "\n  ".join(errors))
+    return cluster

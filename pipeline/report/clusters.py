@@ -40,10 +40,8 @@ def gpu_compute(predict: dict, runs: list[RunDir]) -> Compute:
     wanted = predict["compute"]
     for single in single_inputs(runs):
         if single["baseline"] and single["device"].startswith("cuda"):
-            per_image = single["compute"] + single["data"] + single["optimizer"] / single["images"]
-            return Compute(per_image, single["gradient_bytes"],
-                           f"measured: {single['run_id']} of the {wanted['preset']} preset on {single['device']}",
-                           single["compute_variance"])
+            return Compute.measured(single, f"measured: {single['run_id']} of the {wanted['preset']} "
+                                            f"preset on {single['device']}")
     return Compute(wanted["assumed_seconds_per_image"], wanted["gradient_bytes"],
                    f"assumed: {wanted['assumed_source']}")
 

@@ -1,0 +1,179 @@
+"""The what-if command (pipeline/whatif.py) on a small made-up finished preset: the report's run
+directories (tests/test_report.py's builder) and a commbench JSON, in their real formats."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipeline import whatif
+from pipeline.config.params import load_resolved
+from pipeline.report.clusters import COLUMNS, gpu_compute, prediction_points
+from pipeline.report.load import load_run
+from pipeline.report.prediction import prediction_frame
+from pipeline.runtime.record import CommbenchRecord
+
+from .test_report import make_ok_run
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "cluster-8x8.yaml"
+COMMBENCH = {"processes": 2, "backend": "nccl", "primitives": {
+    "all_reduce": {"alpha_s": 4e-5, "beta_s_per_byte": 2e-11},
+    "send_recv": {"alpha_s": 2e-5, "beta_s_per_byte": 1e-11}}}
+
+
+def finished_preset(results: Path, preset: str = "demo") -> Path:
+    """results/runs/<preset>/ with single on a GPU, ddp and ps of 2 workers, and
+    results/commbench/<preset>/p2.json, as the workflow leaves them."""
+    root = results / "runs" / preset
+    for strategy, workers in (("single", 1), ("ddp", 2), ("ps", 2)):
+        run_dir = make_ok_run(root, strategy, workers, 2, [2.0, 1.5], ap=0.2, iters_per_epoch=6)
+        summary = json.loads((run_dir / "train_summary.json").read_text())
+        summary.update(device="cuda:0", backend="nccl", processes=workers,
+                       ranks=[{"gradient_bytes": 4_000_000}] * workers)
+        (run_dir / "train_summary.json").write_text(json.dumps(summary))
+    (results / "commbench" / preset).mkdir(parents=True)
+    (results / "commbench" / preset / "p2.json").write_text(json.dumps(COMMBENCH))
+    return root
+
+
+def run_command(args: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """The command in a process of its own, which then says whether torch was ever imported."""
+    code = ("import sys; from pipeline import whatif; whatif.main(sys.argv[1:]); "
+            "print('torch imported:', 'torch' in sys.modules)")
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+
+
+def report_points(cluster: dict, runs_dir: Path, compute=None) -> pd.DataFrame:
+    """The report's predicted_scaling_points for `cluster`: report.predict with that cluster,
+    its compute preset the made-up one (report/build.py's two calls)."""
+    predict = load_resolved(REPO / "params.yaml")["report"]["predict"]
+    predict = {**predict, "compute": {**predict["compute"], "preset": runs_dir.name}, "clusters": [cluster]}
+    runs = [load_run(d) for d in sorted(runs_dir.iterdir())]
+    return prediction_points(predict, compute or gpu_compute(predict, runs))
+
+
+def test_the_csv_is_the_reports_prediction_for_the_same_cluster_without_torch(tmp_path):
+    runs_dir = finished_preset(tmp_path / "results")
+    out = tmp_path / "whatif.csv"
+    result = run_command(["--cluster", str(EXAMPLE), "--from", str(tmp_path / "results"),
+                          "--preset", "demo", "--csv", str(out)])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("PREDICTION (cost model, not measured): 8 x 8 GPUs")
+    assert result.stdout.rstrip().endswith("torch imported: False")
+
+    found = pd.read_csv(out)
+    assert (found["label"] == whatif.LABEL).all()
+    cluster = whatif.read_cluster(EXAMPLE, {})
+    expected = report_points(cluster, runs_dir)
+    assert len(expected) == len(found) > 0
+    pd.testing.assert_frame_equal(found[COLUMNS], expected, check_dtype=False, rtol=1e-12)
+    assert "(measured: single-w1-b2 of the demo preset on cuda:0)" in result.stdout  # as the report's
+
+    # The band: the report's predicted/measured of the preset's 2 multi-process runs, at least +-20 %
+    ratios = prediction_frame([load_run(d) for d in sorted(runs_dir.iterdir())],
+                              {2: CommbenchRecord.from_json(COMMBENCH)})["ratio"]
+    low, high = min(0.8, ratios.min()), max(1.2, ratios.max())
+    rate = found["predicted_images_per_second"]
+    assert found["predicted_images_per_second_low"].to_numpy() == pytest.approx((rate / high).to_numpy())
+    assert found["predicted_images_per_second_high"].to_numpy() == pytest.approx((rate / low).to_numpy())
+    assert f"x{ratios.min():.2f}-{ratios.max():.2f} over 2 multi-process run(s)" in result.stdout
+    for gpus, at in found.groupby("gpus"):  # ranked fastest first at every GPU count
+        ordered = at.sort_values("predicted_rank")
+        assert list(ordered["predicted_rank"]) == list(range(1, len(at) + 1))
+        assert ordered["predicted_images_per_second"].is_monotonic_decreasing
+    assert "Predicted ranking at 64 GPUs (8 node(s))" in result.stdout
+
+
+def test_a_gpus_compute_given_directly_is_the_reports_assumption(tmp_path, capsys):
+    """Flags alone (no file, no finished preset): the report's points with that compute."""
+    flags = {"name": "two nodes", "gpus_per_node": 4, "nodes": 2, "intra_gbit_s": 600,
+             "intra_latency_us": 3, "inter_gbit_s": 50, "inter_latency_us": 8,
+             "spare_cpu_machines_per_node": 0}
+    args = [word for key, value in flags.items() for word in (f"--{key.replace('_', '-')}", str(value))]
+    out = tmp_path / "given.csv"
+    whatif.main([*args, "--gpu-seconds-per-image", "0.25", "--gradient-bytes", "1e8", "--csv", str(out)])
+    printed = capsys.readouterr().out
+    assert printed.startswith(whatif.LABEL) and "given on the command line" in printed
+    assert "the report's +-20% bound, x0.80-1.20 (no multi-process run with a prediction to widen it: " \
+           "--from not given)" in printed
+    compute = whatif.Compute(0.25, 1e8, "given")
+    expected = prediction_points(
+        {**load_resolved(REPO / "params.yaml")["report"]["predict"], "clusters": [flags]}, compute)
+    pd.testing.assert_frame_equal(pd.read_csv(out)[COLUMNS], expected, check_dtype=False, rtol=1e-12)
+    # one GPU of ddp communicates nothing: 1 / 0.25 s per image, efficiency 1
+    one = pd.read_csv(out).query("gpus == 1 and model.str.startswith('DDP')")
+    assert len(one) == 2
+    assert one["predicted_images_per_second"].to_numpy() == pytest.approx(4.0)
+    assert one["predicted_efficiency"].to_numpy() == pytest.approx(1.0)
+
+
+def test_flags_over_the_file_and_the_gpu_count_ranked(capsys):
+    whatif.main(["--cluster", str(EXAMPLE), "--nodes", "2", "--gpus", "8",
+                 "--gpu-seconds-per-image", "0.3", "--gradient-bytes", "1e8"])
+    printed = capsys.readouterr().out
+    assert "8 GPU(s) per node x 2 node(s)" in printed and "Predicted ranking at 8 GPUs (1 node(s))" in printed
+    ranked = printed.split("Predicted ranking")[1].split("Predicted images/s")[0]
+    assert "DataParallel (device 0)" in ranked and "Not predicted" not in ranked  # one node: dp runs
+    assert printed.split("Predicted images/s at each GPU count:")[1].split("\n")[1].split()[-1] == "16"
+
+
+@pytest.mark.parametrize("text, said", [
+    ("gpus_per_node: 8\nnodes: 8\n", "no intra_gbit_s, intra_latency_us, inter_gbit_s, inter_latency_us, "
+     "spare_cpu_machines_per_node; add them to the file (as in examples/cluster-8x8.yaml) or give --intra-gbit-s"),
+    ("{}: [", "not valid YAML or JSON"),
+    ("- 8\n- 8\n", "expected a mapping of the cluster's keys (as in examples/cluster-8x8.yaml), found list"),
+    (("inter_gbit_s: 25", "inter_gbit_s: -25"),  # the example with one key broken
+     "inter_gbit_s: -25 is less than or equal to the minimum of 0; set it above 0"),
+    (("gpus_per_node", "gpu_per_node"), "unknown key 'gpu_per_node' (did you mean 'gpus_per_node'?)"),
+    (("nodes: 8", "nodes: eight"), "nodes: 'eight' is not of type 'integer'"),
+])
+def test_a_bad_cluster_file_names_the_file_the_key_and_the_remedy(tmp_path, text, said):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(EXAMPLE.read_text().replace(*text) if isinstance(text, tuple) else text)
+    with pytest.raises(SystemExit) as stopped:
+        whatif.main(["--cluster", str(path), "--gpu-seconds-per-image", "0.3", "--gradient-bytes", "1e8"])
+    assert str(path) in str(stopped.value.code) and said in str(stopped.value.code)
+
+
+def test_what_the_command_cannot_use_is_refused_naming_the_remedy(tmp_path):
+    def refused(*args: str) -> str:
+        with pytest.raises(SystemExit) as stopped:
+            whatif.main(["--cluster", str(EXAMPLE), *args])
+        return str(stopped.value.code)
+
+    assert "give --from RESULTS (a finished preset) or --gpu-seconds-per-image" in refused()
+    assert "together" in refused("--gradient-bytes", "1e8")
+    assert f"{tmp_path / 'runs' / 'demo'}: no finished run" in refused("--from", str(tmp_path), "--preset", "demo")
+    assert "--gpus 3: the model predicts" in refused("--gpus", "3", "--gpu-seconds-per-image", "1",
+                                                     "--gradient-bytes", "1")
+    mine = tmp_path / "mine.csv"
+    mine.write_text("a user's own table\n")
+    said = refused("--gpu-seconds-per-image", "1", "--gradient-bytes", "1", "--csv", str(mine))
+    assert "not a CSV this command wrote, so it was left untouched" in said
+    assert mine.read_text() == "a user's own table\n"
+
+
+def test_its_own_csv_is_replaced_and_help_says_what_it_takes(tmp_path, capsys):
+    out = tmp_path / "again.csv"
+    args = ["--cluster", str(EXAMPLE), "--gpu-seconds-per-image", "0.3", "--gradient-bytes", "1e8"]
+    whatif.main([*args, "--csv", str(out)])
+    first = pd.read_csv(out)
+    whatif.main([*args, "--images-per-gpu", "16", "--csv", str(out)])  # its own file: replaced
+    again = pd.read_csv(out)
+    assert math.isclose(again.query("gpus == 1")["predicted_images_per_second"].iloc[0], 1 / 0.3)
+    # 8 times the images a step over the same exchange: closer to linear scaling
+    assert (again["predicted_efficiency"] >= first["predicted_efficiency"]).all()
+    assert (again["predicted_efficiency"] > first["predicted_efficiency"]).any()
+    with pytest.raises(SystemExit) as stopped:
+        whatif.main(["--help"])
+    assert stopped.value.code == 0
+    shown = capsys.readouterr().out
+    assert "predictions, not measurements" in shown
+    assert all(flag in shown for flag in ("--cluster", "--from", "--gpu-seconds-per-image", "--csv"))

@@ -47,6 +47,7 @@ def test_a_new_strategy_is_its_module_and_a_registry_entry(tmp_path):
 
     def sweep(raw):
         tiny_params(raw)
+        raw["presets"]["demo"]["train"]["epochs"] = 1  # the wiring, not the learning, is tested
         raw["presets"]["demo"]["sweep"] = [{"strategy": "single", "workers": 1},
                                            {"strategy": "allgather", "workers": 2,
                                             "images_per_worker": 2, "chunks": 2}]

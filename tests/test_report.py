@@ -27,7 +27,7 @@ SLOW = pytest.mark.slow  # another case of a path the fast tier takes (README, Q
 
 REPORT_CFG = {
     "published": {
-        "source": "DataParallel vs DistributedDataParallel, Faster R-CNN on COCO 2017, 2 GPUs",
+        "source": load_resolved(REPO / "params.yaml")["report"]["published"]["source"],
         "dp": {"AP": 0.624, "AP50": 0.758, "AP75": 0.630, "sec_per_iter": 0.6646,
                "progress_per_epoch": 0.035},
         "ddp": {"AP": 0.632, "AP50": 0.744, "AP75": 0.634, "sec_per_iter": 0.6622,

@@ -632,8 +632,8 @@ class Answer:
     scope: str
 
     def section(self) -> Section:
-        """The report's first section."""
-        return Section("The answer", [self.counts_sentence, *self.throughput, *self.accuracy,
+        """The report's long-form answer, right under the verdict (verdict.py)."""
+        return Section("The answer in full: rankings, intervals and entries", [self.counts_sentence, *self.throughput, *self.accuracy,
                                       self.not_run, self.time_sentence, self.scope])
 
     def macros(self) -> str:

@@ -171,6 +171,24 @@ def reader_name(strategy: str, variant, data_mode: str = "real", workers=None) -
     return f"{name}, {int(workers)} worker{'s' if int(workers) != 1 else ''}"
 
 
+def reader_names(summary: pd.DataFrame, workers: bool = True) -> dict[str, str]:
+    """entry -> reader_name (with its worker count or without) for each entry of summary.csv's
+    frame; entries that would share a name are told apart by their images a step, then their
+    threads: 'single process, 1 worker (4 images a step)'."""
+    firsts = summary.groupby("entry", sort=False).first()
+    names = {e: reader_name(r["strategy"], r["variant"], r["data_mode"],
+                            r["workers"] if workers else None) for e, r in firsts.iterrows()}
+    for name in {n for n in names.values() if list(names.values()).count(n) > 1}:
+        same = [e for e, n in names.items() if n == name]
+        for column, unit in (("global_batch", "images a step"), ("threads", "threads")):
+            if firsts.loc[same, column].nunique(dropna=False) > 1:
+                for e in same:
+                    value = firsts.loc[e, column]
+                    names[e] = f"{name} ({'?' if value != value else int(value)} {unit})"
+                break
+    return names
+
+
 def is_baseline(strategy, variant) -> bool:
     """The runs every speed-up is measured against, as their strategy declares
     (Strategy.is_baseline: `single` as configured, not a variant of it)."""

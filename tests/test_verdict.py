@@ -22,6 +22,8 @@ from pipeline.report.noise import comparisons
 from pipeline.report.render import RUN_ID
 from pipeline.report.verdict import MAX_SENTENCES, CauseFinding, VerdictInput, verdict
 
+MAX_WORDS = 150  # the longest verdict: the abstract opens with it and holds at most 200 words
+
 from .test_answer import AP, COMPARED, DDP, SINGLE, ZERO, summary_of
 from .test_costmodel import typed
 from .test_disturbance import seeded, seeded_dirs
@@ -62,16 +64,15 @@ def test_the_verdict_says_what_ties_what_is_slower_and_why_in_five_sentences():
     assert 2 <= len(found.sentences) <= MAX_SENTENCES
     text = found.text
     assert found.sentences[0] == (
-        "With 2 workers, DDP and FSDP2 (weights kept gathered) tie at 39.0 to 40.0 images/s, "
-        "within the noise of each other, 1.95x to 2.00x single process with 1 worker (20.0 "
-        "images/s).")
+        "With 2 workers, DDP and FSDP2 (weights kept gathered) tie within the noise at 39.0 to "
+        "40.0 images/s, 1.95x to 2.00x single process (20.0 images/s).")
     assert found.sentences[1].startswith(
-        "ZeRO-1 is the slowest at 30.0 images/s, 0.750x DDP's (95% interval of the difference "
-        "-11.2 to -8.82 images/s): its iteration is 66.7 ms longer, 46.7 ms of it in compute "
-        "(the measured time split); FSDP2 (0.875x) is slower too.")
+        "ZeRO-1 is the slowest at 30.0 images/s, 0.750x DDP's (95% interval "
+        "-11.2 to -8.82 images/s): its iteration is 66.7 ms longer, 46.7 ms of it in compute; "
+        "FSDP2 at 0.875x is slower too.")
     # FSDP2's why, tested by the run that keeps its weights gathered
-    assert ("FSDP2 gathers each block's weights again in backward, and that costs it speed: it "
-            "runs at 0.897x the run that keeps them gathered") in text
+    assert ("Gathering each block's weights again in backward costs FSDP2 speed: it runs at "
+            "0.897x the run that keeps them gathered") in text
     # accuracy: differs, with the interval; its cause untested, so a hypothesis
     assert ("Accuracy differs: single process reaches AP 0.0890, the 2-worker strategies 0.0660 "
             "to 0.0670; DDP differs by -0.0220 (95% interval -0.0243 to -0.0197)") in text
@@ -87,9 +88,9 @@ def test_the_verdict_says_what_ties_what_is_slower_and_why_in_five_sentences():
 
 def test_an_untested_cause_is_a_hypothesis_and_a_tested_one_is_said_as_tested():
     _, found = the_verdict(keep=False)  # no run keeps FSDP2's weights gathered: not tested
-    assert ("Why FSDP2 is slower is not tested here: that it gathers each block's weights again "
-            "in backward is a hypothesis") in found.text
-    assert "costs it speed" not in found.text
+    assert ("Why FSDP2 is slower is untested: that it gathers each block's weights again in "
+            "backward is a hypothesis") in found.text
+    assert "costs FSDP2 speed" not in found.text
     same_keep = with_keep(summary_of({"single-w1-b8": SINGLE, "ddp-w2-b4": DDP,
                                       "fsdp-w2-b4": FSDP}, AP), speeds=[35.1, 34.7, 35.3])
     tied = verdict(VerdictInput(same_keep, comparisons(same_keep, COMPARED)))
@@ -115,8 +116,8 @@ def test_accuracy_within_the_noise_and_a_slow_seed_are_said_in_words():
                         "ddp-w2-b4": [42.1, 42.6, 41.8]},
                        {"single-w1-b8": [0.1] * 3, "zero-w2-b4": [0.1] * 3, "ddp-w2-b4": [0.1] * 3})
     said = verdict(VerdictInput(seeds, comparisons(seeds, COMPARED), check)).text
-    assert ("One run (ZeRO-1, 2 workers, seed 2) ran far off its entry's other seeds, a "
-            "disturbance named in the measurement check.") in said
+    assert ("One run (ZeRO-1, 2 workers, seed 2) was an outlier among its entry's seeds (the "
+            "measurement check).") in said
     assert "noisy" not in said
 
 
@@ -166,9 +167,9 @@ def test_the_report_opens_with_the_verdict_and_its_figure_and_the_abstract_with_
     opening = md.split("## The answer\n", 1)[1].split("**Contents**", 1)[0]
     paragraphs = [p.strip() for p in opening.split("\n\n") if p.strip()]
     said = paragraphs[0]
-    assert said.startswith("With 2 workers, DDP and ZeRO-1 tie at")
+    assert said.startswith("With 2 workers, DDP and ZeRO-1 tie within the noise at")
     assert len(re.split(r"(?<=\.) (?=[A-Z])", said.strip())) <= MAX_SENTENCES
-    assert "One run (ZeRO-1, 2 workers, seed 2) ran far off its entry's other seeds" in said
+    assert "One run (ZeRO-1, 2 workers, seed 2) was an outlier among its entry's seeds" in said
     assert paragraphs[1].startswith(f"![{FIGURES[VERDICT_FIGURE].caption}](figures/{VERDICT_FIGURE}.png)")
     assert md.index("## The answer in full") > md.index("**Contents**")  # the long form below
     figures = md.split("## Figures\n", 1)[1].split("\n## ", 1)[0]
@@ -183,6 +184,9 @@ def test_the_report_opens_with_the_verdict_and_its_figure_and_the_abstract_with_
     text = re.sub(r"~?\\cite\{[^}]*\}|\\texttt|[{}]", "", text)
     assert said.split(" ")[:6] == text.split(" ")[:6]
     assert 50 < len(text.split()) <= 200, len(text.split())
+    # what the abstract adds to the verdict leaves room for the longest verdict, five
+    # sentences of at most MAX_WORDS (test_the_longest_verdict_stays_short)
+    assert len(text.split()) - len(said.split()) <= 200 - MAX_WORDS
 
 
 @pytest.mark.slow
@@ -236,3 +240,19 @@ def test_every_output_snakemakes_report_shows_has_a_caption():
         if category == "Tables":
             assert set(TABLE_CAPTIONS) == set(TABLES)
             assert all(text in rendered for text in TABLE_CAPTIONS.values())
+
+
+def test_the_longest_verdict_stays_short():
+    """All five sentences: a tie, the slowest and two slower, FSDP2's tested cause, accuracy
+    with its hypothesis, an outlier; the reader's longest names."""
+    speeds = {"single-w1-b8": SINGLE, "ddp-w2-b4": DDP, "fsdp-w2-b4": FSDP, "zero-w2-b4": ZERO,
+              "ps-w2-b4": [25.0, 25.3, 24.8]}
+    summary = with_keep(summary_of(speeds, dict(AP, **{"ps-w2-b4": [0.067, 0.066, 0.065]})),
+                        speeds=[39.8, 40.3, 39.3])
+    summary.loc[summary["entry"] == "ps-w2-b4", "variant"] = "dedicated-k2-ssp1"
+    runs = typed(seeded({"zero-w2-b4": [41.2, 42.0, 28.3]}))
+    found = verdict(VerdictInput(summary, comparisons(summary, COMPARED),
+                                 measurement_check(runs, {})))
+    assert len(found.sentences) == MAX_SENTENCES
+    assert "parameter server (dedicated server, 2 shards, staleness 1)" in found.text
+    assert len(found.text.split()) <= MAX_WORDS, (len(found.text.split()), found.text)

@@ -110,12 +110,11 @@ def _speed_sentences(r: Ranking, names: dict[str, str], summary: pd.DataFrame) -
     if single is not None and single[1].mean:
         ratios = sorted(mean[e] / single[1].mean for e in top)
         span = _span(ratios).replace(" to ", "x to ") + "x"
-        against = f", {span} single process with 1 worker ({significant(single[1].mean)} images/s)"
+        against = f", {span} single process ({significant(single[1].mean)} images/s)"
     lead = f"With {r.workers} workers"
     if len(top) > 1:
-        first = (f"{lead}, {_join(names[e] for e in top)} tie at "
-                 f"{_span([mean[e] for e in top], ' images/s')}, within the noise of each "
-                 f"other{against}.")
+        first = (f"{lead}, {_join(names[e] for e in top)} tie within the noise at "
+                 f"{_span([mean[e] for e in top], ' images/s')}{against}.")
     elif len(r.judged) >= 2:
         first = f"{lead}, {names[fast]} is the fastest at {significant(mean[fast])} images/s{against}."
     else:
@@ -126,12 +125,18 @@ def _speed_sentences(r: Ranking, names: dict[str, str], summary: pd.DataFrame) -
     slowest = slower[-1]
     ratio, low, high = r.difference(slowest, fast)
     others = [e for e in slower if e != slowest]
-    also = (f"; {_join(f'{names[e]} ({significant(r.difference(e, fast)[0])}x)' for e in others)} "
+    also = (f"; {_join(f'{names[e]} at {significant(r.difference(e, fast)[0])}x' for e in others)} "
             f"{'is' if len(others) == 1 else 'are'} slower too" if others else "")
-    second = (f"{names[slowest]} is the slowest at {significant(mean[slowest])} images/s, "
-              f"{significant(ratio)}x {names[fast]}'s (95% interval of the difference "
-              f"{signed(low)} to {signed(high)} images/s){_why_slow(summary, fast, slowest)}{also}.")
+    second = _capital(f"{names[slowest]} is the slowest at {significant(mean[slowest])} images/s, "
+              f"{significant(ratio)}x {names[fast]}'s (95% interval {signed(low)} to "
+              f"{signed(high)} images/s){_why_slow(summary, fast, slowest)}{also}.")
     return [first, second]
+
+
+def _capital(sentence: str) -> str:
+    """A sentence that opens with a strategy's name: 'parameter server is ...' -> 'The
+    parameter server is ...'; 'ZeRO-1 is ...' stays."""
+    return sentence if sentence[0].isupper() else "The " + sentence
 
 
 def _why_slow(summary: pd.DataFrame, fast: str, slow: str) -> str:
@@ -148,7 +153,7 @@ def _why_slow(summary: pd.DataFrame, fast: str, slow: str) -> str:
         return ""
     part, most = max(parts.items(), key=lambda kv: kv[1])
     return (f": its iteration is {significant(longer * 1000)} ms longer, {significant(most * 1000)} "
-            f"ms of it in {part} (the measured time split)")
+            f"ms of it in {part}")
 
 
 def _fsdp_sentence(r: Ranking, names: dict[str, str], summary: pd.DataFrame) -> str:
@@ -162,8 +167,8 @@ def _fsdp_sentence(r: Ranking, names: dict[str, str], summary: pd.DataFrame) -> 
     if "keep" not in fsdp or r.spreads[reshard].n < 2 or r.spreads[fsdp["keep"]].n < 2:
         if reshard not in _groups(r)[1]:
             return ""
-        return ("Why FSDP2 is slower is not tested here: that it gathers each block's weights "
-                "again in backward is a hypothesis, which a run keeping them gathered would test.")
+        return ("Why FSDP2 is slower is untested: that it gathers each block's weights again in "
+                "backward is a hypothesis.")
     keep = fsdp["keep"]
     ratio, low, high = r.difference(reshard, keep)
     if r.verdict(reshard, keep) == WITHIN:
@@ -171,9 +176,9 @@ def _fsdp_sentence(r: Ranking, names: dict[str, str], summary: pd.DataFrame) -> 
                 f"the run that keeps them gathered ({names[keep]}) is within the noise of it "
                 f"({significant(ratio)}x).")
     if ratio < 1:
-        return (f"FSDP2 gathers each block's weights again in backward, and that costs it speed: "
-                f"it runs at {significant(ratio)}x the run that keeps them gathered (95% interval "
-                f"of the difference {signed(low)} to {signed(high)} images/s).")
+        return (f"Gathering each block's weights again in backward costs FSDP2 speed: it runs at "
+                f"{significant(ratio)}x the run that keeps them gathered (95% interval "
+                f"{signed(low)} to {signed(high)} images/s).")
     return (f"Gathering each block's weights again in backward does not slow FSDP2 here: it runs "
             f"at {significant(ratio)}x the run that keeps them gathered, beyond the noise.")
 
@@ -200,8 +205,8 @@ def _accuracy_sentence(summary: pd.DataFrame, workers: int, names: dict[str, str
     if cause is not None:
         verb = "supports" if cause.supported else "does not support"
         return f"{found}, and a run that tested {cause.cause} {verb} it: {cause.finding}."
-    return (f"{found}; why is not tested here: BatchNorm's statistics over each worker's share of "
-            "the batch, or each worker's own sampling of anchors and proposals, are hypotheses.")
+    return (f"{found}; why is untested: per-worker BatchNorm statistics or per-worker sampling of "
+            "proposals are hypotheses.")
 
 
 def _check_sentence(check: MeasurementCheck | None, summary: pd.DataFrame,
@@ -218,9 +223,9 @@ def _check_sentence(check: MeasurementCheck | None, summary: pd.DataFrame,
     said = _join(f"{names[e.entry]}, {int(summary.loc[summary['entry'] == e.entry, 'workers'].iloc[0])} "
                  f"workers, seed {int(seeds[run])}" for e, run, _ in outliers)
     one = len(outliers) == 1
-    return (f"{'One run' if one else f'{len(outliers)} runs'} ({said}) ran far off "
-            f"{'its' if one else 'their'} entry's other seeds, a disturbance named in the "
-            "measurement check.")
+    return (f"{'One run' if one else f'{len(outliers)} runs'} ({said}) "
+            f"{'was an outlier' if one else 'were outliers'} among {'its' if one else 'their'} "
+            "entry's seeds (the measurement check).")
 
 
 def verdict(found: VerdictInput) -> Verdict:

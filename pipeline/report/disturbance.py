@@ -349,12 +349,11 @@ class MeasurementCheck:
 
     def tex_macro(self) -> str:
         """\\MachineNoise for numbers.tex: the paper's Method section's sentences."""
-        lines = self.lines()
-        outliers = [line for e in self.entries for line in e.outlier_sentences()]
+        lines = self.lines()  # its first names the outliers, with their values
         overheads = [group.sentence() for group in self.identical]
         names = [f"{i.name} at {i.processes} processes" for i in self.disturbed]
         disturbed = ", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1] if names else ""
-        text = " ".join([lines[0], *outliers, *overheads] + (
+        text = " ".join([lines[0], *overheads] + (
             [f"The commbench stage's {disturbed} stayed outside the band of a quiet machine after "
              "its repeats and are flagged in the report; the cost model does not use a disturbed "
              "shared-compute factor."] if self.disturbed else []))

@@ -194,10 +194,10 @@ def _utilisation(data: ReportData) -> pd.DataFrame:
     """One row per entry and device kind (CPU, GPU) with samples: the median utilisation of a
     process (CPU, 100 % = one core) or a GPU over every sample of every rank of its runs, and
     the quartiles around it."""
-    rows = []
+    rows, names = [], reader_names(data.summary) if data.summary is not None else {}
     for run in data.ok:
         s = run.summary
-        name = reader_name(s.strategy, s.variant, s.data_mode, s.workers)
+        name = names.get(run.entry) or reader_name(s.strategy, s.variant, s.data_mode, s.workers)
         for sample in run.utilisation:
             rows.append({"entry": run.entry, "name": name, "kind": "CPU per process",
                          "util": sample["cpu_percent"]})
@@ -213,7 +213,7 @@ def _utilisation(data: ReportData) -> pd.DataFrame:
 @figure("utilisation", "Utilisation while training, per entry: the median over every sample of "
                        "its runs of each training process's CPU (100 % = one core) and, where "
                        "used, each GPU's (NVML); lines: the middle half of the samples",
-        height=_bar_rows(0.24, lambda data: max(1, _utilisation(data)["entry"].nunique())))
+        height=_bar_rows(0.2, lambda data: max(1, _utilisation(data)["entry"].nunique())))
 def draw_utilisation(ax, data: ReportData) -> None:
     found = _utilisation(data)
     if found.empty:

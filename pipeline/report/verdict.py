@@ -219,9 +219,16 @@ def _check_sentence(check: MeasurementCheck | None, summary: pd.DataFrame,
     outliers = check.outliers
     if not outliers:
         return ""
-    seeds = summary.set_index("run_id")["seed"]
-    said = _join(f"{names[e.entry]}, {int(summary.loc[summary['entry'] == e.entry, 'workers'].iloc[0])} "
-                 f"workers, seed {int(seeds[run])}" for e, run, _ in outliers)
+    rows = summary.set_index("run_id")
+
+    def which(entry: str, run: str) -> str:  # 'ZeRO-1, 2 workers, seed 2'
+        workers, seed = rows.loc[run, "workers"], rows.loc[run, "seed"]
+        return (f"{names[entry]}, {int(workers)} worker{'s' if int(workers) != 1 else ''}"
+                + ("" if seed != seed else f", seed {int(seed)}"))
+
+    said = _join(which(e.entry, run) for e, run, _ in outliers if run in rows.index)
+    if not said:
+        return ""
     one = len(outliers) == 1
     return (f"{'One run' if one else f'{len(outliers)} runs'} ({said}) "
             f"{'was an outlier' if one else 'were outliers'} among {'its' if one else 'their'} "

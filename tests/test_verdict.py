@@ -162,6 +162,7 @@ def built(tmp_path_factory) -> Path:
     return root / "report"
 
 
+@pytest.mark.slow  # a whole report built; the fast tier's report builds check the order too
 def test_the_report_opens_with_the_verdict_and_its_figure_and_the_abstract_with_the_verdict(built):
     md = (built / "report.md").read_text()
     opening = md.split("## The answer\n", 1)[1].split("**Contents**", 1)[0]

@@ -1,6 +1,6 @@
 # The report (tables, figures, the HTML page) from every run, and the paper from the report.
 from pipeline.report.build import FILES as REPORT_FILES
-from pipeline.report.build import TABLES
+from pipeline.report.build import TABLE_CAPTIONS, TABLES
 from pipeline.report.figures import FIGURES
 
 
@@ -14,14 +14,17 @@ rule report:
         code=code("report"),
     output:
         summary=SUMMARY,
-        # report(): also in Snakemake's own report (snakemake --report), with the tables and figures
-        html=report(f"{REPORT}/report.html", category="Report"),
+        # report(): also in Snakemake's own report (snakemake --report), with the tables and
+        # figures, each with its caption (rules/captions/, rendered with the params below)
+        html=report(f"{REPORT}/report.html", caption="captions/report.rst", category="Report"),
         files=expand(f"{REPORT}/{{name}}", name=[f for f in REPORT_FILES if f != "report.html"]),
-        tables=report(expand(f"{REPORT}/{{name}}.csv", name=TABLES), category="Tables"),
+        tables=report(expand(f"{REPORT}/{{name}}.csv", name=TABLES), caption="captions/tables.rst",
+                      category="Tables"),
         tables_other=expand(f"{REPORT}/{{name}}.{{ext}}", name=TABLES, ext=["md", "tex"]),
         # paper/paper.tex inputs numbers.tex, figures.tex, the .tex tables and the figures
         figures=report(expand(f"{REPORT}/figures/{{name}}.{{ext}}", name=FIGURES,
-                              ext=CFG["report"]["figure_formats"]), category="Figures"),
+                              ext=CFG["report"]["figure_formats"]), caption="captions/figures.rst",
+                       category="Figures"),
     params:
         report=P.canonical(CFG["report"]),
         preset=PRESET,
@@ -32,6 +35,9 @@ rule report:
             f"--compute-run {os.path.dirname(f)}" for f in input.compute_runs),
         out=lambda wildcards, output: os.path.dirname(output.html),
         python=PYTHON,
+        # what the captions of Snakemake's report say of each figure and table
+        figure_captions={name: entry.caption for name, entry in FIGURES.items()},
+        table_captions=TABLE_CAPTIONS,
     resources:
         **ONE_PROCESS,
     log:
@@ -52,7 +58,7 @@ rule paper:
         bibliography="paper/references.bib",
         code=code("paper"),
     output:
-        report(PAPER, category="Paper"),
+        report(PAPER, caption="captions/paper.rst", category="Paper"),
     params:
         python=PYTHON,
         report=lambda wildcards, input: os.path.dirname(input.html),

@@ -27,7 +27,7 @@ SLOW = pytest.mark.slow  # another case of a path the fast tier takes (README, Q
 
 REPORT_CFG = {
     "published": {
-        "source": "DataParallel vs DistributedDataParallel, Faster R-CNN on COCO 2017, 2 GPUs",
+        "source": load_resolved(REPO / "params.yaml")["report"]["published"]["source"],
         "dp": {"AP": 0.624, "AP50": 0.758, "AP75": 0.630, "sec_per_iter": 0.6646,
                "progress_per_epoch": 0.035},
         "ddp": {"AP": 0.632, "AP50": 0.744, "AP75": 0.634, "sec_per_iter": 0.6622,
@@ -665,11 +665,11 @@ def test_the_report_and_numbers_tex_open_with_the_answer(report):
     results, and numbers.tex's macros for the paper; the skipped run named once, with its reason."""
     out, _ = report
     md = (out / "report" / "report.md").read_text()
-    answer = md.split("## The answer\n", 1)[1].split("\n## ", 1)[0]
-    assert md.index("## The answer") < md.index("## Table 1")
+    answer = md.split("## The answer in full", 1)[1].split("\n## ", 1)[0]
+    assert md.index("## The answer") < md.index("## The answer in full") < md.index("## Table 1")
     assert "3 training runs of 3 sweep entries" in answer and "2 completed, 1 skipped" in answer
     assert answer.count("dp-w2-b2") == 1 and "needs 2 GPUs, found 0" in answer
     tex = (out / "report" / "numbers.tex").read_text()
-    for macro in ("AnswerAbstract", "AnswerThroughput", "AnswerAccuracy", "AnswerConclusion",
+    for macro in ("AnswerVerdict", "AnswerAbstract", "AnswerThroughput", "AnswerAccuracy", "AnswerConclusion",
                   "NotRun", "WorkflowTime", "SkippedCount"):
         assert f"\\newcommand{{\\{macro}}}" in tex, macro

@@ -1,11 +1,13 @@
 """Repeats, noise and gaps, without torch or pandas: the one statistics module that the GPU
-check (benchmarks/gpu_check.py) and the report's noise checks (pipeline/report/noise.py) share.
+check (benchmarks/gpu_check.py) and the report's noise checks (pipeline/report/noise.py,
+disturbance.py) share.
 
 The rule of both ("like with like"): machine noise is read from repeats of one configuration
-(`Repeats`: their median, the 95 % t-interval of their mean, how far apart they are), and a
-configuration's gap to a reference (a strategy's to single, HEAD's to another revision) is the
-ratio of their medians with the 95 % Welch interval of the difference of their means, put on
-the reference's scale (`gap`). No scipy: the t quantiles are a table.
+(`Repeats`: their median, the 95 % t-interval of their mean, how far apart they are, which of
+them are outliers), and a configuration's gap to a reference (a strategy's to single, HEAD's to
+another revision) is the ratio of their medians with the 95 % Welch interval of the difference
+of their means, put on the reference's scale (`gap`; a configuration run once borrows the
+reference's spread). No scipy: the t quantiles are a table.
 """
 from __future__ import annotations
 
@@ -18,6 +20,12 @@ T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 AGREEMENT = 0.03  # repeats of one configuration in one sitting agree when max/min - 1 <= this
+# A repeat is an outlier (Repeats.outliers) when it lies more than OUTLIER_MADS scaled median
+# absolute deviations (Iglewicz and Hoaglin's 3.5) AND more than the caller's relative margin
+# from the median of its repeats: a robust rule, which one slow repeat cannot hide from by
+# widening the spread it is judged against, as it would a mean and standard deviation.
+OUTLIER_MADS = 3.5
+MAD_SCALE = 1.4826  # MAD x this estimates a normal distribution's standard deviation
 
 
 def t975(df: float) -> float:
@@ -129,6 +137,23 @@ class Repeats:
             return math.nan
         return max(self.values) / min(self.values) - 1
 
+    def outliers(self, margin: float) -> tuple[float, ...]:
+        """The repeats far outside the others (OUTLIER_MADS scaled MADs and more than `margin`,
+        relative, from their median); none with fewer than 3 repeats (two cannot say which)."""
+        if len(self.values) < 3:
+            return ()
+        median = self.median
+        mad = MAD_SCALE * statistics.median(abs(v - median) for v in self.values)
+        return tuple(v for v in self.values
+                     if abs(v - median) > OUTLIER_MADS * mad and abs(v / median - 1) > margin)
+
+    def without(self, values) -> "Repeats":
+        """These repeats but `values` (each left out once)."""
+        kept = list(self.values)
+        for value in values:
+            kept.remove(value)
+        return Repeats(tuple(kept))
+
     @property
     def agree(self) -> bool | None:
         """Within AGREEMENT of each other; None with fewer than 2 repeats."""
@@ -153,19 +178,40 @@ class Gap:
     high: float
     noise: float      # the larger disagreement of the two sides' repeats (machine noise)
     verdict: str
+    # config - reference in the values' own unit (medians), and the 95 % interval of the
+    # difference of the means
+    delta: float = math.nan
+    delta_low: float = math.nan
+    delta_high: float = math.nan
 
     def summary(self) -> dict:
         return {"ratio": self.ratio, "ratio_low": self.low, "ratio_high": self.high,
                 "noise": self.noise, "verdict": self.verdict}
 
 
-def gap(config: Repeats, reference: Repeats) -> Gap:
-    """`config`'s gap to `reference` (higher is faster where the values are rates)."""
-    d = difference(config.spread, reference.spread)
+def borrowed_difference(a: Spread, reference: Spread) -> Difference:
+    """The 95 % interval of a.mean - reference.mean where `a` ran once: its one run is taken to
+    vary as the reference's repeats do (like with like: the same cost, other seeds), so the
+    difference's standard error is reference.sd * sqrt(1/1 + 1/n), on n - 1 degrees of freedom."""
+    diff = a.mean - reference.mean
+    if a.n != 1 or reference.n < 2:
+        return difference(a, reference)
+    se = reference.sd * math.sqrt(1 + 1 / reference.n)
+    if se == 0:
+        return Difference(a, reference, diff, diff, math.copysign(math.inf, diff) if diff else 0.0)
+    half = t975(reference.n - 1) * se
+    return Difference(a, reference, diff - half, diff + half, diff / se, reference.n - 1)
+
+
+def gap(config: Repeats, reference: Repeats, borrow: bool = False) -> Gap:
+    """`config`'s gap to `reference` (higher is faster where the values are rates). `borrow`:
+    a configuration measured once takes the reference's spread (borrowed_difference), so its
+    gap still has an interval; else it is not judged."""
+    d = (borrowed_difference if borrow else difference)(config.spread, reference.spread)
     scale = reference.spread.mean
     ratio = config.median / reference.median if reference.median else math.nan
     low, high = ((math.nan, math.nan) if math.isnan(d.low) or not scale else
                  (1 + d.low / scale, 1 + d.high / scale))
     noise = max((r.disagreement for r in (config, reference) if not math.isnan(r.disagreement)),
                 default=math.nan)
-    return Gap(ratio, low, high, noise, d.verdict)
+    return Gap(ratio, low, high, noise, d.verdict, config.median - reference.median, d.low, d.high)

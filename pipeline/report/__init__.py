@@ -7,10 +7,13 @@ Data flow, one module per step:
                 every table's Table (frame, decimals) written as .csv, .md and .tex
     noise.py    entries compared pair by pair: beyond the noise or within it
     prediction.py, clusters.py  the cost model against the measured runs, and past this machine
-    disturbance.py  runs identical by construction that disagree (a noisy machine) and commbench
-                inputs outside their bands -> the report's measurement check, \\MachineNoise in
+    disturbance.py  noise like with like: each entry's seeds (a noisy machine, outlier runs
+                named), the one-process strategies' overheads over single, commbench inputs
+                outside their bands -> the report's measurement check, \\MachineNoise in
                 numbers.tex, the cost model's verdict
-    findings.py the answer and every generated sentence
+    findings.py the answer in full and every generated sentence
+    verdict.py  the answer in at most five sentences, in a reader's words: the report's first
+                lines (its figure under them) and the paper's abstract's
     data.py     ReportData: all of the above, computed once (build.report_data)
     figures.py  ReportData -> figures, one registered function each (FIGURES)
     numbers.py  ReportData -> numbers.tex: every number the paper quotes, as LaTeX macros

@@ -20,6 +20,7 @@ from .load import RunDir, dataset_of, load_run, read_input, scaling_frame, summa
 from .noise import comparisons
 from .render import render_html, render_markdown
 from .sections import report_sections
+from .verdict import CauseFinding, VerdictInput, verdict
 from .tables import (
     AP_DECIMALS,
     AP_TABLE,
@@ -42,6 +43,21 @@ from .tables import (
 # and metric with its means, spreads and interval; its .md and .tex, one compact row per pair.
 TABLES = ("table1", "table2", "scaling", "time_to_accuracy", "data_modes", "prediction",
           "predicted_scaling", "comparisons")
+# What each table holds: its caption in Snakemake's own report (rules/captions/tables.rst).
+TABLE_CAPTIONS = {
+    "table1": "COCO box AP, AP50 and AP75: the study's published DP and DDP rows (its Table 1), "
+              "then each sweep entry's mean and spread over its seeds",
+    "table2": "time per iteration and training progress per epoch: the study's published rows "
+              "(its Table 2), then each sweep entry's",
+    "scaling": "images/s against the number of workers per strategy, the speed-up over single "
+               "and the scaling efficiency",
+    "time_to_accuracy": "when each run first reached the target AP, in training seconds",
+    "data_modes": "images/s with the real loader and on in-memory tensors, and the loader's share",
+    "prediction": "the cost model's images/s for every multi-process run beside the measured",
+    "predicted_scaling": "the cost model's predictions past this machine, on the hypothetical "
+                         "clusters of report.predict: predictions, not measurements",
+    "comparisons": "every pair of entries with the same workers and data mode, in images/s and "
+                   "AP: both means and spreads, the ratio, Welch's 95% interval and the verdict"}
 FILES = ("report.html", "report.md", "traffic.csv", "numbers.tex", "figures.tex",
          "predicted_scaling_points.csv")
 # The metrics every pair of entries is compared on, with the decimals their sentences show,
@@ -69,10 +85,12 @@ def figure_formats(report_cfg: dict) -> list[str]:
 def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
                 links: dict[int, CommbenchRecord] | None = None,
                 equivalence: EquivalenceRecord | None = None,
-                compute_runs: list[RunDir] | None = None) -> ReportData:
+                compute_runs: list[RunDir] | None = None,
+                accuracy_cause: CauseFinding | None = None) -> ReportData:
     """Every frame, table, check and conclusion of the report, from the runs read, the
-    commbench stage's records (process count -> record), the one-step check and the runs of
-    report.predict's compute preset (None: `runs`, the same preset)."""
+    commbench stage's records (process count -> record), the one-step check, the runs of
+    report.predict's compute preset (None: `runs`, the same preset) and the accuracy gap's
+    tested cause (None: no run tested one; the verdict words its causes as hypotheses)."""
     links = links or {}
     summary = summary_frame(runs, preset, (report_cfg.get("target_ap") or {}).get(preset))
     published = report_cfg.get("published") or {}
@@ -102,14 +120,17 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
                              csv=compared, tex={"long": (COMPARISON_CAPTION, "tab:comparisons"),
                                                 "rules_before": {beyond}})}
     formats = figure_formats(report_cfg)
+    checked = measurement_check(runs, links)
     return ReportData(
         runs=runs, summary=summary, preset=preset, dataset=dataset, published=published,
         table1=table1, scaling=scaling, data_modes=data_modes, compared=compared,
         prediction=predicted, cluster_points=points, tables=tables, links=links,
         equivalence=equivalence, predict=predict, compute=compute,
-        # Runs identical by construction that disagree, commbench inputs outside their bands
-        # (pipeline/report/disturbance.py)
-        checked=measurement_check(runs, links),
+        # Each entry's seeds and their outliers, the one-process strategies' overheads,
+        # commbench inputs outside their bands (pipeline/report/disturbance.py)
+        checked=checked,
+        # The verdict (verdict.verdict): the report's first lines and the abstract's
+        verdict=verdict(VerdictInput(summary, compared, checked, accuracy_cause)),
         # The answer (findings.answer): the paper's and the report's first words
         answer=answer(summary, compared, predicted, equivalence, dataset, inference_seconds(runs)),
         figure_ext="png" if "png" in formats else formats[0])

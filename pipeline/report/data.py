@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # each of these imports the report's modules that import this
     from .clusters import Compute
     from .disturbance import MeasurementCheck
     from .findings import Answer
+    from .verdict import Verdict
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,6 +45,7 @@ class ReportData:
     compute: Compute | None = None  # one GPU's time per image, measured or assumed
     checked: MeasurementCheck | None = None  # noisy machine, disturbed commbench inputs
     answer: Answer | None = None  # what the results say (findings.answer)
+    verdict: Verdict | None = None  # the answer in at most five sentences (verdict.verdict)
     figure_ext: str = "png"  # the figure files the Markdown report links
 
     @property

@@ -1,17 +1,23 @@
-"""A disturbed measurement is flagged, never silently used. Two checks, whose verdicts open the
-report (its first section, `section`), the paper's Method section (\\MachineNoise in
-numbers.tex, `tex_macro`) and the cost model's (pipeline/report/prediction.py):
+"""A disturbed measurement is flagged, never silently used. Noise is judged like with like:
+only runs that must cost the same are compared (pipeline/measure/stats.py's rule, which the GPU
+check shares). The verdicts open the report (its measurement check, `section`), the paper's
+Method section (\\MachineNoise in numbers.tex, `tex_macro`) and the cost model's
+(pipeline/report/prediction.py):
 
-Runs identical by construction (`identical_runs_check`): one worker in one process of single,
-ddp (no compression hook), ps (colocated), zero and fsdp computes exactly single's steps (their
-tests: tests/test_strategies.py), so runs of them with the same images a step, data mode,
-precision, memory layout, threads and device should be as fast as each other, seeds included.
-When the fastest of such a group is more than TOLERANCE faster than its slowest, the machine
-was noisy. Why 10 %: what the wrappers add at one process is at most fsdp's 15.5-16.5 ms an
-iteration (FSDP2's copies in and out of its buffers; ddp +2.7-2.9, zero +3.0-3.2, ps +0.9-1.3:
-benchmarks/timing_cost.py, README), 5 % of the demo's ~330 ms step of 8 images; 10 % leaves as
-much again for a quiet machine's run-to-run drift. A workflow that shared the machine with
-another job measured 24.3 to 34.4 images/s for them (41 %).
+An entry's seeds (`entry_repeats`): the runs of one sweep entry differ only in their seed, so
+they cost the same. A run far outside its entry's other seeds (Repeats.outliers: a robust rule,
+more than TOLERANCE and 3.5 scaled MADs from their median) is named as an outlier, its value
+beside theirs; the entry's spread is then read without it. Where the rest still disagree by
+more than TOLERANCE (fastest over slowest), the machine was noisy. Why 10 %: a quiet 2-core
+machine's seeds of one entry agree within a few per cent (single's three seeds: 1 % apart),
+while a workflow that shared the machine with another job measured runs 41 % apart.
+
+Runs identical by construction (`identical_runs_check`): one worker in one process of ddp (no
+compression hook), ps (colocated), zero and fsdp computes exactly single's steps (their tests:
+tests/test_strategies.py), but their wrappers do not cost the same as single: their gap to
+single's runs with the same images a step, data mode, precision, memory layout, threads and
+device is that strategy's overhead (in ms an iteration and as a ratio, with its 95 % interval;
+stats.gap, a strategy run once borrowing single's spread), never machine noise.
 
 The commbench stage's measurements (`commbench_inputs`): each carries its check
 (pipeline/costmodel/bands.py), inside its band (trusted), outside it after the stage's repeats
@@ -26,12 +32,13 @@ import math
 from dataclasses import dataclass
 
 from ..costmodel.bands import BANDS_TEXT
+from ..measure.stats import Gap, Repeats, gap
 from ..runtime.record import Check, CommbenchRecord, RunSummary
-from .load import RunDir
+from .load import RunDir, reader_name
 from .render import Section
-from .tables import tex_escape
+from .tables import signed, significant, tex_escape
 
-TOLERANCE = 0.10  # fastest over slowest of runs identical by construction, minus 1
+TOLERANCE = 0.10  # an entry's seeds, outliers aside: fastest over slowest minus 1; the outliers' margin
 # What computes exactly single's steps at one worker in one process: strategy -> its variants
 # that do (None: any). ddp's compression hooks change the step; ps at one process is colocated.
 IDENTICAL_TO_SINGLE = {"single": None, "ddp": {""}, "ps": None, "zero": None, "fsdp": None}
@@ -45,51 +52,158 @@ def identical_to_single(s: RunSummary) -> bool:
             and (variants is None or (s.variant or "") in variants))
 
 
-@dataclass(frozen=True)
-class IdenticalRuns:
-    """A group of runs identical by construction: what they share and each one's images/s."""
+def _speed(value: float) -> str:
+    """Images/s as the check says them: three significant figures."""
+    return significant(value)
 
-    setting: str
-    speeds: tuple[tuple[str, float], ...]  # (run id, images/s), slowest first
+
+def _runs(speeds) -> str:
+    return ", ".join(f"{run} {_speed(speed)}" for run, speed in speeds)
+
+
+# ---- an entry's seeds: repeats of one configuration -------------------------------------------
+@dataclass(frozen=True)
+class EntryRepeats:
+    """The completed runs of one sweep entry (its seeds) and their images/s, slowest first, and
+    those far outside the others (outliers)."""
+
+    entry: str
+    name: str                                 # as a reader says it: 'ZeRO-1, 2 workers'
+    speeds: tuple[tuple[str, float], ...]     # (run id, images/s), slowest first
+    outliers: tuple[tuple[str, float], ...]   # the same pairs, for the outliers
+
+    @property
+    def kept(self) -> Repeats:
+        """The seeds but the outliers: what the entry's spread is read from."""
+        return Repeats.of(speed for run, speed in self.speeds if (run, speed) not in self.outliers)
 
     @property
     def spread(self) -> float:
-        """How much faster the fastest run was than the slowest: fastest / slowest - 1."""
-        return self.speeds[-1][1] / self.speeds[0][1] - 1
+        """Fastest over slowest minus 1 of the seeds but the outliers (NaN with fewer than 2)."""
+        return self.kept.disagreement
 
     @property
     def noisy(self) -> bool:
-        return self.spread > TOLERANCE
+        return not math.isnan(self.spread) and self.spread > TOLERANCE
+
+    def outlier_sentences(self) -> list[str]:
+        others = [speed for run, speed in self.speeds if (run, speed) not in self.outliers]
+        listed = ", ".join(_speed(v) for v in others[:-1]) + " and " + _speed(others[-1]) \
+            if len(others) > 1 else _speed(others[0])
+        return [f"{run} ran at {_speed(speed)} images/s against {listed} for the other seeds of "
+                f"{self.entry} ({self.name}): an outlier, {abs(speed / self.kept.median - 1):.0%} "
+                f"{'below' if speed < self.kept.median else 'above'} their median (more than "
+                f"{TOLERANCE:.0%} and 3.5 robust deviations from it). It stays in the entry's "
+                "means; the entry's spread is read without it."
+                for run, speed in self.outliers]
 
     def sentence(self) -> str:
-        runs = ", ".join(f"{run} {speed:.1f}" for run, speed in self.speeds)
-        verdict = (f"more than the {TOLERANCE:.0%} tolerance: the machine was noisy" if self.noisy
-                   else f"within the {TOLERANCE:.0%} tolerance")
-        return (f"{len(self.speeds)} runs identical by construction ({self.setting}) measured "
-                f"{self.speeds[0][1]:.1f} to {self.speeds[-1][1]:.1f} images/s ({runs}): the "
-                f"fastest {self.spread:.0%} above the slowest, {verdict}.")
+        return (f"{self.entry}'s {len(self.speeds)} seeds measured {_runs(self.speeds)} images/s: "
+                f"{self.spread:.0%} apart" + (", the outliers aside" if self.outliers else "")
+                + (f", more than the {TOLERANCE:.0%} tolerance" if self.noisy else "") + ".")
+
+
+def entry_repeats(runs: list[RunDir]) -> list[EntryRepeats]:
+    """Each entry with 2 or more completed runs that measured images/s, in sweep order."""
+    groups: dict[str, list[RunDir]] = {}
+    for run in runs:
+        s = run.summary
+        if run.ok and s.images_per_second is not None and s.images_per_second > 0:
+            groups.setdefault(run.entry, []).append(run)
+    found = []
+    for entry, members in groups.items():
+        if len(members) < 2:
+            continue
+        speeds = tuple(sorted(((r.run_id, float(r.summary.images_per_second)) for r in members),
+                              key=lambda pair: pair[1]))
+        far = Repeats.of(v for _, v in speeds).outliers(TOLERANCE)
+        outliers = tuple(pair for pair in speeds if pair[1] in far)
+        s = members[0].summary
+        found.append(EntryRepeats(entry, reader_name(s.strategy, s.variant, s.data_mode, s.workers),
+                                  speeds, outliers))
+    return found
+
+
+# ---- one process: a strategy's overhead over single -------------------------------------------
+@dataclass(frozen=True)
+class Overhead:
+    """A one-process strategy against single's runs of the same setting: milliseconds an
+    iteration (their medians' difference, the 95 % interval of the means') and the ratio of
+    their times (stats.gap over ms per iteration)."""
+
+    entry: str
+    name: str
+    runs: int
+    gap: Gap   # ms per iteration: this entry's against single's
+
+    def sentence(self) -> str:
+        g = self.gap
+        interval = ("" if math.isnan(g.delta_low) else
+                    f" (95% interval {signed(g.delta_low)} to {signed(g.delta_high)} ms)")
+        return (f"{self.name} ({self.entry}, {self.runs} run{'s' if self.runs > 1 else ''}): "
+                f"{signed(g.delta)} ms an iteration{interval}, {significant(g.ratio)}x single's "
+                f"time, {g.verdict}.")
+
+
+@dataclass(frozen=True)
+class IdenticalRuns:
+    """Runs identical by construction in one setting: single's (the reference) and each
+    one-process strategy's overhead over them."""
+
+    setting: str
+    single: tuple[tuple[str, float], ...]  # (run id, images/s), slowest first
+    overheads: tuple[Overhead, ...]
+
+    def sentence(self) -> str:
+        median = Repeats.of(speed for _, speed in self.single).median
+        found = (f"Identical by construction ({self.setting}): single's median "
+                 f"{_speed(median)} images/s over {len(self.single)} run"
+                 f"{'s' if len(self.single) > 1 else ''}")
+        if not self.overheads:
+            return found + "."
+        return (found + "; the one-process strategies compute single's steps inside their "
+                "wrappers, and their gap to single is each one's own cost, not machine noise: "
+                + " ".join(o.sentence() for o in self.overheads))
+
+
+def _ms(run: RunDir) -> float:
+    """Milliseconds an iteration, from images/s and the images an iteration."""
+    s = run.summary
+    return 1000 * (s.global_batch or s.images_per_worker * s.workers) / float(s.images_per_second)
 
 
 def identical_runs_check(runs: list[RunDir]) -> list[IdenticalRuns]:
-    """THE check of a noisy machine: the report's runs that compute exactly single's steps (`identical_to_single`),
-    grouped by images a step, data mode, precision, memory layout, threads and device; one
-    IdenticalRuns per group of 2 or more (a group of one has nothing to agree with). A group
-    whose `noisy` is true says the machine was."""
-    groups: dict[tuple, list[tuple[str, float]]] = {}
+    """The runs that compute exactly single's steps (`identical_to_single`), grouped by images a
+    step, data mode, precision, memory layout, threads and device; one IdenticalRuns per group
+    with a single run and another strategy's: the other strategies' overheads over single."""
+    groups: dict[tuple, list[RunDir]] = {}
     for run in runs:
-        if not run.ok:
+        if run.ok and identical_to_single(run.summary):
+            s = run.summary
+            key = (s.images_per_worker, s.data_mode, s.precision, bool(s.channels_last), s.threads,
+                   str(s.device or "cpu"))
+            groups.setdefault(key, []).append(run)
+    found = []
+    for (images, mode, precision, layout, threads, device), members in groups.items():
+        single = [r for r in members if r.summary.strategy == "single"]
+        others: dict[str, list[RunDir]] = {}
+        for r in members:
+            if r.summary.strategy != "single":
+                others.setdefault(r.entry, []).append(r)
+        if not single or not others:
             continue
-        s = run.summary
-        if not identical_to_single(s):
-            continue
-        key = (s.images_per_worker, s.data_mode, s.precision, bool(s.channels_last), s.threads,
-               str(s.device or "cpu"))
-        groups.setdefault(key, []).append((run.run_id, float(s.images_per_second)))
-    return [IdenticalRuns(f"one worker, {images} images a step, {mode} data, {precision}"
-                          f"{', channels last' if layout else ''}, {threads} thread(s), {device}",
-                          tuple(sorted(speeds, key=lambda pair: pair[1])))
-            for (images, mode, precision, layout, threads, device), speeds in groups.items()
-            if len(speeds) > 1]
+        reference = Repeats.of(_ms(r) for r in single)
+        overheads = tuple(
+            Overhead(entry, reader_name(rs[0].summary.strategy, rs[0].summary.variant,
+                                        rs[0].summary.data_mode, 1), len(rs),
+                     gap(Repeats.of(_ms(r) for r in rs), reference, borrow=True))
+            for entry, rs in others.items())
+        found.append(IdenticalRuns(
+            f"one worker, {images} images a step, {mode} data, {precision}"
+            f"{', channels last' if layout else ''}, {threads} thread(s), {device}",
+            tuple(sorted(((r.run_id, float(r.summary.images_per_second)) for r in single),
+                         key=lambda pair: pair[1])), overheads))
+    return found
 
 
 # ---- the commbench stage's inputs --------------------------------------------------------------
@@ -169,37 +283,50 @@ def verdict(commbench: dict[int, CommbenchRecord]) -> str:
 # ---- what the report and the paper say ---------------------------------------------------------
 @dataclass(frozen=True)
 class MeasurementCheck:
-    """Both checks' results: what the report's first lines and \\MachineNoise say."""
+    """The checks' results: what the report's first lines and \\MachineNoise say."""
 
+    entries: tuple[EntryRepeats, ...]
     identical: tuple[IdenticalRuns, ...]
     disturbed: tuple[Input, ...]  # commbench inputs outside their band after repeats
 
     @property
     def noisy(self) -> bool:
-        return any(group.noisy for group in self.identical)
+        return any(e.noisy for e in self.entries)
+
+    @property
+    def outliers(self) -> list[tuple[EntryRepeats, str, float]]:
+        """(its entry, run id, images/s) of every outlier run."""
+        return [(e, run, speed) for e in self.entries for run, speed in e.outliers]
 
     @property
     def warns(self) -> bool:
-        """Whether there is something to warn of: then its section opens the report (build.py),
-        above the answer; else it follows the answer."""
+        """Whether there is something to warn of beside the verdict: a noisy machine or a
+        disturbed commbench input (an outlier is named in the check's own section)."""
         return self.noisy or bool(self.disturbed)
 
     def lines(self) -> list[str]:
-        """The report's first lines: noisy or not, and why; each disturbed commbench input."""
+        """The check's first line: noisy or not, and why; then each entry's seeds, each
+        outlier, each setting's overheads, each disturbed commbench input."""
+        outliers = self.outliers
+        named = "; ".join(f"{run} ({_speed(speed)} images/s)" for _, run, speed in outliers)
         if self.noisy:
-            worst = max(self.identical, key=lambda g: g.spread)
-            head = (f"The machine was noisy: runs identical by construction differ in speed by up "
-                    f"to {worst.spread:.0%}, more than the {TOLERANCE:.0%} tolerance, so a "
-                    "difference in images/s of that size between any two runs of this report may "
-                    "be the machine's, not the strategies'.")
-        elif self.identical:
-            head = (f"No sign of a noisy machine: runs identical by construction agree within the "
-                    f"{TOLERANCE:.0%} tolerance.")
+            worst = max((e for e in self.entries if e.noisy), key=lambda e: e.spread)
+            head = (f"The machine was noisy: the seeds of one entry ({worst.entry}), which cost the "
+                    f"same, differ in speed by {worst.spread:.0%}"
+                    + (" with its outliers aside" if worst.outliers else "")
+                    + f", more than the {TOLERANCE:.0%} tolerance, so a difference in images/s of "
+                    "that size between two entries may be the machine's, not the strategies'.")
+        elif self.entries:
+            head = (f"No sign of a noisy machine: each entry's seeds agree within the "
+                    f"{TOLERANCE:.0%} tolerance"
+                    + (f", once {len(outliers)} outlier run{'s' if len(outliers) > 1 else ''} "
+                       f"{'are' if len(outliers) > 1 else 'is'} set aside: {named}" if outliers else "")
+                    + ".")
         else:
-            head = ("Machine noise not checked: no two completed runs are identical by "
-                    "construction (one worker of single, ddp, ps, zero or fsdp with the same "
-                    "settings).")
-        lines = [head] + [group.sentence() for group in self.identical]
+            head = "Machine noise not checked: no entry completed two or more runs."
+        lines = [head] + [o for e in self.entries for o in e.outlier_sentences()]
+        lines += [e.sentence() for e in self.entries]
+        lines += [group.sentence() for group in self.identical]
         if self.disturbed:
             lines.append("The commbench stage measured the machine while it was disturbed, and "
                          "kept these marked after its repeats: "
@@ -208,22 +335,25 @@ class MeasurementCheck:
         return lines
 
     def section(self) -> Section:
-        return Section("Measurement check: noisy machine, disturbed measurements", [
+        return Section("Measurement check: noise, outliers, overheads, disturbed measurements", [
             self.lines()[0],
-            f"Rule: runs that compute exactly single's steps (one worker in one process of "
-            f"single, ddp without a compression hook, ps, zero or fsdp, with the same images a "
-            f"step, data mode, precision, layout, threads and device) are as fast as each other "
-            f"on a quiet machine: the fastest more than {TOLERANCE:.0%} above the slowest marks "
-            "it noisy (the wrappers' own cost at one process is at most 5% of the demo's step). "
-            "The commbench stage repeats a measurement outside its band and marks one that stays "
-            f"there ({BANDS_TEXT})."], bullets=self.lines()[1:])
+            f"Rule: noise is read only from runs that cost the same, an entry's seeds. A seed "
+            f"more than {TOLERANCE:.0%} and 3.5 robust deviations (scaled median absolute "
+            "deviations) from the median of its entry's seeds is an outlier, named; the others "
+            f"more than {TOLERANCE:.0%} apart (fastest over slowest) mark the machine noisy. One "
+            "worker of ddp without a compression hook, ps, zero or fsdp computes single's steps "
+            "but pays for its wrapper: its gap to single's runs of the same setting is that "
+            "overhead, in ms an iteration with its 95% interval (a strategy run once takes "
+            "single's spread), not noise. The commbench stage repeats a measurement outside "
+            f"its band and marks one that stays there ({BANDS_TEXT})."], bullets=self.lines()[1:])
 
     def tex_macro(self) -> str:
-        """\\MachineNoise for numbers.tex: the paper's Method section's sentence."""
-        groups = " ".join(g.sentence() for g in self.identical)
+        """\\MachineNoise for numbers.tex: the paper's Method section's sentences."""
+        lines = self.lines()  # its first names the outliers, with their values
+        overheads = [group.sentence() for group in self.identical]
         names = [f"{i.name} at {i.processes} processes" for i in self.disturbed]
         disturbed = ", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1] if names else ""
-        text = " ".join([self.lines()[0]] + ([groups] if groups else []) + (
+        text = " ".join([lines[0], *overheads] + (
             [f"The commbench stage's {disturbed} stayed outside the band of a quiet machine after "
              "its repeats and are flagged in the report; the cost model does not use a disturbed "
              "shared-compute factor."] if self.disturbed else []))
@@ -231,6 +361,6 @@ class MeasurementCheck:
 
 
 def measurement_check(runs: list[RunDir], commbench: dict[int, CommbenchRecord]) -> MeasurementCheck:
-    """Both checks over the report's runs and commbench JSONs (process count -> JSON)."""
-    return MeasurementCheck(tuple(identical_runs_check(runs)),
+    """The checks over the report's runs and commbench JSONs (process count -> JSON)."""
+    return MeasurementCheck(tuple(entry_repeats(runs)), tuple(identical_runs_check(runs)),
                             tuple(i for i in commbench_inputs(commbench) if i.status == "disturbed"))

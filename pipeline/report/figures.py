@@ -29,7 +29,9 @@ import pandas as pd
 from ..runtime.distributed import available_cores
 from ..runtime.files import atomic_path
 from .data import ReportData
-from .load import AP_COLUMNS, TIME_SPLIT, baseline_mask, strategy_label
+from .load import AP_COLUMNS, TIME_SPLIT, baseline_mask, reader_name, reader_names, strategy_label
+from .noise import Spread
+from .tables import significant
 
 WIDTH_IN = 6.2  # the paper's text is 16 cm (6.3 in) wide: figures print at 1:1
 MAX_HEIGHT_IN = 7.5  # the paper includes figures up to 0.8 of its 9.7 in of text height
@@ -188,40 +190,102 @@ def draw_time_split(ax, data: ReportData) -> None:
     outside_legend(ax)
 
 
-@figure("utilisation", "Utilisation over training time: each training process's CPU (100 % = "
-                       "one core) and, where used, each GPU (NVML); the first seed of each entry")
-def draw_utilisation(ax, data: ReportData) -> None:
-    rows = []
-    for run in data.first_seeds:
-        for s in run.utilisation:
-            rows.append({"t": s["t"], "util": s["cpu_percent"],
-                         "line": f"{run.entry} rank {s['rank']} CPU"})
-            rows += [{"t": s["t"], "util": g["util_percent"],
-                      "line": f"{run.entry} rank {s['rank']} GPU {g['index']}"}
-                     for g in s["gpus"]]
+def _utilisation(data: ReportData) -> pd.DataFrame:
+    """One row per entry and device kind (CPU, GPU) with samples: the median utilisation of a
+    process (CPU, 100 % = one core) or a GPU over every sample of every rank of its runs, and
+    the quartiles around it."""
+    rows, names = [], reader_names(data.summary) if data.summary is not None else {}
+    for run in data.ok:
+        s = run.summary
+        name = names.get(run.entry) or reader_name(s.strategy, s.variant, s.data_mode, s.workers)
+        for sample in run.utilisation:
+            rows.append({"entry": run.entry, "name": name, "kind": "CPU per process",
+                         "util": sample["cpu_percent"]})
+            rows += [{"entry": run.entry, "name": name, "kind": "GPU", "util": g["util_percent"]}
+                     for g in sample["gpus"]]
     if not rows:
+        return pd.DataFrame(columns=["entry", "name", "kind", "median", "q1", "q3"])
+    grouped = pd.DataFrame(rows).groupby(["entry", "name", "kind"], sort=False)["util"]
+    return pd.DataFrame({"median": grouped.median(), "q1": grouped.quantile(0.25),
+                         "q3": grouped.quantile(0.75)}).reset_index()
+
+
+@figure("utilisation", "Utilisation while training, per entry: the median over every sample of "
+                       "its runs of each training process's CPU (100 % = one core) and, where "
+                       "used, each GPU's (NVML); lines: the middle half of the samples",
+        height=_bar_rows(0.2, lambda data: max(1, _utilisation(data)["entry"].nunique())))
+def draw_utilisation(ax, data: ReportData) -> None:
+    found = _utilisation(data)
+    if found.empty:
         return _no_runs(ax, "no utilisation samples")
-    _seaborn().lineplot(pd.DataFrame(rows), x="t", y="util", hue="line", estimator=None, ax=ax)
-    ax.set(xlabel="time since training started (s)", ylabel="utilisation (%)")
-    outside_legend(ax, where="below", ncols=3)
+    names = list(dict.fromkeys(found["name"]))
+    kinds = list(dict.fromkeys(found["kind"]))
+    height = 0.8 / len(kinds)
+    colours = _seaborn().color_palette(n_colors=max(2, len(kinds)))
+    for k, (kind, colour) in enumerate(zip(kinds, colours)):
+        rows = found[found["kind"] == kind]
+        y = [names.index(n) - 0.4 + height * (k + 0.5) for n in rows["name"]]
+        ax.barh(y, rows["median"], height=height, color=colour, label=kind)
+        for yi, q1, q3 in zip(y, rows["q1"], rows["q3"]):
+            ax.plot([q1, q3], [yi, yi], color="black", linewidth=1)
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set(xlabel="median utilisation while training (%)", ylabel="")
+    outside_legend(ax, where="below", ncols=2)
 
 
-@figure("throughput", "Images/s against the number of workers, per strategy (mean over seeds, "
-                      "bars: 95% interval); dashed: linear scaling of single")
+VERDICT_FIGURE = "throughput"  # drawn under the verdict, at the report's top (sections.answer)
+
+
+def _entry_speeds(data: ReportData) -> pd.DataFrame:
+    """One row per entry of completed runs on the real loader (all modes where none ran on it):
+    a reader's name, workers, the mean images/s over seeds, its 95 % t-interval, the seeds'
+    values, and whether it is the baseline; by workers, then fastest first."""
+    done = data.summary[data.summary["status"] == "ok"]
+    real = done[done["data_mode"] == "real"]
+    done = real if len(real) else done
+    rows, names = [], reader_names(done)
+    for entry, group in done.groupby("entry", sort=False):
+        first = group.iloc[0]
+        spread = Spread.of(group["images_per_second"])
+        low, high = spread.interval
+        rows.append({"entry": entry, "workers": int(first["workers"]), "name": names[entry],
+                     "mean": spread.mean, "low": low, "high": high,
+                     "values": [float(v) for v in group["images_per_second"].dropna()],
+                     "baseline": bool(baseline_mask(group.head(1)).iloc[0])})
+    frame = pd.DataFrame(rows)
+    return frame.sort_values(["workers", "mean"], ascending=[True, False], kind="stable") if rows else frame
+
+
+@figure(VERDICT_FIGURE, "Images/s of each strategy and worker count on the real loader: bar, the "
+                        "mean over its seeds; line, its 95% interval; dots, each seed; dashed, "
+                        "single process's level",
+        height=_bar_rows(0.24, lambda data: len(_entry_speeds(data)), base=0.6))
 def draw_throughput(ax, data: ReportData) -> None:
-    done = data.summary[data.summary["status"] == "ok"].astype({"workers": float})
-    baseline = baseline_mask(done)
-    done = done.assign(strategy=[strategy_label(s, v, m) for s, v, m in
-                                 zip(done["strategy"], done["variant"], done["data_mode"])])
-    _seaborn().lineplot(done, x="workers", y="images_per_second", hue="strategy", marker="o",
-                        err_style="bars", ax=ax)
-    single = done[baseline]["images_per_second"].mean()
-    top = max(2.0, float(done["workers"].max()))
-    if single == single:  # not NaN
-        ax.plot([1, top], [single, single * top], linestyle="--", color="grey", label="linear")
-    ax.set(xlabel="workers", ylabel="throughput (images/s)")
-    ax.xaxis.get_major_locator().set_params(integer=True)
-    outside_legend(ax)
+    speeds = _entry_speeds(data)
+    if speeds.empty:
+        return _no_runs(ax)
+    colours = _seaborn().color_palette(n_colors=max(2, speeds["workers"].nunique()))
+    colour = dict(zip(sorted(speeds["workers"].unique()), colours))
+    rows = range(len(speeds))
+    ax.barh(rows, speeds["mean"], color=[colour[w] for w in speeds["workers"]], height=0.7)
+    for i, row in zip(rows, speeds.itertuples()):
+        if row.high == row.high:  # an interval: 2 or more seeds
+            ax.plot([row.low, row.high], [i, i], color="black", linewidth=1.2)
+        ax.plot(row.values, [i] * len(row.values), linestyle="", marker="o", markersize=2.5,
+                color="black", alpha=0.6)
+    ax.set_yticks(list(rows), speeds["name"])
+    ax.invert_yaxis()
+    single = speeds[speeds["baseline"]]
+    if len(single):
+        level = float(single["mean"].iloc[0])
+        ax.axvline(level, linestyle="--", color="grey",
+                   label=f"single process: {significant(level)} images/s")
+    from matplotlib.patches import Patch
+
+    ax.set(xlabel="throughput (images/s)", ylabel="")
+    outside_legend(ax, where="below", ncols=4, extra=[
+        (Patch(color=colour[w]), f"{w} worker{'s' if w != 1 else ''}") for w in colour])
 
 
 @figure("memory", "Memory per worker against workers, per strategy: the parameters, gradients "

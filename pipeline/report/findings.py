@@ -15,7 +15,7 @@ from .load import RunDir, baseline_mask
 from .noise import Difference, Spread, difference
 from .noise import spreads as noise_spreads
 from .render import Section
-from .tables import entry_means, tex_escape
+from .tables import entry_means, significant, tex_escape
 
 # torchvision's published box AP@[.5:.95] of fasterrcnn_resnet50_fpn (COCO_V1 weights) on COCO
 # val2017, trained with its reference recipe (26 epochs): the model card's "box_map": 37.0.
@@ -137,17 +137,10 @@ def _as_many(ratio: float, what: str, same: str = "as many") -> str:
     return f"{same} {what} as" if abs(ratio - 1) < 0.005 else f"{_times(ratio)} the {what} of"
 
 
-def _significant(value: float, digits: int = 3) -> str:
-    """`digits` significant digits, never in exponent notation."""
-    if value == 0 or not math.isfinite(value):
-        return f"{value:.0f}"
-    return f"{value:.{max(0, digits - 1 - math.floor(math.log10(abs(value))))}f}"
-
-
 def _size(n_bytes: float) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(n_bytes) >= scale:
-            return f"{_significant(n_bytes / scale)} {unit}"
+            return f"{significant(n_bytes / scale)} {unit}"
     return f"{n_bytes:.0f} B"
 
 
@@ -389,8 +382,8 @@ def why_throughput(r: Ranking, means: pd.DataFrame, summary: pd.DataFrame,
     if held:
         found.append("Memory per worker, in the process that holds the most (parameters, gradients "
                      "and optimizer state it owns / its peak): " + ", ".join(
-                         f"{e} {_significant(means.loc[e, 'owned_state_mb'])} / "
-                         f"{_significant(means.loc[e, 'peak_memory_mb'])} MiB" for e in held) + ".")
+                         f"{e} {significant(means.loc[e, 'owned_state_mb'])} / "
+                         f"{significant(means.loc[e, 'peak_memory_mb'])} MiB" for e in held) + ".")
     found += model_reading(r, predicted)
     return found
 
@@ -584,9 +577,9 @@ def equivalence_sentence(equivalence: EquivalenceRecord | None) -> str:
     checked = equivalence.relative_steps if equivalence else {}
     if not checked:
         return ""
-    values = {_significant(v) for v in checked.values()}
+    values = {significant(v) for v in checked.values()}
     away = (f"{values.pop()} of single's step" if len(values) == 1 else
-            ", ".join(f"{name} {_significant(v)}" for name, v in checked.items()) + " of single's step")
+            ", ".join(f"{name} {significant(v)}" for name, v in checked.items()) + " of single's step")
     return (f"From the same weights and the same global batch, one SGD step of each of "
             f"{_join(checked)} lands {away} away from that of {equivalence.reference} (the "
             f"one-step equivalence check). {equivalence.why}")
@@ -639,8 +632,8 @@ class Answer:
     scope: str
 
     def section(self) -> Section:
-        """The report's first section."""
-        return Section("The answer", [self.counts_sentence, *self.throughput, *self.accuracy,
+        """The report's long-form answer, right under the verdict (verdict.py)."""
+        return Section("The answer in full: rankings, intervals and entries", [self.counts_sentence, *self.throughput, *self.accuracy,
                                       self.not_run, self.time_sentence, self.scope])
 
     def macros(self) -> str:

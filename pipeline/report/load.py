@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -140,6 +141,52 @@ def strategy_label(strategy: str, variant, data_mode: str = "real") -> str:
         [] if data_mode == "real" else [f"{data_mode} data"])
     name = declared.label if declared else strategy  # a run of a strategy no longer registered
     return name + (f" ({', '.join(details)})" if details else "")
+
+
+# A variant's parts in a reader's words (the verdict names no run ids): ps's placement and
+# shards, its staleness, FSDP2's keeping the weights gathered, DDP's compression hooks.
+VARIANT_WORDS = ((r"^colocated$", ""), (r"^dedicated$", "dedicated server"), (r"^k(\d+)$", r"\1 shards"),
+                 (r"^ssp(\d+)$", r"staleness \1"), (r"^keep$", "weights kept gathered"),
+                 (r"^fp16$", "fp16-compressed gradients"), (r"^bf16$", "bf16-compressed gradients"),
+                 (r"^powersgd$", "PowerSGD"))
+
+
+def reader_name(strategy: str, variant, data_mode: str = "real", workers=None) -> str:
+    """An entry as a reader names it: 'DDP, 2 workers', 'parameter server (2 shards), 2
+    workers', 'FSDP2 (weights kept gathered), 2 workers'; no run id's hyphens."""
+    declared = STRATEGIES.get(strategy)
+    words = []
+    for part in (variant.split("-") if has_variant(variant) else []):
+        for pattern, replacement in VARIANT_WORDS:
+            if re.match(pattern, part):
+                part = re.sub(pattern, replacement, part)
+                break
+        if part:
+            words.append(part)
+    if data_mode not in ("real", None) and data_mode == data_mode:  # NaN: real
+        words.append("in-memory data" if data_mode == "synthetic" else f"{data_mode} data")
+    name = (declared.label if declared else strategy) + (f" ({', '.join(words)})" if words else "")
+    if workers is None or workers != workers:
+        return name
+    return f"{name}, {int(workers)} worker{'s' if int(workers) != 1 else ''}"
+
+
+def reader_names(summary: pd.DataFrame, workers: bool = True) -> dict[str, str]:
+    """entry -> reader_name (with its worker count or without) for each entry of summary.csv's
+    frame; entries that would share a name are told apart by their images a step, then their
+    threads: 'single process, 1 worker (4 images a step)'."""
+    firsts = summary.groupby("entry", sort=False).first()
+    names = {e: reader_name(r["strategy"], r["variant"], r["data_mode"],
+                            r["workers"] if workers else None) for e, r in firsts.iterrows()}
+    for name in {n for n in names.values() if list(names.values()).count(n) > 1}:
+        same = [e for e, n in names.items() if n == name]
+        for column, unit in (("global_batch", "images a step"), ("threads", "threads")):
+            if firsts.loc[same, column].nunique(dropna=False) > 1:
+                for e in same:
+                    value = firsts.loc[e, column]
+                    names[e] = f"{name} ({'?' if value != value else int(value)} {unit})"
+                break
+    return names
 
 
 def is_baseline(strategy, variant) -> bool:

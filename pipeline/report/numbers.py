@@ -9,6 +9,7 @@ numbers.tex defines
   \\WorkflowTime                        the completed runs' recorded training + evaluation time
   \\AnswerAbstract, \\AnswerCounts, \\AnswerThroughput, \\AnswerAccuracy, \\AnswerConclusion,
   \\AnswerTime, \\AnswerScope, \\NotRun   the answer (findings.answer), paragraphs of sentences
+  \\AnswerVerdict            the verdict (verdict.py): at most five sentences, the abstract's opening
   \\published{dp|ddp}{KEY}   the study's published values (report.published), e.g. {dp}{AP50}
   \\TorchvisionAP             torchvision's published box AP of fasterrcnn_resnet50_fpn
   \\result{ENTRY}{COLUMN}     an entry's mean over its seeds of a summary.csv column, e.g.
@@ -30,6 +31,7 @@ from .findings import (MACRO_COLUMNS, TORCHVISION_BOX_AP, answer, bytes_sentence
 from .load import RunDir
 from .noise import NOISE_RULE
 from .tables import entry_means, tex_escape
+from .verdict import VerdictInput, verdict
 
 
 def _itemize(sentences: list[str], none: str) -> str:
@@ -64,6 +66,8 @@ def numbers_tex(data: ReportData) -> str:
            "% do not edit: rerun the workflow.\n",
            macro("Preset", tex_escape(preset)), macro("Dataset", tex_escape(dataset)),
            found.macros(),
+           macro("AnswerVerdict", tex_escape((data.verdict or verdict(VerdictInput(
+               summary, data.compared, data.checked))).text)),
            macro("TargetAP", f"{float(target.iloc[0]):.3f}" if len(target) else "none set"),
            macro("NoiseRule", tex_escape(NOISE_RULE)),
            macro("GitRevision", tex_escape(revision)), macro("Hardware", tex_escape(hardware)),

@@ -4,21 +4,20 @@ one decorated function of the report's data.
     @section
     def name(data: ReportData) -> Section | None: ...
 
-SECTIONS holds them in report order, the order they are defined in here: the answer and the
-measurement check, the results, the cost model's, the equivalence check, definitions and figures,
+SECTIONS holds them in report order, the order they are defined in here: the verdict and its
+figure, the answer in full and the measurement check, the results, the cost model's, the equivalence check, definitions and figures,
 then every run and its provenance. A function that returns None leaves its section out (no
 equivalence check ran). render.py lays them out as Markdown and HTML.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 import pandas as pd
 
 from . import clusters, prediction
 from .data import ReportData
-from .figures import FIGURES
+from .figures import FIGURES, VERDICT_FIGURE
 from .findings import (TORCHVISION_BOX_AP, bytes_sentences, communication_definition,
                        data_mode_findings, memory_sentences, scaling_findings,
                        time_to_accuracy_findings)
@@ -44,12 +43,19 @@ def report_sections(data: ReportData) -> list[Section]:
 # ---- the answer, and whether the machine can be trusted ----------------------------------------
 @section
 def answer(data: ReportData) -> Section:
-    """The answer opens the report; a noisy machine or a disturbed commbench is said in its
-    first line too (the check's own section follows)."""
-    opening = data.answer.section()
-    if not data.checked.warns:
-        return opening
-    return dataclasses.replace(opening, text=[data.checked.lines()[0], *opening.text])
+    """The verdict opens the report, in at most five sentences, and under it its figure
+    (figures.VERDICT_FIGURE); a noisy machine or a disturbed commbench is said right after it
+    (the check's own section follows the long-form answer)."""
+    warning = [data.checked.lines()[0]] if data.checked is not None and data.checked.warns else []
+    entry = FIGURES[VERDICT_FIGURE]
+    return Section("The answer", [data.verdict.text, *warning], figures=[
+        (VERDICT_FIGURE, f"figures/{VERDICT_FIGURE}.{data.figure_ext}", entry.caption)])
+
+
+@section
+def answer_in_full(data: ReportData) -> Section:
+    """The long-form answer: every ranking with its intervals and entry ids (findings.answer)."""
+    return data.answer.section()
 
 
 @section
@@ -61,7 +67,7 @@ def measurement_check(data: ReportData) -> Section:
 @section
 def table1(data: ReportData) -> Section:
     return Section("Table 1: COCO box AP", [
-        "AP at IoU .5:.95, .5 and .75 on the validation split. Published values: "
+        "AP at IoU .5:.95, .5 and .75 on the validation split. Published values: Table 1 of "
         f"{data.published.get('source', 'the DP-vs-DDP study')}. Our rows say which data they "
         "were measured on; only rows on COCO 2017 can be compared with the study's.",
         "The study's AP of 0.624 (DP) and 0.632 (DDP) are far above torchvision's published "
@@ -74,7 +80,9 @@ def table1(data: ReportData) -> Section:
 @section
 def table2(data: ReportData) -> Section:
     return Section("Table 2: time per iteration and training progress per epoch",
-                   ["Same layout as Table 1."], data.shown("table2"))
+                   ["Same layout as Table 1. Published values: Table 2 of the same study "
+                    "(seconds per iteration and its undefined \"training progress per epoch\")."],
+                   data.shown("table2"))
 
 
 @section
@@ -204,7 +212,8 @@ def definitions(data: ReportData) -> Section:
 @section
 def figures(data: ReportData) -> Section:
     return Section("Figures", figures=[(name, f"figures/{name}.{data.figure_ext}", entry.caption)
-                                       for name, entry in FIGURES.items()])
+                                       for name, entry in FIGURES.items()
+                                       if name != VERDICT_FIGURE])  # under the verdict
 
 
 # ---- the appendices: every run, and where its numbers came from --------------------------------

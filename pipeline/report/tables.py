@@ -139,6 +139,19 @@ def places_for(values) -> int:
     return max(0, min(6, 2 - math.floor(math.log10(top)))) if top else 0
 
 
+def significant(value: float, digits: int = 3) -> str:
+    """`digits` significant digits, trailing zeros kept (0.0980, 42.0), never in exponent
+    notation: how the verdict and the noise check say their numbers."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:.0f}"
+    return f"{value:.{max(0, digits - 1 - math.floor(math.log10(abs(value))))}f}"
+
+
+def signed(value: float, digits: int = 3) -> str:
+    """significant() with its sign: +2.70, -0.0110."""
+    return ("+" if value >= 0 else "-") + significant(abs(value), digits)
+
+
 def number_text(value, places: int) -> str:
     """One number to `places` decimals; "n/a" where there is none (never "nan")."""
     if value is None or pd.isna(value):

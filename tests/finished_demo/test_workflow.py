@@ -303,6 +303,10 @@ def test_snakemakes_own_report_holds_the_reports_figures_and_tables(workdir, tmp
     names = zipfile.ZipFile(out).namelist()
     for name in ["report.html", "table1.csv", "ap.png"] + (["paper.pdf"] if PAPER_JOB else []):
         assert any(n.endswith("/" + name) for n in names), (name, names[:50])
+    # each output's caption (rules/captions/), rendered with the figures' own captions
+    page = zipfile.ZipFile(out).read("snakemake-report/report.html").decode()
+    assert "Mean seconds per iteration split into data wait" in page  # the figures' caption
+    assert "the verdict and its figure first" in page  # report.html's
 
 
 def test_no_change_runs_nothing(workdir):

@@ -11,6 +11,8 @@ Data flow, one module per step:
                 inputs outside their bands -> the report's measurement check, \\MachineNoise in
                 numbers.tex, the cost model's verdict
     findings.py the answer and every generated sentence
+    causes.py   the accuracy ablation: single against ddp-w2 with and without batch statistics,
+                its runs kept out of the other tables, its finding a typed CauseTest
     data.py     ReportData: all of the above, computed once (build.report_data)
     figures.py  ReportData -> figures, one registered function each (FIGURES)
     numbers.py  ReportData -> numbers.tex: every number the paper quotes, as LaTeX macros

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..runtime.files import atomic_path, write_text
 from ..runtime.record import CommbenchRecord, EquivalenceRecord
-from . import clusters, prediction
+from . import causes, clusters, prediction
 from .data import ReportData
 from .disturbance import measurement_check
 from .figures import FIGURES, write_figures
@@ -74,6 +74,8 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
     commbench stage's records (process count -> record), the one-step check and the runs of
     report.predict's compute preset (None: `runs`, the same preset)."""
     links = links or {}
+    every_run = runs
+    runs, ablated = causes.split_by_norm(runs)  # the ablation's runs: their own section only
     summary = summary_frame(runs, preset, (report_cfg.get("target_ap") or {}).get(preset))
     published = report_cfg.get("published") or {}
     n_published = sum(isinstance(v, dict) for v in published.values())
@@ -112,6 +114,7 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
         checked=measurement_check(runs, links),
         # The answer (findings.answer): the paper's and the report's first words
         answer=answer(summary, compared, predicted, equivalence, dataset, inference_seconds(runs)),
+        ablated=ablated, causes=causes.cause_tests(every_run),
         figure_ext="png" if "png" in formats else formats[0])
 
 

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from pipeline import equivalence
+from pipeline.config import params
 from pipeline.config.params import ParamsError
 from pipeline.data.dataset import CocoDetection, collate, to_model_input
 from pipeline.detection.model import TinyBackbone, build_model
@@ -20,7 +21,7 @@ from pipeline.runtime.record import EquivalenceRecord, Metrics, RunSummary
 from pipeline.runtime.run import NORMS, Run
 from pipeline.strategies import sweep
 
-from .conftest import small_config
+from .conftest import REPO, small_config
 
 
 def old_tiny_backbone(c: int) -> nn.Sequential:
@@ -151,3 +152,15 @@ def test_without_the_ablation_runs_there_is_no_cause_test_and_no_section():
     runs = ablation(*ISSUE_BN, [], [])
     assert causes.cause_tests(runs) == [] and causes.section([], None) is None
     assert causes.split_by_norm(runs) == (runs, [])
+
+
+def test_the_demo_sweep_trains_single_and_ddp_w2_under_groupnorm_at_their_seeds():
+    cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
+    runs = sweep.runs(cfg)
+
+    def seeds(entry: str) -> set[int]:
+        return {r.seed for r in runs.values() if sweep.entry_id(r) == entry}
+
+    for entry in ("single-w1-b8", "ddp-w2-b4"):
+        assert seeds(f"{entry}-groupnorm") == seeds(entry) and len(seeds(entry)) >= 3
+    assert sweep.swept_norms(cfg) == list(NORMS)

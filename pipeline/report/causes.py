@@ -126,8 +126,7 @@ def _interval(d: Difference) -> str:
 def sentence(t: CauseTest) -> str:
     """What the runs say of the cause, worded as a finding only where they decide it."""
     gaps = (f"single's AP lead over ddp-w2 is {t.ap_gap_with:+.3f} ({_interval(t.gap_with)}) with "
-            f"BatchNorm and {t.ap_gap_without:+.3f} ({_interval(t.gap_without)}) under GroupNorm, "
-            "at the same seeds")
+            f"BatchNorm and {t.ap_gap_without:+.3f} ({_interval(t.gap_without)}) under GroupNorm")
     if t.verdict == "supported":
         return (f"{gaps}: with batch statistics removed the gap is within the noise, so the runs "
                 f"support {t.cause} as the cause of the accuracy gap.")

@@ -5,15 +5,18 @@
 From the same initial weights and the same global batch (single: 8 images; ddp and ps: 2
 workers x 4, the same 8 images), each strategy takes one SGD step; we compare the weights.
 On a loss that is a mean over samples the averaged shard gradients equal the merged-batch
-gradient exactly (tests/test_strategies.py shows it to 1e-6). Faster R-CNN's loss is not: the
-RPN and the box head sample a fixed number of anchors and proposals *per image batch* and
-normalise by that count, and each worker draws those samples with its own random stream. So
-the step differs from `single` by an amount reported here, relative to the step itself, while
-the replicas stay identical to each other.
+gradient exactly (tests/test_strategies.py shows it to 1e-6). Faster R-CNN's loss is not, for
+two reasons (WHY), so the step differs from `single` by an amount reported here, relative to the
+step itself, while the replicas stay identical to each other.
+
+With the tiny model, each cause is measured with and without it (`causes`, one per norm): ddp's
+step is taken again with GroupNorm (no batch statistics), and pipeline/detection/split_probe.py
+sets the split beside a resampling of the same 8 images (sampling alone).
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 import os
@@ -29,15 +32,18 @@ from .config import cli
 from .detection.model import build_model
 from .launch import command
 from .runtime import distributed, lifetime
+from .detection import split_probe
 from .runtime.files import write_json
-from .runtime.run import Run
+from .runtime.run import NORMS, Run
 from .strategies import sweep
 
-WHY = ("Faster R-CNN's RPN and box-head losses sample anchors and proposals per image batch "
-       "and normalise by the sample count, and each worker draws its samples with its own "
-       "random stream, so averaging per-worker gradients is not the gradient of the merged "
-       "batch; on a loss that is a plain mean over samples the strategies agree to float "
-       "rounding (tested). The replicas of one run stay identical to each other.")
+WHY = ("Two causes make averaged per-worker gradients differ from the gradient of the merged "
+       "batch: BatchNorm trained from scratch normalises over each worker's images, not the "
+       "whole batch; and Faster R-CNN's RPN and box-head losses sample anchors and proposals "
+       "per image batch, normalise by the sample count, and each worker draws its samples with "
+       "its own random stream. On a loss that is a plain mean over samples the strategies agree "
+       "to float rounding (tested). The replicas of one run stay identical to each other.")
+ABLATED = "groupnorm"  # the tiny model's norm without batch statistics
 
 
 def start_step(cfg: dict, run: Run, out: Path) -> subprocess.Popen:
@@ -69,8 +75,28 @@ def one_step_each(cfg: dict, runs: dict[str, Run], out: Path) -> dict[str, dict]
     return states
 
 
-def measure(cfg: dict, compared: list[str] | None = None) -> dict:
-    """One step of each strategy `compared` (sweep.equivalence_runs) against the baseline."""
+def with_ablation(runs: list[Run]) -> list[Run]:
+    """The check's runs, and the baseline's and ddp's again under GroupNorm where ddp is
+    checked with BatchNorm: the step without batch statistics."""
+    ablated = [r.replace(norm=ABLATED) for r in runs
+               if r.norm != ABLATED and (r is runs[0] or r.strategy == "ddp")]
+    return runs + ablated if len(ablated) == 2 else runs
+
+
+def flat(state: dict, names: list[str]) -> torch.Tensor:
+    return torch.cat([state[n].flatten() for n in names])
+
+
+def step_distance(state: dict, reference: dict, initial: dict, names: list[str]) -> float:
+    """|step - reference's step| / |reference's step| over the weights `names`."""
+    return split_probe.distance(flat(state, names) - flat(initial, names),
+                                flat(reference, names) - flat(initial, names))
+
+
+def measure(cfg: dict, compared: list[str] | None = None, norms: list[str] | None = None) -> dict:
+    """One step of each strategy `compared` (sweep.equivalence_runs) against the baseline; and
+    where the sweep trains the tiny model under both `norms` (sweep.swept_norms), each cause
+    with and without it (`causes`). Without that question asked, nothing of it runs."""
     cfg = copy.deepcopy(cfg)
     # The same pixels for every strategy (no random flips), and the full learning rate.
     cfg["data"]["horizontal_flip"] = 0.0
@@ -79,32 +105,54 @@ def measure(cfg: dict, compared: list[str] | None = None) -> dict:
     # On one node, whatever parallel.nnodes says: the rule's job asks for one node, and a
     # torchrun told to expect a second node would wait for it forever.
     cfg["parallel"]["nnodes"] = 1
-    runs = {sweep.run_id(r): r for r in sweep.equivalence_runs(cfg, compared)}
+    listed = sweep.equivalence_runs(cfg, compared)
+    ablating = cfg["model"]["arch"] == "tiny" and set(norms or ()) == set(NORMS)
+    if ablating:
+        listed = with_ablation(listed)
+    runs = {sweep.run_id(r): r for r in listed}
     skipped = {name: why for name, r in runs.items()
                if (why := strategies.get(r, cfg["parallel"]).unavailable())}
     with tempfile.TemporaryDirectory(prefix="equivalence-") as work:
         states = one_step_each(cfg, {name: r for name, r in runs.items() if name not in skipped},
                                Path(work))
+    num_classes = states[next(iter(states))]["roi_heads.box_predictor.cls_score.weight"].shape[0]
+    initial = {}
+    for norm in {r.norm for r in listed}:
         torch.manual_seed(cfg["train"]["seed"])  # the initial weights, as train.py makes them
-        num_classes = states[next(iter(states))]["roi_heads.box_predictor.cls_score.weight"].shape[0]
-        initial = build_model(dict(cfg["model"], backbone_weights=None), num_classes).state_dict()
-    reference_id = next(iter(runs))
+        initial[norm] = build_model(dict(cfg["model"], norm=norm, backbone_weights=None),
+                                    num_classes).state_dict()
+    # Each run against the baseline's run under its own norm (the first of each norm).
+    references = {}
+    for name, r in runs.items():
+        references.setdefault(r.norm, name)
+    reference_id = references[cfg["model"]["norm"]]
     reference = states[reference_id]
     names = [n for n, v in reference.items() if v.is_floating_point() and "running" not in n]
-    step = max((reference[n] - initial[n]).abs().max().item() for n in names)
+    step = max((reference[n] - initial[cfg["model"]["norm"]][n]).abs().max().item() for n in names)
     results = {name: {"skipped": why} for name, why in skipped.items()}
+    launched = {}
     for name, state in states.items():
-        if name == reference_id:
+        norm = runs[name].norm
+        if name == references[norm]:
+            continue
+        own = [n for n in state if state[n].is_floating_point() and "running" not in n]
+        distance = step_distance(state, states[references[norm]], initial[norm], own)
+        if runs[name].strategy == "ddp":
+            launched[norm] = distance
+        if norm != cfg["model"]["norm"]:
             continue
         diff = max((state[n] - reference[n]).abs().max().item() for n in names)
-        results[name] = {"max_abs_difference": diff, "relative_to_step": diff / step if step else None}
+        results[name] = {"max_abs_difference": diff, "relative_to_step": diff / step if step else None,
+                         "step_distance": distance}
+    causes = ([dataclasses.replace(split_probe.measure(cfg, norm), launched=launched.get(norm))
+               for norm in NORMS] if ablating else [])
     return {"reference": reference_id, "max_abs_step_of_single": step, "strategies": results,
-            "why": WHY}
+            "why": WHY, **({"causes": [c.to_json() for c in causes]} if causes else {})}
 
 
 def main(argv: list[str] | None = None) -> None:
     def body(args):
-        report = measure(args.cfg, args.strategies.split(","))
+        report = measure(args.cfg, args.strategies.split(","), args.norms.split(","))
         write_json(args.out, report)
         print(json.dumps(report["strategies"], indent=1))
 
@@ -112,6 +160,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument("--out", required=True)
         parser.add_argument("--strategies", required=True,
                             help="comma-separated: the strategies the sweep runs (sweep.swept)")
+        parser.add_argument("--norms", default="batchnorm",
+                            help="comma-separated: the norms the sweep trains with (sweep.swept_norms)")
 
     cli.run_stage("One-step difference of each strategy from single.", body, stage="equivalence",
                   arguments=arguments, argv=argv)

@@ -32,6 +32,12 @@ from .runtime.run import Run
 from .strategies import sweep
 
 
+def run_config(cfg: dict, run: Run) -> dict:
+    """The preset as `run` trains and is evaluated with: its entry's `norm` in model.norm (the
+    run's checkpoints and provenance name the normalisation its model has)."""
+    return cfg if cfg["model"]["norm"] == run.norm else {**cfg, "model": {**cfg["model"], "norm": run.norm}}
+
+
 def command(cfg: dict, run: Run, out: str, python: str = sys.executable,
             rdzv_endpoint: str | None = None) -> list[str]:
     """The training command; `rdzv_endpoint` replaces parallel.rdzv_endpoint for torchrun only
@@ -40,14 +46,15 @@ def command(cfg: dict, run: Run, out: str, python: str = sys.executable,
                                                                    rdzv_endpoint=rdzv_endpoint)
     strategy = strategies.get(run, parallel)
     return strategy.launcher(python) + [
-        "-m", "pipeline.training.train", "--config", json.dumps(cfg), "--entry", json.dumps(run.to_json()), "--out", out]
+        "-m", "pipeline.training.train", "--config", json.dumps(run_config(cfg, run)), "--entry", json.dumps(run.to_json()), "--out", out]
 
 
 def evaluation_command(cfg: dict, run: Run, run_dir: str, python: str = sys.executable) -> list[str]:
     """A run is evaluated the way its strategy says (a ddp run on as many processes as it
     trained with)."""
     launcher = strategies.get(run, cfg["parallel"]).evaluation_launcher(python)
-    return launcher + ["-m", "pipeline.detection.evaluate", "--config", json.dumps(cfg), "--run-dir", run_dir]
+    return launcher + ["-m", "pipeline.detection.evaluate", "--config", json.dumps(run_config(cfg, run)),
+                       "--run-dir", run_dir]
 
 
 def commbench_command(cfg: dict, processes: int, out: str, python: str = sys.executable) -> list[str]:

@@ -12,6 +12,7 @@ rule equivalence:
     params:
         config=stage_params("equivalence"),
         strategies=",".join(sweep.swept(CFG)),  # the set, not the sweep: new seeds rerun nothing
+        norms=",".join(sweep.swept_norms(CFG)),  # both: the accuracy ablation's causes, measured
         python=PYTHON,
     threads: cores_or(lambda wildcards: equivalence_job()["cpus_per_task"])
     resources:
@@ -22,7 +23,7 @@ rule equivalence:
         f"logs/benchmarks/equivalence_{PRESET}.tsv"
     shell:
         "exec {params.python} -m pipeline.equivalence --config {params.config:q}"
-        " --strategies {params.strategies} --out {output} > {log} 2>&1"
+        " --strategies {params.strategies} --norms {params.norms} --out {output} > {log} 2>&1"
 
 
 rule commbench:

@@ -165,6 +165,7 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
                        "compile", "optimizer"],  # speed knobs (pipeline/training/speed.py)
              "parallel": ["timeout_s", "max_restarts"]}
     added["eval"].append("backend")  # COCOeval's implementation
+    added["model"] = ["norm"]  # the tiny model's BatchNorm or GroupNorm (the accuracy ablation)
 
     def without(preset: dict, *sections: str) -> dict:
         # `resources` came later (scheduler requests only; no stage reads it), and so did

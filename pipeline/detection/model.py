@@ -8,6 +8,11 @@
 
 min_size/max_size are always passed: torchvision otherwise resizes every image to 800 px.
 
+`model.norm` picks the tiny backbone's normalisation: `batchnorm` (the default) normalises over
+each process's batch, so 2 workers of 4 images train with other statistics than 1 of 8 and keep
+rank 0's buffers; `groupnorm` normalises each image on its own, the same on any split of the
+batch (the accuracy ablation: pipeline/report/causes.py).
+
 Each model declares the blocks FSDP shards one by one (`fsdp_units`, read by
 pipeline/strategies/fsdp.py): each stage of the backbone's body that trains (a stage is the
 natural unit of a ResNet; gathering one at a time bounds the transient memory by the largest),
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import math
+
 import torch
 from torch import nn
 from torchvision.models import ResNet50_Weights, resnet50
@@ -27,21 +34,34 @@ from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
 from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
 from torchvision.ops import FrozenBatchNorm2d
 
+from ..runtime.run import NORMS
 from .roi_align import ThreadedRoIPool
 
 
-def _conv(c_in: int, c_out: int, stride: int) -> nn.Sequential:
+GROUPS = 8  # GroupNorm's groups, fewer where a layer has fewer channels (the tiny model's are 8-64)
+
+
+def norm_layer(norm: str, channels: int) -> nn.Module:
+    if norm == "batchnorm":
+        return nn.BatchNorm2d(channels)
+    if norm == "groupnorm":
+        return nn.GroupNorm(math.gcd(GROUPS, channels), channels)
+    raise ValueError(f"model.norm: unknown normalisation {norm!r}; use one of {', '.join(NORMS)}")
+
+
+def _conv(c_in: int, c_out: int, stride: int, norm: str) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False),
-                         nn.BatchNorm2d(c_out), nn.ReLU(inplace=True))
+                         norm_layer(norm, c_out), nn.ReLU(inplace=True))
 
 
 class TinyBackbone(nn.Sequential):
     """Three stride-2 stages to stride 8, then two more 3x3 layers for context."""
 
-    def __init__(self, channels: int):
+    def __init__(self, channels: int, norm: str = "batchnorm"):
         c = channels
-        super().__init__(_conv(3, c // 4, 2), _conv(c // 4, c // 2, 2), _conv(c // 2, c // 2, 1),
-                         _conv(c // 2, c, 2), _conv(c, c, 1), _conv(c, c, 1))
+        super().__init__(*(_conv(c_in, c_out, stride, norm) for c_in, c_out, stride in (
+            (3, c // 4, 2), (c // 4, c // 2, 2), (c // 2, c // 2, 1), (c // 2, c, 2), (c, c, 1),
+            (c, c, 1))))
         self.out_channels = c
 
 
@@ -55,7 +75,7 @@ def declare_fsdp_units(model: FasterRCNN, body: str, *blocks: str) -> FasterRCNN
 
 
 def build_tiny(cfg: dict, num_classes: int) -> FasterRCNN:
-    backbone = TinyBackbone(cfg["channels"])
+    backbone = TinyBackbone(cfg["channels"], cfg["norm"])
     sizes = tuple(cfg["anchor_sizes"])
     anchors = AnchorGenerator(sizes=(sizes,), aspect_ratios=((0.5, 1.0, 2.0),))
     roi_pool = ThreadedRoIPool(featmap_names=["0"], output_size=7, sampling_ratio=2)
@@ -96,6 +116,10 @@ def load_backbone_state(source: str) -> dict:
 
 
 def build_resnet50_fpn(cfg: dict, num_classes: int) -> FasterRCNN:
+    if cfg["norm"] != "batchnorm":
+        raise ValueError(f"model.norm: {cfg['norm']} is for the tiny model; "
+                         "fasterrcnn_resnet50_fpn keeps torchvision's BatchNorm (frozen with "
+                         "pretrained weights): set model.norm: batchnorm")
     pretrained = cfg["backbone_weights"] is not None
     trainable = cfg["trainable_backbone_layers"] if pretrained else 5
     # Frozen BatchNorm with pretrained weights, as torchvision does; plain BatchNorm from scratch.

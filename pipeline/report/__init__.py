@@ -14,6 +14,8 @@ Data flow, one module per step:
     findings.py the answer in full and every generated sentence
     verdict.py  the answer in at most five sentences, in a reader's words: the report's first
                 lines (its figure under them) and the paper's abstract's
+    causes.py   the accuracy ablation: single against ddp-w2 with and without batch statistics,
+                its runs kept out of the other tables, its finding a typed CauseTest
     data.py     ReportData: all of the above, computed once (build.report_data)
     figures.py  ReportData -> figures, one registered function each (FIGURES)
     numbers.py  ReportData -> numbers.tex: every number the paper quotes, as LaTeX macros

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..runtime.files import atomic_path, write_text
 from ..runtime.record import CommbenchRecord, EquivalenceRecord
-from . import clusters, prediction
+from . import causes, clusters, prediction
 from .data import ReportData
 from .disturbance import measurement_check
 from .figures import FIGURES, write_figures
@@ -90,8 +90,11 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
     """Every frame, table, check and conclusion of the report, from the runs read, the
     commbench stage's records (process count -> record), the one-step check, the runs of
     report.predict's compute preset (None: `runs`, the same preset) and the accuracy gap's
-    tested cause (None: no run tested one; the verdict words its causes as hypotheses)."""
+    tested cause (None: the accuracy ablation's, where the sweep ran it; else the verdict words
+    its causes as hypotheses)."""
     links = links or {}
+    every_run = runs
+    runs, ablated = causes.split_by_norm(runs)  # the ablation's runs: their own section only
     summary = summary_frame(runs, preset, (report_cfg.get("target_ap") or {}).get(preset))
     published = report_cfg.get("published") or {}
     n_published = sum(isinstance(v, dict) for v in published.values())
@@ -121,6 +124,7 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
                                                 "rules_before": {beyond}})}
     formats = figure_formats(report_cfg)
     checked = measurement_check(runs, links)
+    tested = causes.cause_tests(every_run)  # the accuracy ablation, where the sweep ran it
     return ReportData(
         runs=runs, summary=summary, preset=preset, dataset=dataset, published=published,
         table1=table1, scaling=scaling, data_modes=data_modes, compared=compared,
@@ -130,9 +134,11 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
         # commbench inputs outside their bands (pipeline/report/disturbance.py)
         checked=checked,
         # The verdict (verdict.verdict): the report's first lines and the abstract's
-        verdict=verdict(VerdictInput(summary, compared, checked, accuracy_cause)),
+        verdict=verdict(VerdictInput(summary, compared, checked,
+                                     accuracy_cause or causes.finding(tested))),
         # The answer (findings.answer): the paper's and the report's first words
         answer=answer(summary, compared, predicted, equivalence, dataset, inference_seconds(runs)),
+        ablated=ablated, causes=tested,
         figure_ext="png" if "png" in formats else formats[0])
 
 

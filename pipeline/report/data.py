@@ -16,6 +16,7 @@ from .load import RunDir
 from .tables import Table
 
 if TYPE_CHECKING:  # each of these imports the report's modules that import this one
+    from .causes import CauseTest
     from .clusters import Compute
     from .disturbance import MeasurementCheck
     from .findings import Answer
@@ -46,6 +47,10 @@ class ReportData:
     checked: MeasurementCheck | None = None  # noisy machine, disturbed commbench inputs
     answer: Answer | None = None  # what the results say (findings.answer)
     verdict: Verdict | None = None  # the answer in at most five sentences (verdict.verdict)
+    # The accuracy ablation (causes.py): its runs under the other norm, out of `runs`, and what
+    # they say of the accuracy gap's cause
+    ablated: list[RunDir] = field(default_factory=list)
+    causes: list[CauseTest] = field(default_factory=list)
     figure_ext: str = "png"  # the figure files the Markdown report links
 
     @property

@@ -582,7 +582,11 @@ def equivalence_sentence(equivalence: EquivalenceRecord | None) -> str:
             ", ".join(f"{name} {significant(v)}" for name, v in checked.items()) + " of single's step")
     return (f"From the same weights and the same global batch, one SGD step of each of "
             f"{_join(checked)} lands {away} away from that of {equivalence.reference} (the "
-            f"one-step equivalence check). {equivalence.why}")
+            f"one-step equivalence check). " + (
+                f"{equivalence.why} (each cause's share measured by the same check: the accuracy "
+                "gap, cause by cause)" if equivalence.causes else
+                f"Hypothesis, as this check measured no cause (the model.norm ablation does): "
+                f"{equivalence.why}"))
 
 
 def equivalence_short(equivalence: EquivalenceRecord | None) -> str:

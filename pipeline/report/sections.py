@@ -5,8 +5,9 @@ one decorated function of the report's data.
     def name(data: ReportData) -> Section | None: ...
 
 SECTIONS holds them in report order, the order they are defined in here: the verdict and its
-figure, the answer in full and the measurement check, the results, the cost model's, the equivalence check, definitions and figures,
-then every run and its provenance. A function that returns None leaves its section out (no
+figure, the answer in full and the measurement check, the results, the cost model's, the
+equivalence check, the accuracy gap's causes (causes.py), definitions and figures, then every
+run and its provenance. A function that returns None leaves its section out (no
 equivalence check ran). render.py lays them out as Markdown and HTML.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Callable
 
 import pandas as pd
 
-from . import clusters, prediction
+from . import causes, clusters, prediction
 from .data import ReportData
 from .figures import FIGURES, VERDICT_FIGURE
 from .findings import (TORCHVISION_BOX_AP, bytes_sentences, communication_definition,
@@ -191,6 +192,12 @@ def equivalence(data: ReportData) -> Section | None:
         f"From the same weights and the same global batch, one SGD step of each strategy, "
         f"compared with {found.reference} (whose largest weight change was "
         f"{found.max_abs_step_of_single:.3g}). Why they differ: {found.why}"], pd.DataFrame(rows))
+
+
+@section
+def accuracy_causes(data: ReportData) -> Section | None:
+    """Which cause of single's AP lead over ddp-w2 the ablation's runs support (causes.py)."""
+    return causes.section(data.causes, data.equivalence)
 
 
 # ---- how to read it ----------------------------------------------------------------------------

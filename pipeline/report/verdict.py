@@ -34,11 +34,12 @@ class CauseFinding:
     """A cause that runs of the workflow tested, and what they found, in a reader's words: e.g.
     cause "BatchNorm's statistics over each worker's share of the batch", finding "with GroupNorm
     the 2-worker AP is within the noise of single's (difference -0.00100, 95% interval -0.00300
-    to +0.00100)". `supported`: whether the finding supports the cause."""
+    to +0.00100)". `supported`: whether the finding supports the cause; None where the runs
+    cannot decide it (the cause stays a hypothesis)."""
 
     cause: str
     finding: str
-    supported: bool = True
+    supported: bool | None = True
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,9 @@ def _accuracy_sentence(summary: pd.DataFrame, workers: int, names: dict[str, str
     d = difference(spreads[shown], g.spread)
     found = (f"Accuracy differs: {level}; {names[shown]} differs by {signed(d.a.mean - d.b.mean)} "
              f"(95% interval {signed(d.low)} to {signed(d.high)})")
+    if cause is not None and cause.supported is None:
+        return (f"{found}; runs that tested {cause.cause} cannot decide it ({cause.finding}), so "
+                "it and per-worker sampling of proposals remain hypotheses.")
     if cause is not None:
         verb = "supports" if cause.supported else "does not support"
         return f"{found}, and a run that tested {cause.cause} {verb} it: {cause.finding}."

@@ -513,6 +513,21 @@ class StepCheck(Record):
     max_abs_difference: float | None = None
     relative_to_step: float | None = None
     skipped: str | None = field(default=None, metadata=OPTIONAL)
+    # |step - single's step| / |single's step| over all weights (None: before it was measured)
+    step_distance: float | None = field(default=None, metadata=OPTIONAL)
+
+
+@dataclass(frozen=True)
+class SplitDistance(Record):
+    """Under one `norm`, how far 2 workers x 4 images move the step of 1 worker x 8, relative
+    to its norm: `split` (4 + 4, averaged) and `resample` (the same 8 images, another sampling
+    seed) from one process (pipeline/detection/split_probe.py); `launched`: ddp-w2's step
+    against single's, the real strategies from the same weights (pipeline/equivalence.py)."""
+
+    norm: str
+    split: float
+    resample: float
+    launched: float | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass(frozen=True)
@@ -524,6 +539,8 @@ class EquivalenceRecord(Record):
     max_abs_step_of_single: float
     why: str
     strategies: dict[str, StepCheck] = field(default_factory=dict)
+    # Each cause of the difference with and without it (the tiny model's norms; before: none)
+    causes: list[SplitDistance] | None = field(default=None, metadata=OPTIONAL)
 
     @property
     def relative_steps(self) -> dict[str, float]:
@@ -592,5 +609,5 @@ def _recorded_run(raw: dict) -> dict | None:
 
 __all__ = ["Bytes", "Calibrations", "Check", "Checkpoints", "CommbenchRecord", "EquivalenceRecord",
            "Evaluation", "Hardware", "LinkFit", "Memory", "Metrics", "Provenance", "RankReport",
-           "RecordError", "RunSummary", "STRATEGY_REMEDY", "SecondsPerIteration", "SharedCompute",
+           "RecordError", "RunSummary", "STRATEGY_REMEDY", "SecondsPerIteration", "SharedCompute", "SplitDistance",
            "StateBytes", "StepCheck", "TimeSplit", "Utilisation", "declare_facts", "upgrade"]

@@ -32,6 +32,7 @@ class Run:
     images_per_worker: int = 1
     data_mode: str = "real"       # real: the loader decodes and augments; synthetic: in memory
     precision: str = "fp32"       # runs before mixed precision: fp32
+    norm: str = "batchnorm"       # the tiny model's normalisation (model.norm; runs before it: batchnorm)
     seed: int = 0
     options: Mapping[str, Any] = field(default_factory=dict)  # the strategy's declared options
 
@@ -47,6 +48,8 @@ class Run:
     def to_json(self) -> dict:
         """The filled sweep entry: the common keys, the options beside them, then the seed."""
         common = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("seed", "options")}
+        if self.norm == "batchnorm":  # as every run before the knob wrote it: same params, same ids
+            del common["norm"]
         return {**common, **self.options, "seed": self.seed}
 
     @classmethod
@@ -65,5 +68,6 @@ class Run:
 
 
 RUN_FIELDS = tuple(f.name for f in fields(Run) if f.name != "options")  # what no option is named
+NORMS = ("batchnorm", "groupnorm")  # model.norm and a sweep entry's `norm` (detection/model.py)
 
-__all__ = ["RUN_FIELDS", "Run", "RunError"]
+__all__ = ["NORMS", "RUN_FIELDS", "Run", "RunError"]

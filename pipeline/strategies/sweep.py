@@ -6,6 +6,7 @@ that train on a shard of the batch); a job may start more processes than workers
 parameter server adds one). `images_per_worker` defaults to train.images_per_worker, `data_mode`
 to data.mode (real: the loader decodes and augments; synthetic: in-memory tensors, no loader),
 `precision` to train.precision (fp32, or bf16 / fp16 autocast: pipeline/training/precision.py),
+`norm` to model.norm (the tiny model's batchnorm or groupnorm: pipeline/detection/model.py),
 `repeats` to 1, and each strategy's own options (pipeline/strategies/) default to what the
 strategy declares.
 
@@ -28,9 +29,10 @@ from ..config import stages
 from ..config.params import ParamsError, remedy
 from ..runtime import provenance
 from ..runtime.record import RunSummary
-from ..runtime.run import Run
+from ..runtime.run import NORMS, Run
 
-COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "precision", "repeats")
+COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "precision", "norm",
+               "repeats")
 DATA_MODES = ("real", "synthetic")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEPRECATED = {"world_size": "workers"}  # old name -> new name
@@ -43,6 +45,7 @@ def _entry_schema(strategy: type[strategies.Strategy]) -> dict:
                            "images_per_worker": positive, "repeats": positive,
                            "data_mode": {"enum": list(DATA_MODES)},
                            "precision": {"enum": list(PRECISIONS)},
+                           "norm": {"enum": list(NORMS)},
                            **{k: o.schema for k, o in strategy.options.items()}}}
 
 
@@ -89,7 +92,7 @@ def _filled(entry: dict, cfg: dict, where: str) -> tuple[Run, int]:
         raise ParamsError(_unknown_key_message(strategy, extra[0], where))
     filled = {"images_per_worker": cfg["train"]["images_per_worker"],
               "data_mode": cfg["data"]["mode"], "precision": cfg["train"]["precision"],
-              "repeats": 1, **entry}
+              "norm": cfg["model"]["norm"], "repeats": 1, **entry}
     try:  # the options' defaults are valid by their declaration: the entry's own are checked
         jsonschema.validate(filled, _entry_schema(strategy))
     except jsonschema.ValidationError as err:
@@ -135,11 +138,13 @@ def variant(run: Run) -> str:
 def entry_id(run: Run) -> str:
     """Stable name of a sweep entry, shared by its repeats: single-w1-b8, ddp-fp16-w2-b4 (the
     strategy decides what its variant names: here a gradient hook), ps-dedicated-w2-b4,
-    ddp-w2-b4-synthetic, single-w1-b8-amp-bf16 (mixed precision)."""
+    ddp-w2-b4-synthetic, single-w1-b8-amp-bf16 (mixed precision), ddp-w2-b4-groupnorm (the
+    model's normalisation, where not batchnorm)."""
     name = run.strategy + (f"-{variant(run)}" if variant(run) else "")
     mode = "" if run.data_mode == "real" else f"-{run.data_mode}"
     precision = "" if run.precision == "fp32" else f"-amp-{run.precision}"
-    return f"{name}-w{run.workers}-b{run.images_per_worker}{mode}{precision}"
+    norm = "" if run.norm == "batchnorm" else f"-{run.norm}"
+    return f"{name}-w{run.workers}-b{run.images_per_worker}{mode}{precision}{norm}"
 
 
 def run_id(run: Run) -> str:
@@ -190,6 +195,12 @@ def swept(cfg: dict) -> list[str]:
     """The strategies the preset's sweep runs, in registry order."""
     names = {entry["strategy"] for entry in cfg["sweep"]}
     return [cls.name for cls in strategies.REGISTERED if cls.name in names]
+
+
+def swept_norms(cfg: dict) -> list[str]:
+    """The tiny model's norms the preset's sweep trains with, in NORMS order."""
+    names = {entry.get("norm", cfg["model"]["norm"]) for entry in cfg["sweep"]}
+    return [norm for norm in NORMS if norm in names]
 
 
 def equivalence_runs(cfg: dict, compared: list[str] | None = None) -> list[Run]:

@@ -20,7 +20,7 @@ class Replay:
     """One config's kept batches and trained state (module docstring): what makes each of its
     segments do the same work. The state is every tensor that a step changes, copied on the
     device (parameters and buffers, whatever the strategy wraps them in; the optimizer's
-    momentum, ZeRO's local optimizer's too), the step count (the learning rate's warm-up) and
+    momentum and parameters, ZeRO's local optimizer's too), the step count (the learning rate's warm-up) and
     the random generators (the heads sample their training proposals at random); restored in
     place, so the strategy's own views of them stay valid."""
 
@@ -41,16 +41,17 @@ class Replay:
         return self.batches[index]
 
     def _tensors(self) -> list:
-        job, found, seen = self.job, [], set()
-        optimizers = [job.optimizer, getattr(job.optimizer, "optim", None)]
-        candidates = [*job.model.parameters(), *job.model.buffers()] + [
-            value for optimizer in optimizers if optimizer is not None
-            for state in getattr(optimizer, "state", {}).values() for value in state.values()]
-        for tensor in candidates:
-            if torch.is_tensor(tensor) and id(tensor) not in seen:
-                seen.add(id(tensor))
-                found.append(tensor)
-        return found
+        """Every tensor a step changes, each once."""
+        job = self.job
+        optimizers = [o for o in (job.optimizer, getattr(job.optimizer, "optim", None)) if o is not None]
+        candidates = [*job.model.parameters(), *job.model.buffers()]
+        for optimizer in optimizers:
+            # its own parameters too: a strategy may step copies of the model's (ps)
+            candidates += [p for group in getattr(optimizer, "param_groups", []) for p in group["params"]]
+            candidates += [value for state in getattr(optimizer, "state", {}).values()
+                           for value in state.values()]
+        found = {id(t): t for t in candidates if torch.is_tensor(t)}
+        return list(found.values())
 
     def freeze(self) -> None:
         """The state at the end of the loader's warm-up: the start of every segment."""

@@ -15,10 +15,16 @@ detector diverged within a few steps on an H100.
 The protocol (benchmarks/interleave.py, the timed items): every configuration of an item is
 built in ONE worker process (benchmarks/segments.py: the tree's own `setup` and loop step, its
 own strategy runtime), and the configurations take turns, A B C A B C: each segment 50 timed
-iterations (the first after 20 of warm-up, a later one after 2), 3 segments each. A row is the
-median images/s of its segments with the 95 % t-interval, whether its segments agreed within
-3 % (the bundle lists those that did not), and its gap to its reference (a strategy to single,
-HEAD to --against, a knob to the default) with that ratio's interval (pipeline/measure/stats.py).
+iterations (the first after 20 of warm-up, each after 2 of re-warm), 3 segments each. Every
+segment of a configuration does the same work: its first warm-up's batches (through the
+loader) and the trained state at its end (weights, optimizer, step, random generators) are
+kept, and each segment restores that state and replays those batches (a detector's step costs
+what its proposals and matchers find, so new images or a model trained on would make repeats
+differ by their work, not the machine). A row is the median images/s of its segments with the
+95 % t-interval, whether its segments agreed within 3 % (the bundle lists those that did not),
+the digest of the batches its segments consumed (one: the same work), and its gap to its
+reference (a strategy to single, HEAD to --against, a knob to the default) with that ratio's
+interval (pipeline/measure/stats.py). Its data share is the loader-fed warm-up's second half.
 A segment is bounded by two device synchronisations; nothing inside it is added to the step.
 Each item runs on its own; a failure is recorded with its one-line reason and the next runs:
 
@@ -33,7 +39,8 @@ Each item runs on its own; a failure is recorded with its one-line reason and th
                host's frames in them, syncs, top kernels. Not a throughput figure (the
                profiler's overhead is in it).
   knobs        the speed knobs (pipeline/training/speed.py) beside their default, interleaved:
-               torch.compile of the backbone (16 images, bf16), fused SGD (2 images, bf16)
+               torch.compile of the backbone (16 images, bf16), fused SGD (2 images, bf16;
+               not --quick)
   sync         every registered strategy at one process, bf16, a few iterations with
                train.sync_debug, in one process: a host-device synchronisation by the loop, the
                strategy or the measuring fails its row, naming it (skipped on CPU)
@@ -52,25 +59,28 @@ Each item runs on its own; a failure is recorded with its one-line reason and th
   nvml         the utilisation sampler's GPU samples during the launched runs before it
 
 A GPU loan is two calls (benchmarks/gpu_sitting.md has them exactly, with what comes back):
-`--quick --against f484bdb` (throughput, profile, knobs, sync, commbench) and `--quick --only
-overhead strategies precision nvml`. Estimated on one H100 from the last sitting's figures
-(an R50-FPN iteration 0.068 s at 2 images bf16, 0.25 s at 16 bf16, 0.28 s at 16 fp32; ~15 s a
-worker's or a launch's start-up), seconds:
-  call 1: start-up (data, backbone) 30; throughput with --against (6 configurations of 174
-          iterations: 170; 2 workers started side by side, 8 models built: 30), the knobs in
-          the same worker (compile at 16 images: 44 + ~60 compiling; fused at 2: 12) and the
-          profile there (15): 330 in all; sync 25; commbench 25: about 410 (6.8 min)
-  call 2: start-up 30; overhead at 2 images (25 segments of 52 iterations, 5 warm-ups, a
-          worker) 115; strategies (9 launches, AT_ONCE at a time) 55; precision (12 launches)
-          75: about 275 (4.6 min)
-The whole check (no --quick) adds 8 images, the overhead at 16 and the recipe's kept run.
+`--quick --against f484bdb` (QUICK_ITEMS: throughput, profile, sync, commbench, overhead) and
+`--quick --only knobs strategies precision nvml` (SECOND_CALL). Estimated on one H100 from the
+H200 sitting's times at 4eaba84 (benchmarks/measured/h200-*; an H100 ~1.2x slower): an R50-FPN
+iteration 0.05 s at 2 images, 0.21 s at 16 bf16, 0.23 s at 16 fp32 on the H200; a configuration
+176 iterations (20 + 3 x 50 + 3 x 2); seconds on the H100:
+  call 1: python and wheels 15; start-up (data, backbone) 40; throughput with --against (6
+          configurations: 165; 2 workers side by side, 6 models built: 25; restoring the state
+          and the batches' digest a segment: 15) 205; profile 5; sync 20; commbench 15;
+          overhead at 2 images (25 segments, 5 models, a worker; 108 on the H200) 130: about
+          430 (7.2 min)
+  call 2: python and wheels 15; start-up 40; knobs (the default and compile at 16 images
+          bf16: 80, compiling ~60, a worker 10) 150; strategies (9 launches, AT_ONCE at a time;
+          48 on the H200) 60; precision (12 launches; 68) 80: about 345 (5.8 min)
+The whole check (no --quick) adds 8 images, the overhead at 16, fused SGD and the recipe's kept
+run.
 
 The recipe's single run at 2 images (fp32; not in --quick) is kept as results/runs/gpu-check/:
 set report.predict.compute.preset to gpu-check and the predicted scaling uses its time per
 image as the measured compute input. Without a GPU the command says so and runs the same items
 at tiny sizes on CPU (gloo, 2 processes; the demo's tiny model; the protocol at 2 warm-up, 3
-timed, 2 repeats; the kept recipe run is R50-FPN at 64 px): CI runs that smoke
-(tests/test_gpu_check.py).
+timed, 2 repeats; the kept recipe run is R50-FPN at 64 px; the precision item launches each
+path once, `precision_grid`): CI runs that smoke (tests/test_gpu_check.py).
 """
 from __future__ import annotations
 
@@ -141,7 +151,9 @@ WARMUP = 5  # iterations every summary leaves out of its timings
 # training items before it in its call).
 ITEMS = ("throughput", "profile", "knobs", "sync", "commbench", "overhead", "strategies",
          "precision", "nvml")
-QUICK_ITEMS = ("throughput", "profile", "knobs", "sync", "commbench")
+QUICK_ITEMS = ("throughput", "profile", "sync", "commbench", "overhead")
+# The second call of a GPU loan (benchmarks/gpu_sitting.md): `--quick --only` these
+SECOND_CALL = ("knobs", "strategies", "precision", "nvml")
 # On one GPU, the strategies and precision items start this many one-process runs side by side
 # (each its own rendezvous port): they check paths, and their start-up (~15 s each) would
 # otherwise take most of a sitting; their rows' timings are not the protocol's figures.
@@ -152,6 +164,9 @@ TRACE_LIMIT = 15 * 2**20  # a file back from a GPU host is at most 16 MiB
 # is largest; fused SGD where its step (a fixed cost a step) weighs most, and is 4x cheaper.
 KNOBS_ON_GPU = (("compile", {"compile": "backbone"}, -1), ("fused", {"optimizer": "fused"}, 0))
 KNOBS_ON_CPU = (("fused", {"optimizer": "fused"}, 0), ("channels_last", {"channels_last": True}, 0))
+# --quick's second call: compile alone (1.3x at 16 images in bf16 on an H200; fused SGD was
+# within the noise there, 1.03x), so that both calls fit a loan
+KNOBS_QUICK = KNOBS_ON_GPU[:1]
 # The settings HEAD is timed against another revision at (--against): the earlier sitting's
 # 76.5 -> 63.9 images/s (16 images, bf16) and 47.2 -> 34.1 (2 images, fp32)
 AGAINST = ((16, "bf16"), (2, "fp32"))
@@ -488,14 +503,8 @@ class Check:
         """single's grid (each precision with and without channels-last; the time split off),
         then every other strategy's own 16-bit path (FSDP2's MixedPrecisionPolicy and sharded
         loss scaler, ZeRO's sharded step, DDP's and the server's autocast) in bf16 and fp16 at
-        the check's process count, skipped with the strategy's reason where it refuses one."""
-        single = [({"strategy": "single", "workers": 1, "precision": p}, cl, True)
-                  for p in PRECISIONS for cl in (False, True)]
-        single.append(({"strategy": "single", "workers": 1, "precision": "fp32"}, False, False))
-        others = [({"strategy": cls.name, "workers": workers_for(cls, self.processes),
-                    "precision": p}, False, True)
-                  for cls in REGISTERED if cls.name != "single" for p in PRECISIONS[1:]]
-
+        the check's process count, skipped with the strategy's reason where it refuses one
+        (`precision_grid`; the CPU smoke launches each path once)."""
         def job(i: int, entry: dict, channels_last: bool, time_split: bool):
             def run():
                 found = self._run(entry, f"precision-{i}", 2, self.sizes.iterations,
@@ -507,6 +516,8 @@ class Check:
                     found, strategy=entry["strategy"], precision=entry["precision"],
                     channels_last=channels_last, time_split=time_split))
             return run
+        single, others = precision_grid(self.processes, whole=bool(self.gpus),
+                                        launches=lambda e: not self._unavailable(dict(e, images_per_worker=2))[0])
         jobs = [job(i, *setting) for i, setting in enumerate(single + others)]
         # In the CPU smoke single's runs two at once, the others one at a time: two gloo jobs
         # on one host have been seen to cross their messages. On one GPU, AT_ONCE (module
@@ -645,7 +656,7 @@ class Check:
         """Each speed knob (KNOBS_ON_GPU, or KNOBS_ON_CPU) beside its default, the bf16 row of
         `table` (name -> Config) at its images per GPU, made where the table lacks it; the
         configurations to time and each one's reference."""
-        chosen = KNOBS_ON_GPU if self.gpus else KNOBS_ON_CPU
+        chosen = (KNOBS_QUICK if self.sizes is QUICK else KNOBS_ON_GPU) if self.gpus else KNOBS_ON_CPU
         configs, reference = [], {}
         for name, train, which in chosen:
             per_gpu = self.sizes.batches[which]
@@ -688,7 +699,7 @@ class Check:
             else:
                 configs.append(Config(run_id, entry, {"train": {"sync_debug": True}}))
         # checked from its 6th iteration on (train.py SYNC_CHECK_AFTER): 6 + 3 checked
-        checked = Protocol(warmup=6, timed=3, repeats=1, rewarm=0)
+        checked = Protocol(warmup=6, timed=3, repeats=1, rewarm=0, replay=False)
         interleave(configs, self.overrides(), self.work / "sync", checked)
         rows = skipped + [{"name": c.name, "status": "failed" if c.error else "ok",
                            "reason": c.error} for c in configs]
@@ -716,6 +727,32 @@ class Check:
         result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
         if result.returncode != 0:
             raise RuntimeError(f"evaluating {target} failed: {failure_line(result.stderr)}")
+
+
+def precision_grid(processes: int, whole: bool, launches=lambda entry: True) -> tuple[list, list]:
+    """The precision item's runs, (entry, channels_last, time_split) each: single's and the
+    other strategies'. `whole` (on a GPU): single in every precision with and without
+    channels-last, and fp32 with the time split off; every other strategy in bf16 and fp16.
+    Otherwise (the CPU smoke, where each launch costs 15-45 s of a CI budget) each path once:
+    single in each precision (channels-last in bf16, the time split off in fp16); each
+    other strategy in one 16-bit precision, the two taken in turns through the registry, and
+    in the other one too where it does not launch (`launches(entry)` False: refused, or not on
+    this machine; a row with the reason, at no cost). tests/test_strategies.py checks each
+    strategy's 16-bit steps against single's numbers."""
+    if whole:
+        single = [({"strategy": "single", "workers": 1, "precision": p}, cl, True)
+                  for p in PRECISIONS for cl in (False, True)]
+        single.append(({"strategy": "single", "workers": 1, "precision": "fp32"}, False, False))
+    else:  # each precision once: channels-last in bf16, the time split off in fp16
+        single = [({"strategy": "single", "workers": 1, "precision": p}, p == "bf16", p != "fp16")
+                  for p in PRECISIONS]
+    others = []
+    for i, cls in enumerate(c for c in REGISTERED if c.name != "single"):
+        for p in PRECISIONS[1:]:
+            entry = {"strategy": cls.name, "workers": workers_for(cls, processes), "precision": p}
+            if whole or p == PRECISIONS[1 + i % 2] or not launches(entry):
+                others.append((entry, False, True))
+    return single, others
 
 
 def side_by_side(at_once: int) -> dict:

@@ -31,6 +31,9 @@ class Protocol:
     timed: int     # iterations a segment times
     repeats: int   # segments per configuration, interleaved with the others'
     rewarm: int    # iterations before each later segment (its caches after the others' turns)
+    # every segment replays the first warm-up's batches from the state at its end, so that
+    # repeats do the same work (benchmarks/segments.py, Replay); False: the loader's next ones
+    replay: bool = True
 
 
 @dataclass
@@ -61,6 +64,8 @@ class Config:
                "repeats": found["repeats"], "disagreement": found["disagreement"],
                "agree": found["agree"],
                "segments": [round(s["images_per_second"], 2) for s in self.segments],
+               # one digest for every segment: its repeats trained on the same batches
+               "batches": sorted({s["batches"] for s in self.segments if s.get("batches")}),
                "sm_percent": median([s.get("sm_percent") for s in self.segments]),
                "data_share": median([s.get("data_share") for s in self.segments]),
                "losses_finite": all(s.get("losses_finite") for s in self.segments)}
@@ -159,7 +164,8 @@ def segment(worker: Worker, config: Config, protocol: Protocol, done) -> None:
     """One timed segment of `config`: after the protocol's warm-up (its first) or re-warm."""
     try:
         found = worker.ask({"config": worker.configs.index(config), "timed": protocol.timed,
-                            "warmup": protocol.rewarm if config.segments else protocol.warmup})
+                            "warmup": protocol.rewarm if config.segments else protocol.warmup,
+                            "rewarm": protocol.rewarm, "replay": protocol.replay})
     except (RuntimeError, OSError) as err:  # the worker died: its configs end here
         for lost in worker.configs:
             lost.error = lost.error or str(err)

@@ -10,8 +10,10 @@ data, model, strategy runtime, optimizer): nothing of this file's own tree is im
 drives HEAD and an older revision (`--against`, unpacked from `git archive`) alike. Then it
 answers one JSON request per stdin line, one JSON reply per line on stdout after `SEGMENT `:
 
-  {"config": i, "warmup": w, "timed": n}   w iterations, then n timed ones: seconds, images,
-                                           the data wait's share, SM % sampled meanwhile
+  {"config": i, "warmup": w, "timed": n, "rewarm": r, "replay": true}
+                                           w iterations, then n timed ones: seconds, images,
+                                           the data wait's share, SM % sampled meanwhile, the
+                                           digest of the batches the timed ones consumed
   {"profile": i, "warmup": w, "steps": n, "trace": PATH}  n iterations under torch.profiler
                                            (CPU + CUDA activities, Python frames), exported
   {"quit": true}
@@ -19,6 +21,16 @@ answers one JSON request per stdin line, one JSON reply per line on stdout after
 A segment is bounded by two device synchronisations (one before, one after its iterations):
 nothing inside it waits on the device more than the loop itself does. A failing config (its
 setup or an iteration) answers {"error": ...} and the others go on.
+
+With "replay" every segment of a config does the same work (`Replay`), so that its repeats
+differ by the machine alone: a detector's step costs what its proposals, NMS and matchers
+find in the images, and a model that trains on finds other proposals step by step. The first
+segment's warm-up goes through the loader, and its batches are kept (as the loader gave
+them: pinned, on the host; the loop copies each to the device as it trains); so are the
+trained state (parameters, buffers, optimizer state) and the step at its end. Each segment
+then restores that state, re-warms on the kept batches and times the next ones, the same in
+every segment. The data wait's share is read from the second half of that warm-up (the
+loader at its pace); the timed iterations wait on no loader.
 """
 from __future__ import annotations
 
@@ -88,6 +100,8 @@ class Driver:
         self._persistent_loader()
         self.log_file = Collected()
         self.batches = None
+        self.replay = None  # the kept batches and state ("replay" requests): replay.Replay
+        self.loader_share = None  # the data wait's share of the loader-fed warm-up
         self.stopwatch = None
         self.per_step = self.job.global_batch
         if hasattr(loop, "iterate"):
@@ -114,7 +128,16 @@ class Driver:
             self.loop.log_record(self.job, record, self.log_file, self.progress)
 
     def _batch(self):
-        """The next batch, a new epoch begun where the last one ended."""
+        """The next batch: the replay's, else the loader's, a new epoch begun where the last
+        one ended."""
+        if self.replay is not None and self.replay.playing:
+            return self.replay.next()
+        batch = self._loaded()
+        if self.replay is not None:
+            self.replay.keep(batch)
+        return batch
+
+    def _loaded(self):
         job = self.job
         if self.batches is None:
             self.loop.begin_epoch(job)
@@ -124,7 +147,7 @@ class Driver:
         except StopIteration:
             job.state.epoch, job.state.batch = job.state.epoch + 1, 0
             self.batches = None
-            return self._batch()
+            return self._loaded()
 
     def _step(self) -> None:
         job, loop = self.job, self.loop
@@ -161,30 +184,57 @@ class Driver:
             job.state.epoch, job.state.batch = job.state.epoch + 1, 0
             self.batches = None
 
-    def segment(self, warmup: int, timed: int, utilisation: Utilisation) -> dict:
-        self._fresh_epoch_if_short(warmup + timed)
-        self.steps(warmup)
+    def _replayed(self, warmup: int, rewarm: int) -> float | None:
+        """Ready to replay: on the first call, `warmup` iterations from the loader, their
+        batches and the state at their end kept (their data wait's share returned); on every
+        call, that state restored and `rewarm` iterations on the kept batches."""
+        share = None
+        if self.replay is None:
+            from replay import Replay  # benchmarks/replay.py, beside this script: HEAD's, for any tree
+            self._fresh_epoch_if_short(warmup)
+            self.replay = Replay(self.job)
+            self.steps(warmup)
+            self._settle()
+            share = data_share(self.log_file.records[len(self.log_file.records) // 2:])
+            self.replay.freeze()
+        self.replay.restore()
+        self.steps(rewarm)
         self._settle()
+        return share
+
+    def segment(self, warmup: int, timed: int, utilisation: Utilisation, rewarm: int = 0,
+                replay: bool = False) -> dict:
+        if replay:
+            share = self._replayed(warmup, rewarm)
+            self.loader_share = share if share is not None else self.loader_share
+            self.replay.consumed.clear()
+        else:
+            self._fresh_epoch_if_short(warmup + timed)
+            self.steps(warmup)
+            self._settle()
         self.log_file.records.clear()
         start = time.perf_counter()
         self.steps(timed)
         self._settle()
         end = time.perf_counter()
         records = self.log_file.records
-        data = sum(r.get("time_data") or 0.0 for r in records)
-        iteration = sum(r.get("time_iter") or 0.0 for r in records)
         return {"seconds": end - start, "iterations": timed, "images": timed * self.per_step,
                 "images_per_second": timed * self.per_step / (end - start),
-                "data_share": data / iteration if iteration else None,
+                "data_share": self.loader_share if replay else data_share(records),
                 "sm_percent": utilisation.between(start, end),
-                "losses_finite": all(r.get("loss") == r.get("loss") for r in records)}
+                "losses_finite": all(r.get("loss") == r.get("loss") for r in records),
+                "losses": [r.get("loss") for r in records],
+                "batches": self.replay.digest() if replay else None}
 
     def profile(self, warmup: int, steps: int, trace: str) -> dict:
         from torch.profiler import ProfilerActivity, profile
         torch = self.torch
-        self._fresh_epoch_if_short(warmup + steps)
-        self.steps(warmup)
-        self._settle()
+        if self.replay is not None:  # the timed segments' batches and state, re-warmed
+            self._replayed(0, warmup)
+        else:
+            self._fresh_epoch_if_short(warmup + steps)
+            self.steps(warmup)
+            self._settle()
         activities = [ProfilerActivity.CPU]
         if self.job.ctx.device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
@@ -199,6 +249,13 @@ class Driver:
         prof.export_chrome_trace(trace)  # a .gz name is written gzipped
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
         return {"trace": trace, "steps": steps}
+
+
+def data_share(records: list[dict]) -> float | None:
+    """The share of these iterations' time spent waiting on the loader."""
+    data = sum(r.get("time_data") or 0.0 for r in records)
+    iteration = sum(r.get("time_iter") or 0.0 for r in records)
+    return data / iteration if iteration else None
 
 
 def load_cfg(tree: Path, *overrides: dict) -> dict:
@@ -260,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             if "profile" in request:
                 reply(driver.profile(request["warmup"], request["steps"], request["trace"]))
             else:
-                reply(driver.segment(request["warmup"], request["timed"], utilisation))
+                reply(driver.segment(request["warmup"], request["timed"], utilisation,
+                                     request.get("rewarm", 0), request.get("replay", False)))
         except Exception as err:  # this config stops here; the others go on
             drivers[index] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
             reply({"error": drivers[index], "traceback": traceback.format_exc()[-2000:]})

@@ -97,29 +97,18 @@ def test_a_quick_sitting_cut_off_keeps_the_rows_it_measured(tmp_path):
     assert "## throughput: running" in text and "b2-fp32" in text
 
 
-# The CPU smoke in two sittings (`--only`), each under the suite's per-test limit: every item
-# of gpu_check.ITEMS is in one of them.
-SITTINGS = {"strategies": ("knobs", "strategies", "precision", "nvml"),
-            "recipe": ("throughput", "profile", "sync", "commbench", "overhead")}
-
-
-def test_the_cpu_smokes_sittings_cover_every_item():
-    assert sorted(item for items in SITTINGS.values() for item in items) == sorted(gpu_check.ITEMS)
-
-
-def cpu_smoke(tmp_path, sitting: str, *options: str) -> dict:
-    """The check's CPU smoke of `sitting`'s items: its bundle's items, after the checks every
-    sitting passes (each item done, the provenance, finite losses wherever it trained)."""
-    items = SITTINGS[sitting]
+def cpu_smoke(tmp_path, *options: str) -> dict:
+    """The check's CPU smoke of every item: its bundle's items, after the checks every item
+    passes (each done, the provenance, finite losses wherever it trained)."""
     result = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--out", str(tmp_path / "bundle"),
-                             "--results", str(tmp_path / "results"), "--only", *items, *options],
-                            cwd=REPO, capture_output=True, text=True, timeout=900)
+                             "--results", str(tmp_path / "results"), *options],
+                            cwd=REPO, capture_output=True, text=True, timeout=850)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "no GPU visible: the CPU smoke" in result.stdout
     bundle = json.loads((tmp_path / "bundle" / "gpu_check.json").read_text())
     found = bundle["items"]
-    assert sorted(found) == sorted(items)
-    assert [found[name]["status"] for name in items] == ["done"] * len(items)
+    assert sorted(found) == sorted(gpu_check.ITEMS)
+    assert [found[name]["status"] for name in gpu_check.ITEMS] == ["done"] * len(gpu_check.ITEMS)
     assert bundle["provenance"]["git_revision"] and bundle["provenance"]["packages"]["torch"]
     # every row that trained has finite losses (the check's backbone does not diverge)
     trained = [run for item in found.values() for run in item.get("runs", []) if run["status"] == "ok"]
@@ -129,10 +118,32 @@ def cpu_smoke(tmp_path, sitting: str, *options: str) -> dict:
 
 @pytest.mark.slow
 @NO_GPU
-def test_without_a_gpu_the_check_runs_every_strategy_and_precision_at_tiny_sizes(tmp_path):
-    items = cpu_smoke(tmp_path, "strategies")
+def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
+    """Every item in one sitting (one start-up), with --against f484bdb: that revision's own
+    tree (carried in .against/, else archived from this clone's history) trains beside HEAD's,
+    interleaved."""
+    items = cpu_smoke(tmp_path, "--against", "f484bdb")
+    check_strategies(items["strategies"])
+    check_precision(items["precision"], items["strategies"])
+    check_knobs(items["knobs"])
+    assert "no GPU visible" in items["nvml"]["skipped"]
+    check_overhead(items["overhead"])
+    assert items["commbench"]["links"]
+    check_throughput(items["throughput"], tmp_path)
+    assert "CUDA synchronisations only" in items["sync"]["skipped"]  # tests/test_sync_free.py on a GPU
+    # the profile: a real trace beside the bundle, summarised (the CPU's ops as the device)
+    profile = items["profile"]
+    assert (tmp_path / "bundle" / profile["trace"]).stat().st_size > 0
+    assert profile["summary"]["steps"] == gpu_check.CPU_SMOKE.profile_steps
+    assert 0 < profile["summary"]["busy_share"] <= 1 and profile["summary"]["gaps"]
 
-    runs = {run["run_id"]: run for run in items["strategies"]["runs"]}
+    text = (tmp_path / "bundle" / "gpu_check.md").read_text()
+    assert text.startswith("# GPU check: CPU") and "## throughput: done" in text
+    assert "host-device syncs" in text and "not throughput figures" in text
+
+
+def check_strategies(item: dict) -> None:
+    runs = {run["run_id"]: run for run in item["runs"]}
     # every registered strategy is tried: run, or skipped with the reason the machine gives
     assert {run["entry"]["strategy"] for run in runs.values()} == {cls.name for cls in REGISTERED}
     assert runs["dp-w2-b2-s0"]["status"] == "skipped" and "GPUs" in runs["dp-w2-b2-s0"]["reason"]
@@ -154,45 +165,42 @@ def test_without_a_gpu_the_check_runs_every_strategy_and_precision_at_tiny_sizes
     assert runs["ddp-fp16-w2-b2-s0"]["bytes_sent_per_iter"] == pytest.approx(plain / 2, rel=1e-6)
     assert runs["ddp-bf16-w2-b2-s0"]["bytes_sent_per_iter"] == pytest.approx(plain / 2, rel=1e-6)
 
-    precision = [r for r in items["precision"]["runs"] if r["strategy"] == "single"]
+
+def check_precision(item: dict, strategies: dict) -> None:
+    """The CPU smoke's grid (gpu_check.precision_grid): each path launched once."""
+    precision = [r for r in item["runs"] if r["strategy"] == "single"]
     assert [(r["precision"], r["channels_last"], r["time_split"]) for r in precision] == [
-        ("fp32", False, True), ("fp32", True, True), ("bf16", False, True), ("bf16", True, True),
-        ("fp16", False, True), ("fp16", True, True), ("fp32", False, False)]
+        ("fp32", False, True), ("bf16", True, True), ("fp16", False, False)]
     assert all(r["status"] == "ok" for r in precision), precision
     assert all(r["compute_share"] > 0 for r in precision[:-1])
     assert precision[-1]["compute_share"] is None  # the time split off: the data wait only
-    # every other strategy's own 16-bit path, on the detector through the launcher and loop
-    sixteen = {(r["strategy"], r["precision"]): r for r in items["precision"]["runs"]
-               if r["strategy"] != "single"}
-    assert set(sixteen) == {(cls.name, p) for cls in REGISTERED if cls.name != "single"
-                            for p in ("bf16", "fp16")}
-    for key in (("ddp", "bf16"), ("ddp", "fp16"), ("ps", "bf16"), ("zero", "bf16"), ("zero", "fp16"),
-                ("fsdp", "bf16"), ("fsdp", "fp16")):
-        assert sixteen[key]["status"] == "ok" and sixteen[key]["replicas_identical"], sixteen[key]
+    # every other strategy's own 16-bit path, on the detector through the launcher and loop:
+    # each launched in one of bf16 and fp16, and each of the two launched by some strategy
+    sixteen = {(r["strategy"], r["precision"]): r for r in item["runs"] if r["strategy"] != "single"}
+    assert {s for s, _ in sixteen} == {cls.name for cls in REGISTERED if cls.name != "single"}
+    launched = {key: r for key, r in sixteen.items() if r["status"] == "ok"}
+    assert {p for _, p in launched} == {"bf16", "fp16"}
+    assert {s for s, _ in launched} == {"ddp", "ps", "zero", "fsdp"}, sorted(sixteen)
+    assert all(r["replicas_identical"] for r in launched.values()), launched
     # FSDP2's MixedPrecisionPolicy gathers 16-bit weights: fewer bytes than its fp32 run
-    assert sixteen[("fsdp", "bf16")]["bytes_sent_per_iter"] < runs["fsdp-w2-b2-s0"]["bytes_sent_per_iter"]
+    fsdp32 = next(r for r in strategies["runs"] if r["run_id"] == "fsdp-w2-b2-s0")
+    assert sixteen[("fsdp", "bf16")]["bytes_sent_per_iter"] < fsdp32["bytes_sent_per_iter"]
     assert sixteen[("ps", "fp16")]["status"] == "skipped" and "bf16" in sixteen[("ps", "fp16")]["reason"]
     assert sixteen[("dp", "bf16")]["status"] == "skipped" and "GPUs" in sixteen[("dp", "bf16")]["reason"]
 
-    # each speed knob beside the default, interleaved (compile is tests/test_speed.py's on CPU)
-    knobs = {run["name"]: run for run in items["knobs"]["runs"]}
+
+def check_knobs(item: dict) -> None:
+    """Each speed knob beside the default, interleaved (compile is tests/test_speed.py's on CPU)."""
+    knobs = {run["name"]: run for run in item["runs"]}
     assert list(knobs) == ["b2-bf16", "b2-bf16-fused", "b2-bf16-channels_last"], list(knobs)
     assert all(run["status"] == "ok" and run["losses_finite"] for run in knobs.values()), knobs
     assert knobs["b2-bf16-fused"]["reference"] == "b2-bf16" and knobs["b2-bf16-fused"]["optimizer"] == "fused"
 
-    assert "no GPU visible" in items["nvml"]["skipped"]
 
-
-@pytest.mark.slow
-@NO_GPU
-def test_without_a_gpu_the_check_times_overheads_links_and_the_recipe_at_tiny_sizes(tmp_path):
-    """The recipe's sitting, with --against f484bdb: that revision's own tree (carried in
-    .against/, else archived from this clone's history) trains beside HEAD's, interleaved."""
-    items = cpu_smoke(tmp_path, "recipe", "--against", "f484bdb")
+def check_overhead(item: dict) -> None:
+    """Each strategy at one process beside single, in one process: single brackets each one."""
     protocol = gpu_check.CPU_SMOKE.protocol
-
-    # each strategy at one process beside single, in one process: single brackets each one
-    overhead = {run["name"]: run for run in items["overhead"]["runs"]}
+    overhead = {run["name"]: run for run in item["runs"]}
     assert {name.split("-")[0] for name in overhead} == {cls.name for cls in REGISTERED}
     single = overhead["single-w1-b2-amp-bf16-s0"]
     timed = [run for run in overhead.values() if run["status"] == "ok"]
@@ -200,6 +208,8 @@ def test_without_a_gpu_the_check_times_overheads_links_and_the_recipe_at_tiny_si
     assert len(others) >= 4 and all(run["repeats"] == protocol.repeats for run in others)
     # S A S B ... S: single's segments are one more than the others' together, per repeat
     assert single["repeats"] == protocol.repeats * len(others) + 1
+    for run in timed:  # every repeat replayed the same batches (benchmarks/segments.py, Replay)
+        assert len(run["batches"]) == 1, run
     for run in others:  # the interval comes from the repeats: it holds their median
         assert run["reference"] == single["name"] and run["ratio"] > 0
         assert run["low"] <= run["images_per_second"] <= run["high"], run
@@ -210,14 +220,20 @@ def test_without_a_gpu_the_check_times_overheads_links_and_the_recipe_at_tiny_si
     assert overhead["ps-colocated-w1-b2-amp-bf16-s0"]["status"] == "ok"  # one process: colocated
     assert overhead["dp-w1-b2-amp-bf16-s0"]["status"] == "skipped"
 
-    assert items["commbench"]["links"]
-    table = {run["name"]: run for run in items["throughput"]["runs"]}
-    assert list(table) == ["b2-fp32", "b2-bf16", "b2-bf16-f484bdb", "recipe run (kept)"]
+
+def check_throughput(item: dict, tmp_path) -> None:
+    protocol = gpu_check.CPU_SMOKE.protocol
+    table = {run["name"]: run for run in item["runs"]}
+    # the knobs joined the throughput item's worker (one sitting has both), then the recipe run
+    assert list(table) == ["b2-fp32", "b2-bf16", "b2-bf16-f484bdb", "b2-bf16-fused",
+                           "b2-bf16-channels_last", "recipe run (kept)"]
     assert all(0 <= table[n]["data_share"] < 1 and table[n]["repeats"] == protocol.repeats
                for n in ("b2-fp32", "b2-bf16", "b2-bf16-f484bdb")), table
-    # f484bdb's tree trained the same setting; HEAD's row reads its ratio to it
+    # f484bdb's tree trained the same setting, each repeat on the same replayed batches (its
+    # own loader's: their digest differs from HEAD's); HEAD's row reads its ratio to it
     assert table["b2-bf16-f484bdb"]["tree"] == "f484bdb" and table["b2-bf16"]["tree"] == "HEAD"
     assert table["b2-bf16"]["reference"] == "b2-bf16-f484bdb" and table["b2-bf16"]["ratio"] > 0
+    assert all(len(table[n]["batches"]) == 1 for n in ("b2-fp32", "b2-bf16", "b2-bf16-f484bdb"))
     # the real R50-FPN with the check's own backbone, a few steps at 64 px: finite
     recipe = table["recipe run (kept)"]
     assert recipe["model"] == "fasterrcnn_resnet50_fpn" and recipe["losses_finite"], recipe
@@ -226,17 +242,35 @@ def test_without_a_gpu_the_check_times_overheads_links_and_the_recipe_at_tiny_si
     assert json.loads(kept.read_text())["images_per_second"] > 0
     (baseline,) = single_inputs([load_run(kept.parent)])  # as the report reads a compute run
     assert baseline["baseline"] and baseline["compute"] > 0
-    assert "CUDA synchronisations only" in items["sync"]["skipped"]  # tests/test_sync_free.py on a GPU
 
-    # the profile: a real trace beside the bundle, summarised (the CPU's ops as the device)
-    profile = items["profile"]
-    assert (tmp_path / "bundle" / profile["trace"]).stat().st_size > 0
-    assert profile["summary"]["steps"] == gpu_check.CPU_SMOKE.profile_steps
-    assert 0 < profile["summary"]["busy_share"] <= 1 and profile["summary"]["gaps"]
 
-    text = (tmp_path / "bundle" / "gpu_check.md").read_text()
-    assert text.startswith("# GPU check: CPU") and "## throughput: done" in text
-    assert "host-device syncs" in text and "not throughput figures" in text
+def test_the_precision_grid_on_a_gpu_launches_every_strategy_in_both_16_bit_precisions():
+    """On a GPU the precision item launches the whole grid; the CPU smoke (above) each path once."""
+    single, others = gpu_check.precision_grid(1, whole=True)
+    assert [(e["precision"], cl, split) for e, cl, split in single] == [
+        ("fp32", False, True), ("fp32", True, True), ("bf16", False, True), ("bf16", True, True),
+        ("fp16", False, True), ("fp16", True, True), ("fp32", False, False)]
+    assert {(e["strategy"], e["precision"]) for e, _, _ in others} == {
+        (cls.name, p) for cls in REGISTERED if cls.name != "single" for p in ("bf16", "fp16")}
+    # the CPU smoke's: a strategy's other precision only where that one would not launch
+    _, smoke = gpu_check.precision_grid(2, whole=False, launches=lambda e: e["strategy"] != "ps")
+    by = {}
+    for entry, _, _ in smoke:
+        by.setdefault(entry["strategy"], []).append(entry["precision"])
+    assert by["ps"] == ["bf16", "fp16"] and all(len(p) == 1 for s, p in by.items() if s != "ps")
+    assert {p[0] for p in by.values()} == {"bf16", "fp16"}
+
+
+def test_the_two_calls_of_a_sitting_run_every_item_and_fit_a_device_command():
+    """benchmarks/gpu_sitting.md's two commands: call 1 --quick (QUICK_ITEMS), call 2 --quick
+    --only SECOND_CALL; together every item; each within the device tool's 2000 characters."""
+    assert sorted(gpu_check.QUICK_ITEMS + gpu_check.SECOND_CALL) == sorted(gpu_check.ITEMS)
+    text = (REPO / "benchmarks" / "gpu_sitting.md").read_text()
+    commands = [block.split("\n", 2)[2].strip() for block in text.split("```")[1::2]]
+    assert len(commands) == 2 and all(len(c) <= 2000 for c in commands), [len(c) for c in commands]
+    first, second = commands
+    assert "gpu_check.py --quick --against f484bdb" in first and "--only" not in first
+    assert f"gpu_check.py --quick --only {' '.join(gpu_check.SECOND_CALL)} " in second
 
 
 def test_against_reads_a_carried_tree_else_archives_the_revision(tmp_path):

@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -85,7 +87,11 @@ class Worker:
     def __init__(self, tree: Path, configs: list[Config], overrides: dict, work: Path):
         work.mkdir(parents=True, exist_ok=True)
         setup = work / "setup.json"
-        setup.write_text(json.dumps({"overrides": overrides, "configs": [
+        # HEAD's defaults: a knob another tree lacks is left out while it holds its default
+        # (today's behaviour, which an older tree has without the knob); any other value is
+        # refused by that tree (segments.load_cfg)
+        defaults = yaml.safe_load((REPO / "params.yaml").read_text())["defaults"]
+        setup.write_text(json.dumps({"overrides": overrides, "defaults": defaults, "configs": [
             {"entry": c.entry, "settings": c.settings, "out": str(work / f"run-{i}")}
             for i, c in enumerate(configs)]}))
         self.configs, self.log = configs, work / "worker.log"

@@ -258,17 +258,21 @@ def data_share(records: list[dict]) -> float | None:
     return data / iteration if iteration else None
 
 
-def load_cfg(tree: Path, *overrides: dict) -> dict:
-    """The tree's coco2017 preset with `overrides` ({section: {key: value}}) applied in order;
-    a key the tree does not know is refused (the same settings on every tree, or none)."""
+def load_cfg(tree: Path, *overrides: dict, defaults: dict | None = None) -> dict:
+    """The tree's coco2017 preset with `overrides` ({section: {key: value}}) applied in order.
+    A key the tree does not know is left out while it holds its value in `defaults` (HEAD's
+    params defaults: a knob at its default is the behaviour an older tree has without it), and
+    refused otherwise (the same settings on every tree, or none)."""
     from pipeline.config import params
     cfg = params.load_resolved(tree / "params.yaml", preset="coco2017")
     for override in overrides:
         for section, values in override.items():
-            unknown = sorted(set(values) - set(cfg[section]))
+            neutral = (defaults or {}).get(section) or {}
+            unknown = sorted(k for k in set(values) - set(cfg[section])
+                             if k not in neutral or values[k] != neutral[k])
             if unknown:
                 raise KeyError(f"{tree}: {section} has no {', '.join(unknown)} in this tree")
-            cfg[section].update(values)
+            cfg[section].update({k: v for k, v in values.items() if k in cfg[section]})
     return cfg
 
 
@@ -296,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     drivers: list = []
     for config in setup["configs"]:
         try:
-            cfg = load_cfg(tree, setup["overrides"], config.get("settings", {}))
+            cfg = load_cfg(tree, setup["overrides"], config.get("settings", {}),
+                           defaults=setup.get("defaults"))
             drivers.append(Driver(loop, cfg, config["entry"], Path(config["out"])))
             reply({"built": len(drivers) - 1})
         except Exception as err:

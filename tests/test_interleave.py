@@ -65,3 +65,36 @@ def test_the_bundle_lists_the_configurations_whose_repeats_disagree_by_more_than
               "items": {"throughput": {"status": "done", "runs": rows}}}
     (line,) = [l for l in gpu_check.markdown(bundle).splitlines() if "more than 3 %" in l]
     assert "apart (4.0 %)" in line and "steady" not in line
+
+
+def test_a_knob_an_older_tree_lacks_is_left_out_at_its_default_and_refused_otherwise(tmp_path):
+    """--against with f484bdb: model.norm (newer) at its default is what f484bdb does without the
+    knob, so it is left out there; at another value the older tree refuses it by name. The
+    tree's own params loader reads it, in a process of its own, as segments.py's worker does."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    from .conftest import REPO
+    tree = gpu_check.against_tree("f484bdb", tmp_path)
+    defaults = yaml.safe_load((REPO / "params.yaml").read_text())["defaults"]
+    code = ("import importlib.util, json, os, sys; tree, defaults, norm = sys.argv[1], "
+            "json.loads(sys.argv[2]), sys.argv[3]; sys.path.insert(0, tree); os.chdir(tree); "
+            f"spec = importlib.util.spec_from_file_location('segments', {str(REPO / 'benchmarks' / 'segments.py')!r}); "
+            "segments = importlib.util.module_from_spec(spec); spec.loader.exec_module(segments)\n"
+            "try:\n    cfg = segments.load_cfg(__import__('pathlib').Path(tree), "
+            "{'model': {'norm': norm, 'min_size': 64}}, defaults=defaults); "
+            "print(json.dumps({'norm' in cfg['model']: cfg['model']['min_size']}))\n"
+            "except KeyError as err:\n    print('refused:', err)")
+
+    def load(norm: str) -> str:
+        done = subprocess.run([sys.executable, "-c", code, str(tree), json.dumps(defaults), norm],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.strip()
+
+    assert defaults["model"]["norm"] == "batchnorm"
+    assert load("batchnorm") == '{"false": 64}'  # left out; the other key applied
+    assert load("groupnorm").startswith("refused:") and "has no norm in this tree" in load("groupnorm")

@@ -3,7 +3,7 @@ pipeline.config.params.resolve) and the sweep's runs (pipeline.strategies.sweep.
 
 The Snakefile (rules/common.smk) hands these dicts to its rules' `resources:`; locally Snakemake
 only counts them, on a cluster snakemake-executor-plugin-slurm maps them onto `sbatch` (its
-names: profiles/slurm, README). Plain functions of the config, so tests/test_resources.py checks
+names: profiles/slurm, docs/clusters.md). Plain functions of the config, so tests/test_resources.py checks
 them without Snakemake.
 """
 from __future__ import annotations

@@ -366,8 +366,7 @@ def test_a_users_directory_at_data_root_is_used_or_refused_never_deleted(served,
 def readme_dvc_commands() -> list[list[str]]:
     """The DVC commands the README's "COCO 2017 through DVC" tells a user to run (but for
     `dvc remote add`): in its shell block, each `dvc ...` between `&&`s, comments dropped."""
-    section = (REPO / "README.md").read_text().split("\n## COCO 2017 through DVC\n")[1]
-    block = section.split("\n## ")[0].split("```sh\n")[1].split("```")[0]
+    block = readme_team_block()
     commands = []
     for line in block.splitlines():
         for part in line.split("#")[0].split("&&"):
@@ -568,9 +567,10 @@ def test_an_edited_copy_of_the_extracted_tree_is_refused_or_used_as_planned(serv
 
 
 def readme_team_block() -> str:
-    """The README's shell block that shares the archives through a team remote."""
-    section = (REPO / "README.md").read_text().split("\n## COCO 2017 through DVC\n")[1]
-    return section.split("\n## ")[0].split("```sh\n")[1].split("```")[0]
+    """The README's shell block that shares the archives through a team remote: the first one
+    under its heading "COCO 2017 through DVC" (of any level)."""
+    section = re.split(r"\n#+ COCO 2017 through DVC\n", (REPO / "README.md").read_text())[1]
+    return section.split("```sh\n")[1].split("```")[0]
 
 
 @pytest.mark.slow

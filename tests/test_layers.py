@@ -1,6 +1,6 @@
 """The folders show the layers, and the imports keep to them: a module imports only from its own
 layer or the ones below, so no import arrow points up and no import cycle can form. The layers,
-bottom to top, are the package's folders (README: Layout)."""
+bottom to top, are the package's folders (docs/design.md: Code map)."""
 from __future__ import annotations
 
 from pipeline.config import stages

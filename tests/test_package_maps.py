@@ -36,3 +36,26 @@ def test_the_docstring_names_every_module_and_no_other(package):
     stale = sorted(set(ENTRY.findall(text)) - contents(package))
     assert not missing, f"{package}/__init__.py: its docstring does not name {missing}"
     assert not stale, f"{package}/__init__.py: its docstring maps {stale}, not in the folder"
+
+
+# --- the code map of docs/design.md -------------------------------------------------------------
+# Its table's first cells name paths (`Snakefile`, `pipeline/runtime/`, `pipeline/launch.py`, ...):
+# every folder of pipeline/ and every top-level module is mapped, and every path it names is there.
+
+DESIGN = stages.ROOT / "docs" / "design.md"
+
+
+def code_map() -> list[str]:
+    """The paths the first cells of the code map (the table under `## Code map`) name."""
+    section = DESIGN.read_text().split("\n## Code map\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return [path for row in rows for path in re.findall(r"`([^`]+)`", row.split("|")[1])]
+
+
+def test_the_code_map_names_every_package_and_top_module():
+    mapped = set(code_map())
+    expected = {f"pipeline/{p.name}/" for p in PACKAGES[1:]} | {
+        f"pipeline/{p.name}" for p in PACKAGE_DIR.glob("*.py") if p.name != "__init__.py"}
+    assert not expected - mapped, f"docs/design.md's code map does not name {sorted(expected - mapped)}"
+    missing = sorted(path for path in mapped if not (stages.ROOT / path).exists())
+    assert not missing, f"docs/design.md's code map names {missing}, not in the tree"

@@ -1,17 +1,19 @@
-"""Every command in the README runs as written (issue 39, point 8).
+"""Every command in the README and in docs/ runs as written (issue 39, point 8; issue 50).
 
-Every fenced block of README.md (```sh, ```yaml, an untyped one, and those indented inside a
-list item) is classified in exactly one place:
+Every fenced block of README.md and of each page of docs/ (```sh, ```yaml, an untyped one, and
+those indented inside a list item) is classified in exactly one place:
 
 * in `RUN_BY` below: the start of the block's first line (it must begin exactly one block's
-  first line), the test of this module that runs the block, and how; or
-* in README.md itself, as not runnable here: the block's first line ends with, or is, a
+  first line, over all those files), the test of this module that runs the block, and how; or
+* in the file itself, as not runnable here: the block's first line ends with, or is, a
   comment `# not runnable here: REASON` (a GPU, a cluster, a container engine, the network),
   so that the reason stands beside the command where a reader copies it. A block whose first
   line continues with a backslash takes the comment on a line of its own above the command.
 
 A block that is neither (or both), and an entry of `RUN_BY` that no block starts with, fails
-`test_every_block_is_classified`, which names the block by its line and first line.
+`test_every_block_is_classified`, which names the block by its file, line and first line.
+`test_the_readme_is_instructions` keeps the README short and free of commit hashes: measured
+figures and their history are docs/measurements.md's.
 
 How the runnable blocks run, and why so. The module takes 75 s of CPU (2 minutes on 2 cores
 shared with other work), the fast tier's part of it 40 s: the commbench run by hand (2
@@ -27,9 +29,10 @@ slow (CI runs them).
   planned for "Forced execution" (a run id without its `-s<seed>` is a MissingRuleException).
   The SLURM profile's command is planned the same way (`-n` submits nothing);
   tests/test_slurm.py submits the profile's jobs to a real local SLURM where slurmd is installed.
-* A YAML block is merged into a copy's params.yaml as a user adds it there (mappings merge key
-  by key: params.merged), must pass params validation, and each preset it defines is planned
-  with `snakemake -n --config preset=NAME`.
+* The overlay (README: "Change a value"): its YAML block is written to the file its command
+  names and the command planned with `-n` on a copy of the workflow; params.yaml is left as it
+  was, and Snakemake's own merge of the file (snakemake.utils.update_config, what
+  `--configfile` does) keeps every preset of params.yaml.
 * `python -m pytest -m "not slow"` runs with `--collect-only -q -n 0`: it checks the marker
   expression selects the fast tier (some tests, none marked slow) without running the suite
   from inside the suite; running it is what a developer does and CI runs every test.
@@ -38,13 +41,13 @@ slow (CI runs them).
   runs the test one-liner exactly, checked here and in tests/test_environment.py), the venv is
   the lock (tests/test_environment.py: test_installed_environment_is_the_lock), and the
   workflow's own command planned (above).
-* The benchmark scripts: each exists and its own `--help` parses (all in one process, torch
+* The benchmark scripts (docs/gpu.md): each exists and its own `--help` parses (all in one process, torch
   imported once: each script trains for minutes when run); torchrun's options on the
   sync_overheads line parse with torchrun's parser. accuracy_seeds.py's command line with the
-  README's arguments is parsed and each of its configurations validated against params.yaml,
+  arguments docs/measurements.md gives is parsed and each of its configurations validated against params.yaml,
   the script stopped before it generates data (tests/test_accuracy_seeds.py runs the script for
   real on a shrunk demo).
-* The what-if commands (README: "Your own cluster") run as written, in-process, in a folder
+* The what-if commands (README: "Ask the cost model about your own cluster") run as written, in-process, in a folder
   laid out as a finished clone's: the example cluster file and a made-up finished demo
   (tests/test_whatif.py builds it; that module runs the command in a process of its own).
 * The DVC block (README: "COCO 2017 through DVC") is run by tests/test_coco_fetch.py
@@ -78,6 +81,7 @@ from .conftest import REPO
 from .workflow import copy_workflow, edit_params, jobs, tiny_params
 
 README = REPO / "README.md"
+PAGES = [README] + sorted((REPO / "docs").glob("*.md"))  # every file whose blocks are classified
 MARK = "# not runnable here:"
 BIN = Path(sys.executable).parent  # the environment's bin, as the README's `.venv/bin/`
 
@@ -92,7 +96,10 @@ RUN_BY = {
     '.venv/bin/python -m pytest -m "not slow"': (
         "test_fast_tier_selects_the_fast_tests", "run with --collect-only -q -n 0: the fast tier is selected"),
     "presets:": (
-        "test_yaml_presets_plan", "merged into a copy's params.yaml, validated, planned with -n --config preset=NAME"),
+        "test_configfile_overlay_plans", "written to the file the overlay command names; the preset validated"),
+    ".venv/bin/snakemake --cores all --configfile": (
+        "test_configfile_overlay_plans", "dry run (-n) on a copy of the workflow with the YAML block as its file; "
+        "params.yaml unchanged, every preset kept by Snakemake's merge"),
     ".venv/bin/python benchmarks/accuracy_seeds.py --preset demo-parity": (
         "test_accuracy_seeds_command_parses", "its arguments parsed, each --config validated against params.yaml, "
         "stopped before any data is generated (test_accuracy_seeds runs the script shrunk)"),
@@ -116,6 +123,7 @@ RUN_BY = {
 
 @dataclass(frozen=True)
 class Block:
+    file: str       # README.md or docs/<page>.md
     line: int       # of the opening fence, 1-based
     info: str       # sh, yaml, or "" (untyped)
     text: str       # without the fences, dedented by the fence's indentation
@@ -131,10 +139,10 @@ class Block:
         return found.group(1).strip() if found else None
 
     def __str__(self) -> str:
-        return f"README.md:{self.line} ```{self.info}: {self.first[:100]}"
+        return f"{self.file}:{self.line} ```{self.info}: {self.first[:100]}"
 
 
-def blocks(text: str) -> list[Block]:
+def blocks(text: str, file: str = "README.md") -> list[Block]:
     """Every fenced block, at any indentation (a block inside a list item is indented)."""
     found, lines, i = [], text.splitlines(), 0
     while i < len(lines):
@@ -147,8 +155,8 @@ def blocks(text: str) -> list[Block]:
             body.append(lines[j][len(indent):] if lines[j].startswith(indent) else lines[j].lstrip())
             j += 1
         if j == len(lines):
-            raise AssertionError(f"README.md:{i + 1}: a fence that is never closed")
-        found.append(Block(i + 1, opening.group(2), "\n".join(body)))
+            raise AssertionError(f"{file}:{i + 1}: a fence that is never closed")
+        found.append(Block(file, i + 1, opening.group(2), "\n".join(body)))
         i = j + 1
     return found
 
@@ -164,20 +172,21 @@ def classification(found: list[Block]) -> tuple[dict[str, Block], list[str]]:
                             + ("; ".join(map(str, starting)) or "the block was changed or removed"))
         else:
             keyed[key] = starting[0]
-    by_block = {b.line: k for k, b in keyed.items()}
+    by_block = {(b.file, b.line): k for k, b in keyed.items()}
     for b in found:
-        if b.reason is not None and b.line in by_block:
-            problems.append(f"{b}: both marked not runnable and run by {RUN_BY[by_block[b.line]][0]}")
+        if b.reason is not None and (b.file, b.line) in by_block:
+            problems.append(f"{b}: both marked not runnable and run by {RUN_BY[by_block[b.file, b.line]][0]}")
         elif b.reason is not None and len(b.reason) < 10:
             problems.append(f"{b}: marked not runnable here without a reason beside it")
-        elif b.reason is None and b.line not in by_block:
+        elif b.reason is None and (b.file, b.line) not in by_block:
             problems.append(f"{b}: neither run by a test (RUN_BY in tests/test_readme.py) nor marked "
                             f"'{MARK} REASON' on its first line")
     return keyed, problems
 
 
 def readme_blocks() -> list[Block]:
-    return blocks(README.read_text())
+    """The blocks of the README and of every page of docs/."""
+    return [b for page in PAGES for b in blocks(page.read_text(), page.relative_to(REPO).as_posix())]
 
 
 def blocks_run_by(test: str) -> list[Block]:
@@ -203,7 +212,7 @@ def argv(line: str) -> list[str]:
 
 def test_every_block_is_classified():
     found = readme_blocks()
-    assert len(found) >= 15
+    assert len(found) >= 15 and {b.file for b in found} > {"README.md"}
     _, problems = classification(found)
     assert not problems, "README blocks:\n" + "\n".join(problems)
     for name, _ in RUN_BY.values():
@@ -211,19 +220,30 @@ def test_every_block_is_classified():
 
 
 def test_an_unclassified_block_is_named():
-    text = README.read_text() + ("\n* **A list item**:\n\n  ```sh\n  .venv/bin/snakemake --cores all --new-flag\n"
-                                 "  ```\n\n```yaml\nother: 1  # not runnable here: it needs a GPU cluster\n```\n")
-    found = blocks(text)
+    text = ("* **A list item**:\n\n  ```sh\n  .venv/bin/snakemake --cores all --new-flag\n"
+            "  ```\n\n```yaml\nother: 1  # not runnable here: it needs a GPU cluster\n```\n")
+    found = readme_blocks() + blocks(text, "docs/new.md")
     assert found[-2].info == "sh" and found[-2].first == ".venv/bin/snakemake --cores all --new-flag"
     assert found[-1].reason == "it needs a GPU cluster"
     _, problems = classification(found)
-    assert problems == [f"README.md:{found[-2].line} ```sh: .venv/bin/snakemake --cores all --new-flag: neither "
+    assert problems == [f"docs/new.md:{found[-2].line} ```sh: .venv/bin/snakemake --cores all --new-flag: neither "
                         f"run by a test (RUN_BY in tests/test_readme.py) nor marked '{MARK} REASON' on its "
                         "first line"]
 
 
+def test_the_readme_is_instructions():
+    """About 300 lines, and no commit hash (a word of 7 to 40 hex digits, letters and digits
+    both): measured figures and their history are docs/measurements.md's, which may cite them."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 320
+    hashes = re.findall(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b", text)
+    assert not hashes, f"README.md cites commit hashes {hashes}: name the tree in docs/measurements.md"
+    for page in PAGES[1:]:  # each page of docs/ is linked from the README
+        assert f"(docs/{page.name}" in text, f"README.md does not link docs/{page.name}"
+
+
 def test_marked_blocks_say_why():
-    """Each block the README marks names what this machine lacks for it: a GPU, a container
+    """Each block the README and docs/ mark names what this machine lacks for it: a GPU, a container
     engine or root, a cluster, the network."""
     marked = [b for b in readme_blocks() if b.reason is not None]
     assert len(marked) >= 5  # gpu_check, docker, podman, apptainer, uv
@@ -283,20 +303,33 @@ def test_coco2017_commands_plan(demo_copy):
         assert "results/runs/coco2017/single-w1-b2-s0/train_summary.json" in result.stdout + result.stderr
 
 
-def test_yaml_presets_plan(demo_copy, tmp_path):
-    """Each YAML block, added to params.yaml, validates, and each preset it defines plans."""
-    for block in blocks_run_by("test_yaml_presets_plan"):
-        snippet = yaml.safe_load(block.text)
-        workdir = shutil.copytree(demo_copy, tmp_path / f"line{block.line}", ignore=shutil.ignore_patterns(".snakemake"))
-        edit_params(workdir, lambda raw: raw.update(params.merged(raw, snippet)))
-        for name in snippet["presets"]:
-            cfg = params.load_resolved(workdir / "params.yaml", preset=name)  # refused with its message if wrong
-            result = dry_run(workdir, [str(BIN / "snakemake"), "--cores", "all", "--config", f"preset={name}"])
-            assert jobs(result)["train"] > 0
-            assert f"results/runs/{name}/" in result.stdout + result.stderr
-            if name == "quick":  # what the README says it is: the demo in 2 epochs
-                assert cfg["train"]["epochs"] == 2 and cfg["sweep"] == params.load_resolved(
-                    REPO / "params.yaml", preset="demo")["sweep"]
+def test_configfile_overlay_plans(demo_copy, tmp_path):
+    """The README's overlay, written to the file its command names, plans its preset with every
+    other preset kept (Snakemake merges the file key by key), and leaves params.yaml as it was."""
+    from snakemake.utils import update_config
+
+    (block, command_block) = sorted(blocks_run_by("test_configfile_overlay_plans"), key=lambda b: b.info != "yaml")
+    assert block.info == "yaml" and command_block.info == "sh"
+    words = argv(command(command_block.text))
+    overlay, preset = words[words.index("--configfile") + 1], words[words.index("--config") + 1]
+    name = preset.removeprefix("preset=")
+    workdir = shutil.copytree(demo_copy, tmp_path / "clone", ignore=shutil.ignore_patterns(".snakemake"))
+    (workdir / overlay).write_text(block.text)
+    before = (workdir / "params.yaml").read_bytes()
+
+    result = dry_run(workdir, words)
+    assert jobs(result)["train"] > 0
+    assert f"results/runs/{name}/" in result.stdout + result.stderr
+    assert (workdir / "params.yaml").read_bytes() == before
+
+    raw = yaml.safe_load(before)
+    merged = yaml.safe_load(before)
+    update_config(merged, yaml.safe_load(block.text))  # what --configfile does
+    assert set(merged["presets"]) == set(raw["presets"]) | {name}
+    assert all(merged["presets"][p] == raw["presets"][p] for p in raw["presets"])
+    cfg = params.resolve(dict(merged, preset=name))  # refused with its message if wrong
+    parent = params.resolve(dict(raw, preset=merged["presets"][name]["extends"]))
+    assert cfg["train"]["epochs"] != parent["train"]["epochs"] and cfg["sweep"] == parent["sweep"]
 
 
 @pytest.mark.slow
@@ -526,3 +559,27 @@ def test_knobs_from_the_default_preset_or_a_clear_error(monkeypatch, tmp_path, c
     whole = dict(cfg, parallel=dict(cfg["parallel"], timeout_s=9))  # a whole preset carries them
     assert stages.parsed_config(Namespace(config=json.dumps(whole), knobs=None), "commbench") == whole
     assert capsys.readouterr().err == ""
+
+
+# ---- links between the README and docs/ ---------------------------------------------------------
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_between_the_pages_resolves():
+    """Each relative link of the README and docs/ names a file that exists, and a heading of it
+    where it names one (`docs/measurements.md#accuracy`)."""
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+://", target):
+                continue
+            path, _, heading = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif heading and heading not in {anchor(h) for h in re.findall(r"^#+ (.*)$", file.read_text(), re.M)}:
+                broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, broken

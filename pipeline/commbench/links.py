@@ -107,7 +107,7 @@ def with_other_load(measure, device: torch.device, rank: int):
     took while it ran, in cores (their CPU seconds over the wall seconds), the same on every
     rank: another job on the machine shows here whatever the timings' own noise. None on GPUs
     (their timings hardly feel the host's load) or where busy_seconds cannot tell. The job's
-    torchrun agent counts as another process (under 2 % of the cores, README)."""
+    torchrun agent counts as another process (under 2 % of the cores, docs/measurements.md)."""
     if device.type == "cuda":
         return {**measure(), "other_load": None}
     dist.barrier()

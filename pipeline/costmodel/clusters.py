@@ -13,7 +13,7 @@ import yaml
 from ..config.params import SCHEMA_PATH, schema_errors
 from .network import Link, Network
 
-EXAMPLE = "examples/cluster-8x8.yaml"  # a cluster file to copy (README: the what-if command)
+EXAMPLE = "examples/cluster-8x8.yaml"  # a cluster file to copy (README's what-if section)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ takes, EXIF orientation, and the checks against the annotations (format, size).
 
 `ImageReader` reads every image the same way for training, evaluation and the data stage, so
 what the data stage passed is what training and evaluation read. The rule for each mode
-(`MODE_RULES`; README's "Your own images and annotations" says the same):
+(`MODE_RULES`; docs/data.md's "Your own images and annotations" says the same):
   * RGB as stored; L (gray) and 1 (black and white: 0 and 255) repeated in R, G and B;
     P through its palette; CMYK and YCbCr by PIL's conversion (no colour profile).
   * 16-bit and 32-bit integer and float gray (I;16 and its byte orders I;16L, I;16B, I;16N; I;

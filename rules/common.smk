@@ -1,6 +1,7 @@
 # Constants and small helpers every rule file uses; included first by the Snakefile, after the
 # config is resolved (CFG, RUNS). What a job asks a scheduler for is pipeline/resources.py's,
 # tested without Snakemake (tests/test_resources.py); this file only wires it into `resources:`.
+import contextlib
 import functools
 import glob
 import os
@@ -8,12 +9,13 @@ import sys
 import time
 
 from snakemake.exceptions import WorkflowError
+from snakemake.settings.enums import Quietness
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from pipeline import resources, strategies
 from pipeline.config import params as P
 from pipeline.config import stages
-from pipeline.report import paper
+from pipeline.report import paper, render
 from pipeline.runtime import failure
 
 # The interpreter with the locked environment: the one running Snakemake; inside the image
@@ -37,6 +39,27 @@ MISSING_TEX = paper.missing_tools()
 if MISSING_TEX:
     print(f"Not building {PAPER}: {', '.join(MISSING_TEX)} not found; {paper.INSTALL}.",
           file=sys.stderr)
+
+
+# --- the console ---------------------------------------------------------------------------------
+# Each job prints its purpose in one line (its rule's `message:`, made by `purpose`), and
+# profiles/default leaves out Snakemake's `reason:` lines (quiet: [reason]): a job's list of
+# inputs (every source file it runs) and its reasons (every input another job updates) made a
+# dry run of the demo some 200 KB. `--verbose` brings both back: the rules print their inputs,
+# outputs and reasons as Snakemake lays them out, with Snakemake's own debugging lines.
+_OUTPUT = getattr(workflow, "output_settings", None)
+VERBOSE = bool(_OUTPUT and _OUTPUT.verbose)
+if VERBOSE and _OUTPUT.quiet:
+    # the set Snakemake's log formatter reads (the profile's `quiet:` is a default of the
+    # command line, which --verbose does not override)
+    _OUTPUT.quiet.discard(Quietness.REASON)
+
+
+def purpose(text):
+    """A rule's `message:`: its name, then `text` (formatted by Snakemake with the job's
+    wildcards, input, output and log), as "Job 5: train: single-w1-b8-s0 -> ..."; None under
+    --verbose, where Snakemake lists the job's files instead."""
+    return None if VERBOSE else "{rule}: " + text
 
 
 def code(stage):
@@ -127,9 +150,19 @@ def compute_runs(wildcards):
 STARTED = time.time()
 
 
-def last_words():
+def last_words(succeeded):
     """What the workflow says when it ends (onsuccess, onerror in the Snakefile): with the
-    data stage's own error where it failed, as Snakemake's console says only to read its log."""
+    data stage's own error where it failed, as Snakemake's console says only to read its log;
+    after a success, where the paper is and the answer's first sentence, read from the report
+    (an earlier report's, after a failure, could be out of date: not quoted)."""
     error = failure.stage_error(DATA_LOG, STARTED, MANIFEST)
-    print(sweep.outcome({run: RUN_DIR.format(run=run) for run in RUNS}, f"{REPORT}/report.html",
-                        (DATA_LOG, error) if error else None), file=sys.stderr)
+    lines = [sweep.outcome({run: RUN_DIR.format(run=run) for run in RUNS}, f"{REPORT}/report.html",
+                           (DATA_LOG, error) if error else None)]
+    if succeeded:
+        lines.append(f"paper: {PAPER}" if os.path.exists(PAPER) else
+                     f"paper: not built ({', '.join(MISSING_TEX)} not found)")
+        with contextlib.suppress(FileNotFoundError):
+            answer = render.answer_sentence(open(f"{REPORT}/report.md").read())
+            if answer:
+                lines.append(f"answer: {answer}")
+    print("\n".join(lines), file=sys.stderr)

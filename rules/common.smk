@@ -59,7 +59,7 @@ def purpose(text):
     """A rule's `message:`: its name, then `text` (formatted by Snakemake with the job's
     wildcards, input, output and log), as "Job 5: train: single-w1-b8-s0 -> ..."; None under
     --verbose, where Snakemake lists the job's files instead."""
-    return None if VERBOSE else "{rule}: " + text
+    return None if VERBOSE else f"{{rule}}: {text}"
 
 
 def code(stage):

@@ -1,7 +1,6 @@
 # Constants and small helpers every rule file uses; included first by the Snakefile, after the
 # config is resolved (CFG, RUNS). What a job asks a scheduler for is pipeline/resources.py's,
 # tested without Snakemake (tests/test_resources.py); this file only wires it into `resources:`.
-import contextlib
 import functools
 import glob
 import os
@@ -154,15 +153,23 @@ def last_words(succeeded):
     """What the workflow says when it ends (onsuccess, onerror in the Snakefile): with the
     data stage's own error where it failed, as Snakemake's console says only to read its log;
     after a success, where the paper is and the answer's first sentence, read from the report
-    (an earlier report's, after a failure, could be out of date: not quoted)."""
+    where it is newer than every run's results (a report of other runs is not quoted)."""
     error = failure.stage_error(DATA_LOG, STARTED, MANIFEST)
     lines = [sweep.outcome({run: RUN_DIR.format(run=run) for run in RUNS}, f"{REPORT}/report.html",
                            (DATA_LOG, error) if error else None)]
-    if succeeded:
-        lines.append(f"paper: {PAPER}" if os.path.exists(PAPER) else
-                     f"paper: not built ({', '.join(MISSING_TEX)} not found)")
-        with contextlib.suppress(FileNotFoundError):
-            answer = render.answer_sentence(open(f"{REPORT}/report.md").read())
-            if answer:
-                lines.append(f"answer: {answer}")
+    if succeeded and os.path.exists(PAPER):
+        lines.append(f"paper: {PAPER}")
+    elif succeeded and MISSING_TEX:
+        lines.append(f"paper: not built ({', '.join(MISSING_TEX)} not found)")
+    report_md = f"{REPORT}/report.md"
+    if succeeded and os.path.exists(report_md) and os.path.getmtime(report_md) >= newest_result():
+        sentence = render.answer_sentence(open(report_md).read())
+        lines += [f"answer: {sentence}"] if sentence else []
     print("\n".join(lines), file=sys.stderr)
+
+
+def newest_result():
+    """When the newest train_summary.json or metrics.json of the sweep's runs was written."""
+    found = [f"{RUN_DIR.format(run=run)}/{name}" for run in RUNS
+             for name in ("train_summary.json", "metrics.json")]
+    return max((os.path.getmtime(path) for path in found if os.path.exists(path)), default=0.0)

@@ -459,6 +459,10 @@ def test_the_coco_recipe_end_to_end_then_push_pull_without_retraining(served, tm
     dvc = [sys.executable, "-m", "dvc"]
 
     run(snakemake, repo)  # data rule: dvc repro (download, verify, extract) -> train -> report
+    # each archive's download shown in the data stage's log as it came (tqdm, through DVC)
+    data_log = (repo / "logs" / "data" / "coco2017.log").read_text()
+    assert all(re.search(rf"^{name}\.zip: 100%.*B/s\]$", data_log, re.MULTILINE)
+               for name in ("annotations_trainval2017", "train2017", "val2017")), data_log[-3000:]
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
     assert lock["stages"]["coco_download"]["outs"][0]["md5"]  # the archives are pinned
     assert lock["stages"]["coco_extract@coco2017"]["outs"][0]["md5"]  # the tree too, uncached

@@ -69,16 +69,19 @@ include: "rules/report.smk"
 
 
 # The last lines of a run (on a cluster, where each job's progress is in its log under
-# logs/train/): runs trained, skipped or failed with their reasons, where the report is.
+# logs/train/): runs trained, skipped or failed with their reasons, where the report and the
+# paper are, and the answer's first sentence.
 onsuccess:
-    last_words()
+    last_words(succeeded=True)
 
 
 onerror:
-    last_words()
+    last_words(succeeded=False)
 
 
 rule all:
+    message:
+        purpose(f"every result of preset {PRESET} (each run's and the report's)")
     input:
         rules.report.output.summary,
         rules.report.output.html,

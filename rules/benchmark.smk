@@ -4,6 +4,8 @@
 
 
 rule equivalence:
+    message:
+        purpose("one step of each strategy beside single's -> {output} (log: {log})")
     input:
         manifest=rules.data.output.manifest,
         code=code("equivalence"),
@@ -27,6 +29,8 @@ rule equivalence:
 
 
 rule commbench:
+    message:
+        purpose("the links between {wildcards.processes} processes, timed -> {output} (log: {log})")
     input:
         code=code("commbench"),
     output:

@@ -8,12 +8,13 @@ import sys
 import time
 
 from snakemake.exceptions import WorkflowError
+from snakemake.settings.enums import Quietness
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from pipeline import resources, strategies
 from pipeline.config import params as P
 from pipeline.config import stages
-from pipeline.report import paper
+from pipeline.report import paper, render
 from pipeline.runtime import failure
 
 # The interpreter with the locked environment: the one running Snakemake; inside the image
@@ -37,6 +38,27 @@ MISSING_TEX = paper.missing_tools()
 if MISSING_TEX:
     print(f"Not building {PAPER}: {', '.join(MISSING_TEX)} not found; {paper.INSTALL}.",
           file=sys.stderr)
+
+
+# --- the console ---------------------------------------------------------------------------------
+# Each job prints its purpose in one line (its rule's `message:`, made by `purpose`), and
+# profiles/default leaves out Snakemake's `reason:` lines (quiet: [reason]): a job's list of
+# inputs (every source file it runs) and its reasons (every input another job updates) made a
+# dry run of the demo some 200 KB. `--verbose` brings both back: the rules print their inputs,
+# outputs and reasons as Snakemake lays them out, with Snakemake's own debugging lines.
+_OUTPUT = getattr(workflow, "output_settings", None)
+VERBOSE = bool(_OUTPUT and _OUTPUT.verbose)
+if VERBOSE and _OUTPUT.quiet:
+    # the set Snakemake's log formatter reads (the profile's `quiet:` is a default of the
+    # command line, which --verbose does not override)
+    _OUTPUT.quiet.discard(Quietness.REASON)
+
+
+def purpose(text):
+    """A rule's `message:`: its name, then `text` (formatted by Snakemake with the job's
+    wildcards, input, output and log), as "Job 5: train: single-w1-b8-s0 -> ..."; None under
+    --verbose, where Snakemake lists the job's files instead."""
+    return None if VERBOSE else f"{{rule}}: {text}"
 
 
 def code(stage):
@@ -127,9 +149,27 @@ def compute_runs(wildcards):
 STARTED = time.time()
 
 
-def last_words():
+def last_words(succeeded):
     """What the workflow says when it ends (onsuccess, onerror in the Snakefile): with the
-    data stage's own error where it failed, as Snakemake's console says only to read its log."""
+    data stage's own error where it failed, as Snakemake's console says only to read its log;
+    after a success, where the paper is and the answer's first sentence, read from the report
+    where it is newer than every run's results (a report of other runs is not quoted)."""
     error = failure.stage_error(DATA_LOG, STARTED, MANIFEST)
-    print(sweep.outcome({run: RUN_DIR.format(run=run) for run in RUNS}, f"{REPORT}/report.html",
-                        (DATA_LOG, error) if error else None), file=sys.stderr)
+    lines = [sweep.outcome({run: RUN_DIR.format(run=run) for run in RUNS}, f"{REPORT}/report.html",
+                           (DATA_LOG, error) if error else None)]
+    if succeeded and os.path.exists(PAPER):
+        lines.append(f"paper: {PAPER}")
+    elif succeeded and MISSING_TEX:
+        lines.append(f"paper: not built ({', '.join(MISSING_TEX)} not found)")
+    report_md = f"{REPORT}/report.md"
+    if succeeded and os.path.exists(report_md) and os.path.getmtime(report_md) >= newest_result():
+        sentence = render.answer_sentence(open(report_md).read())
+        lines += [f"answer: {sentence}"] if sentence else []
+    print("\n".join(lines), file=sys.stderr)
+
+
+def newest_result():
+    """When the newest train_summary.json or metrics.json of the sweep's runs was written."""
+    found = [f"{RUN_DIR.format(run=run)}/{name}" for run in RUNS
+             for name in ("train_summary.json", "metrics.json")]
+    return max((os.path.getmtime(path) for path in found if os.path.exists(path)), default=0.0)

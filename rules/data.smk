@@ -26,6 +26,8 @@ if DATA_PLAN.changes and workflow.is_main_process:
 
 
 rule data:
+    message:
+        purpose(f"the {DATA['name']} data, prepared and checked -> {{output.manifest}} (log: {{log}})")
     input:
         code=code("data") + (["dvc.yaml"] if DATA["fetch"] else []),
     output:

@@ -5,6 +5,8 @@ from pipeline.report.figures import FIGURES
 
 
 rule report:
+    message:
+        purpose(f"{len(RUNS)} runs -> {{output.html}} (log: {{log}})")
     input:
         equivalence=rules.equivalence.output[0],
         commbench=expand(rules.commbench.output[0], processes=COMMBENCH),
@@ -51,6 +53,8 @@ rule report:
 
 
 rule paper:
+    message:
+        purpose("compiled from the report -> {output} (log: {log})")
     input:
         rules.report.output,
         html=rules.report.output.html,

@@ -10,6 +10,8 @@ if workflow.is_main_process:
 
 
 rule train:
+    message:
+        purpose("{wildcards.run} -> {output.summary} (log: {log})")
     input:
         manifest=rules.data.output.manifest,
         code=run_code("train"),
@@ -38,6 +40,8 @@ rule train:
 
 
 rule evaluate:
+    message:
+        purpose("{wildcards.run} on the validation split -> {output.metrics} (log: {log})")
     input:
         manifest=rules.data.output.manifest,
         summary=rules.train.output.summary,

@@ -135,6 +135,21 @@ def test_download_resumes_after_a_cut_and_verifies(served, tmp_path):
     assert len(server.requests) == again
 
 
+def test_a_download_shows_its_bytes_rate_and_time_left(served, tmp_path, capfd):
+    """tqdm on stderr: the archive's name, bytes of its total size, the rate; in a log (not a
+    terminal) each update on a line of its own."""
+    from tqdm import tqdm
+
+    server, archives = served
+    entry = archives["val2017"]
+    download(f"{server.url}/{entry['path']}", tmp_path / "val2017.zip", entry["md5"])
+    lines = capfd.readouterr().err.splitlines()
+    total = tqdm.format_sizeof(entry["size"], divisor=1024)
+    assert lines[0].startswith("val2017.zip:   0%") and f"0.00/{total} [" in lines[0]
+    assert re.match(rf"val2017\.zip: 100%\|#+\| {re.escape(total)}/{re.escape(total)} "
+                    r"\[[\d:]+<00:00, +[\d.]+[kMG]?B/s\]$", lines[-1]), lines
+
+
 def test_checksum_mismatch_keeps_the_file_out(served, tmp_path):
     server, archives = served
     entry = archives["val2017"]
@@ -443,6 +458,10 @@ def test_the_coco_recipe_end_to_end_then_push_pull_without_retraining(served, tm
     dvc = [sys.executable, "-m", "dvc"]
 
     run(snakemake, repo)  # data rule: dvc repro (download, verify, extract) -> train -> report
+    # each archive's download shown in the data stage's log as it came (tqdm, through DVC)
+    data_log = (repo / "logs" / "data" / "coco2017.log").read_text()
+    assert all(re.search(rf"^{name}\.zip: 100%.*B/s\]$", data_log, re.MULTILINE)
+               for name in ("annotations_trainval2017", "train2017", "val2017")), data_log[-3000:]
     lock = yaml.safe_load((repo / "dvc.lock").read_text())
     assert lock["stages"]["coco_download"]["outs"][0]["md5"]  # the archives are pinned
     assert lock["stages"]["coco_extract@coco2017"]["outs"][0]["md5"]  # the tree too, uncached

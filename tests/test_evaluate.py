@@ -3,6 +3,7 @@ backends' twelve numbers against each other on a dataset's worth of imperfect de
 from __future__ import annotations
 
 import json
+import logging
 import random
 
 import pytest
@@ -102,3 +103,20 @@ def test_both_backends_give_the_same_twelve_numbers(small_dataset):
     assert 0.05 < scores["pycocotools"]["AP"] < 0.95  # neither trivial nor perfect
     for name in METRICS:
         assert scores["faster-coco-eval"][name] == pytest.approx(scores["pycocotools"][name], abs=1e-6), name
+
+
+def test_cocoevals_output_goes_to_the_runs_log_not_the_console(gt_file, backend, capfd, caplog):
+    """What COCOeval says (loading, DONE, its twelve-line summary) is appended to the file it is
+    given (the run's cocoeval.log), one block per evaluation, and nothing reaches stdout, stderr
+    or the logging of the process; the twelve numbers are the same as without it."""
+    caplog.set_level(logging.INFO)  # as a stage logs: COCOeval's INFO lines would show
+    chatter = gt_file.parent.parent / "cocoeval.log"
+    quiet = coco_metrics(gt_file, detections(shift=20), backend=backend, chatter=chatter)
+    coco_metrics(gt_file, detections(), backend=backend, chatter=chatter)
+    console = capfd.readouterr()
+    assert console.out == "" and "Average Precision" not in console.err + caplog.text
+    said = chatter.read_text()
+    assert said.count(f"COCOeval ({backend}) of 2 detections on {gt_file}") == 2
+    assert said.count("Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ]") == 2
+    assert said.count("Average Precision") == 12  # six a summary, in both backends
+    assert quiet == coco_metrics(gt_file, detections(shift=20), backend=backend)

@@ -26,7 +26,8 @@ slow (CI runs them).
   copy_workflow) with the repository's own params.yaml: the real demo and coco2017 take
   minutes and hours, and the demo's real run is tests/finished_demo's (on the shrunk demo).
   `--forcerun <run>/train_summary.json` must be a target that exists: its train job is the one
-  planned for "Forced execution" (a run id without its `-s<seed>` is a MissingRuleException).
+  forced (a run id without its `-s<seed>` is a MissingRuleException), and the console
+  shows each job's purpose in one line, without lists of inputs or reasons.
   The SLURM profile's command is planned the same way (`-n` submits nothing);
   tests/test_slurm.py submits the profile's jobs to a real local SLURM where slurmd is installed.
 * The overlay (README: "Change a value"): its YAML block is written to the file its command
@@ -268,25 +269,25 @@ def dry_run(workdir: Path, words: list[str]) -> subprocess.CompletedProcess:
 
 
 def planned(result: subprocess.CompletedProcess) -> list[dict]:
-    """Each job a dry run printed: its rule, outputs and reason."""
-    found = []
-    for chunk in re.split(r"\n(?=(?:local)?rule \w+:\n)", result.stdout + result.stderr):
-        head = re.match(r"(?:local)?rule (\w+):", chunk)
-        if head:
-            fields = dict(re.findall(r"^ +(output|reason): (.*)$", chunk, re.M))
-            found.append({"rule": head[1], "output": fields.get("output", "").split(", "),
-                          "reason": fields.get("reason", "")})
-    return found
+    """Each job a dry run printed, in the default profile's one line (rules/common.smk:
+    purpose): "Job 5: train: <run> -> <its train_summary.json> (log: ...)"."""
+    return [{"rule": rule, "line": line} for rule, line in
+            re.findall(r"^Job \d+: (\w+): (.*)$", result.stdout + result.stderr, re.MULTILINE)]
 
 
 def test_forcerun_names_a_real_run(demo_copy):
     """`--forcerun <run>/train_summary.json` plans, and the job it forces is that run's training
-    (a run id without its `-s<seed>` is no target: MissingRuleException)."""
+    (a run id without its `-s<seed>` is no target: MissingRuleException); the console says each
+    job's purpose in one line, without the lists of inputs and reasons (profiles/default)."""
     (block,) = blocks_run_by("test_forcerun_names_a_real_run")
     words = argv(command(block.text))
     target = words[words.index("--forcerun") + 1]
-    forced = [job for job in planned(dry_run(demo_copy, words)) if job["reason"] == "Forced execution"]
-    assert [(job["rule"], target in job["output"]) for job in forced] == [("train", True)], forced
+    result = dry_run(demo_copy, words)
+    text = result.stdout + result.stderr
+    assert [job["rule"] for job in planned(result) if target in job["line"]] == ["train"]
+    assert re.search(r"^    forced:\n        train$", text, re.MULTILINE)  # Snakemake's reasons, summed up
+    assert not re.search(r"^ +(input|reason): ", text, re.MULTILINE)
+    assert len(planned(result)) == sum(jobs(result).values())
 
 
 @pytest.mark.slow
@@ -470,9 +471,9 @@ def printed_commands(result: subprocess.CompletedProcess) -> dict[str, list[str]
     found: dict[str, list[str]] = {}
     rule = None
     for line in (result.stdout + result.stderr).splitlines():
-        head = re.match(r"(?:local)?rule (\w+):", line)
+        head = re.match(r"(?:local)?rule (\w+):|Job \d+: (\w+): ", line)  # --verbose, or not
         if head:
-            rule = head[1]
+            rule = head[1] or head[2]
         elif line.startswith("Shell command: ") and rule:
             found.setdefault(rule, []).append(line.removeprefix("Shell command: "))
     return found

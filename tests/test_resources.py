@@ -252,7 +252,8 @@ def test_lint_is_clean_and_parsing_imports_no_torch():
 
 def test_the_workflow_plans_every_rule_and_the_other_presets_compute_runs(tmp_path):
     """A dry run in a copy of the workflow: every rule has its jobs, and the report reads the
-    single-w1 runs report.predict's preset left there (looked for when the DAG is built)."""
+    single-w1 runs report.predict's preset left there (looked for when the DAG is built); with
+    --verbose, as Snakemake lists them: each job's inputs and its reason."""
     root = copy_workflow(tmp_path)
     cfg = params.load_resolved(root / "params.yaml", preset="demo")
     other = cfg["report"]["predict"]["compute"]["preset"]
@@ -260,14 +261,16 @@ def test_the_workflow_plans_every_rule_and_the_other_presets_compute_runs(tmp_pa
     for run in ("single-w1-b2-s0", "single-w1-b2-s1", "ddp-w2-b2-s0"):
         (root / "results" / "runs" / other / run).mkdir(parents=True)
         (root / "results" / "runs" / other / run / "train_summary.json").write_text("{}")
-    done = subprocess.run([SNAKEMAKE, "--cores", "1", "--dry-run", "--printshellcmds"], cwd=root,
-                          capture_output=True, text=True, timeout=300)
+    # --verbose: each job's inputs and reasons, which the default profile leaves out
+    done = subprocess.run([SNAKEMAKE, "--cores", "1", "--dry-run", "--printshellcmds", "--verbose"],
+                          cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     planned = jobs(done)
     runs = len(sweep.runs(cfg))
     assert {planned[rule] for rule in ("train", "evaluate")} == {runs}
     assert {rule for rule in planned} >= {"all", "data", "equivalence", "commbench", "report"}
     report = done.stdout.split("rule report:", 1)[1].split("\n\n", 1)[0]
+    assert "\n    reason: Missing output files: " in report
     compute = [f"results/runs/{other}/single-w1-b2-s{seed}" for seed in (0, 1)]
     for run in compute:
         assert f"{run}/train_summary.json" in report.split("Shell command", 1)[0]  # an input

@@ -17,14 +17,11 @@ process where it is its own launcher, else torchrun's (pipeline/runtime/elastic.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from typing import Callable
 
-from ..runtime import failure, lifetime
+from ..runtime import failure, lifetime, logs
 from . import stages
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
 
 def run_stage(description: str, body: Callable[[argparse.Namespace], object], *,
@@ -41,7 +38,7 @@ def run_stage(description: str, body: Callable[[argparse.Namespace], object], *,
     args = parser.parse_args(argv)
     if follows_parent:  # the rule's shell execs us (or torchrun started us): go with it
         lifetime.die_with_parent()
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    logs.configure()  # under torchrun, each line with its rank
     try:
         if stage is not None:
             args.cfg = stages.parsed_config(args, stage)

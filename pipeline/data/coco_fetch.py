@@ -6,7 +6,8 @@
 
 dvc.yaml runs these two as stages (so dvc.lock pins the archives' hashes and a DVC remote can
 share the result); the Snakefile's data rule runs DVC. Guarantees:
-  * downloads resume where they stopped (HTTP Range) and are retried with back-off;
+  * downloads resume where they stopped (HTTP Range) and are retried with back-off; each shows
+    its bytes, rate and time left on stderr (tqdm);
   * an archive enters the archive directory only after its size and MD5 match; a mismatch
     deletes it and says so;
   * free disk space is checked before each download and extraction;
@@ -39,6 +40,7 @@ log = logging.getLogger("coco_fetch")
 ANNOTATIONS = "annotations"
 SPLIT_ARCHIVES = {"train": "train2017", "val": "val2017"}
 CHUNK = 1 << 20
+PROGRESS_EVERY_S = 30.0  # a download's progress line in a log file (on a terminal: each second)
 SAFETY_MARGIN = 1.05  # extracted size plus 5% for file-system overhead
 FOREIGN_OUT_REMEDY = ("move it away to extract COCO 2017 there; or, if it is your own COCO 2017, "
                       "leave it: the workflow's data stage uses a COCO 2017 layout at data.root as "
@@ -82,16 +84,44 @@ def _remote_size(url: str, timeout: float) -> int | None:
         return None
 
 
-def _fetch_once(url: str, part: Path, timeout: float) -> None:
+class _Lines:
+    """A log file (not a terminal) gets tqdm's updates one a line, not overwritten by '\r'."""
+
+    def __init__(self, stream):
+        self.stream, self.first = stream, True
+
+    def write(self, text: str) -> None:
+        if self.first and text:
+            text, self.first = text.lstrip("\r"), False
+        self.stream.write(text.replace("\r", "\n"))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def progress_bar(name: str, size: int | None, have: int):
+    """Bytes, rate and time left of one download on stderr (tqdm): updated each second on a
+    terminal, every PROGRESS_EVERY_S in a log (a 19 GB download runs for hours)."""
+    from tqdm import tqdm
+
+    terminal = sys.stderr.isatty()
+    return tqdm(total=size, initial=have, desc=name, unit="B", unit_scale=True, unit_divisor=1024,
+                file=sys.stderr if terminal else _Lines(sys.stderr), ascii=not terminal,
+                mininterval=1.0 if terminal else PROGRESS_EVERY_S, dynamic_ncols=terminal)
+
+
+def _fetch_once(url: str, part: Path, timeout: float, size: int | None = None) -> None:
     """Append the rest of `url` to `part`, asking for the missing range only."""
     have = part.stat().st_size if part.exists() else 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         if have and response.status != 206:  # the server ignored the range: start over
             have = 0
-        with part.open("ab" if have else "wb") as handle:
+        with part.open("ab" if have else "wb") as handle, \
+                progress_bar(part.name.removesuffix(".part"), size, have) as shown:
             for block in iter(lambda: response.read(CHUNK), b""):
                 handle.write(block)
+                shown.update(len(block))
 
 
 def download(url: str, dest: str | Path, md5: str | None, size: int | None = None,
@@ -109,7 +139,7 @@ def download(url: str, dest: str | Path, md5: str | None, size: int | None = Non
                          f"downloading {url}")
     for attempt in range(1, retries + 1):
         try:
-            _fetch_once(url, part, timeout)
+            _fetch_once(url, part, timeout, size)
             if size is None or part.stat().st_size >= size:
                 break
             raise OSError(f"connection closed after {part.stat().st_size} of {size} bytes")

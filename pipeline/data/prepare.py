@@ -14,6 +14,7 @@ data.root. The manifest (annotation checksums, counts, skips) is what training d
 """
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -26,6 +27,8 @@ from ..runtime.files import ForeignDirectoryError, made_by_pipeline, refuse_edit
 from . import synthetic, tree
 from .dataset import SPLIT_DIRS, DatasetError, annotation_path, build_manifest
 
+SHOWN_LINES_KEPT = 100  # of a DVC command's output shown as it came: the last, for its error
+
 
 
 def extract_stage(name: str) -> str:
@@ -33,13 +36,24 @@ def extract_stage(name: str) -> str:
     return f"coco_extract@{name}"
 
 
-def dvc(*args: str, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
-    """Run DVC from the interpreter running us, with its `python` first on PATH for stages."""
+def dvc(*args: str, cwd: str | Path | None = None, shown: bool = False) -> subprocess.CompletedProcess:
+    """Run DVC from the interpreter running us, with its `python` first on PATH for stages.
+    `shown`: its output (stdout and stderr, as one) also goes to our stderr as it comes, line
+    by line: the download's progress reaches the data stage's log while it runs, not after."""
     bindir = str(Path(sys.executable).parent)
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
     command = [sys.executable, "-m", "dvc", *args]
     logging.info("running %s", " ".join(command[2:]))
-    return subprocess.run(command, env=env, capture_output=True, text=True, cwd=cwd)
+    if not shown:
+        return subprocess.run(command, env=env, capture_output=True, text=True, cwd=cwd)
+    said = collections.deque(maxlen=SHOWN_LINES_KEPT)  # for the error message, where it fails
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, cwd=cwd) as process:
+        for line in process.stdout:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+            said.append(line)
+    return subprocess.CompletedProcess(command, process.returncode, "".join(said), "")
 
 
 DOWNLOAD_STAGE = "coco_download"  # dvc.yaml's stage whose output, the archives, DVC caches
@@ -57,7 +71,7 @@ def fetch_with_dvc(name: str, root: str | Path, fetch: dict) -> str:
                            "use it without downloading")
     pulled = bool(remote) and pull_archives(remote)
     # Extraction, preceded by the download unless the pulled archives match dvc.lock.
-    reproduced = dvc("repro", stage)
+    reproduced = dvc("repro", stage, shown=True)
     if reproduced.returncode != 0:
         raise DatasetError(f"dvc repro {stage} failed:\n{reproduced.stdout[-2000:]}"
                            f"{reproduced.stderr[-2000:]}\n(a preset of your own that fetches "

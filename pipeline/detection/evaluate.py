@@ -5,10 +5,11 @@
 Reads DIR/model_final.pt, predicts on the validation split, and writes
   DIR/predictions.json   detections in the COCO results format
   DIR/metrics.json       AP@[.5:.95], AP50, AP75, AP small/medium/large, AR@1/10/100, AR s/m/l
+  DIR/cocoeval.log       what COCOeval said (appended; its console gets one line of AP)
 """
 from __future__ import annotations
 
-import json
+import logging
 import time
 from pathlib import Path
 
@@ -19,7 +20,9 @@ from ..data.dataset import CocoDetection, DatasetError, annotation_path
 from ..runtime import distributed, lifetime, provenance
 from ..runtime.files import write_json
 from .model import build_model
-from .scoring import METRICS, coco_metrics, not_evaluated, predict, record_not_evaluated
+from .scoring import CHATTER, coco_metrics, not_evaluated, predict, record_not_evaluated
+
+log = logging.getLogger("evaluate")
 
 
 def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
@@ -52,7 +55,7 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
     write_json(run_dir / "predictions.json", detections)
     scoring_start = time.perf_counter()
     metrics = coco_metrics(annotation_path(cfg["data"]["root"], "val"), detections,
-                           dataset.image_ids(), cfg["eval"]["backend"])
+                           dataset.image_ids(), cfg["eval"]["backend"], chatter=run_dir / CHATTER)
     scoring_seconds = time.perf_counter() - scoring_start
     record = {"run_id": run_dir.name, **metrics, "images": len(dataset),
               "batch_size": cfg["eval"]["batch_size"],
@@ -71,8 +74,10 @@ def main(argv: list[str] | None = None) -> None:
             record_not_evaluated(args.run_dir, why_not)
             return
         record = evaluate(args.cfg, args.run_dir)
-        if record is not None:
-            print(json.dumps({k: round(record[k], 4) for k in METRICS}))
+        if record is not None:  # one line: the twelve numbers are in metrics.json
+            log.info("AP %.4f AP50 %.4f AP75 %.4f over %d images (all twelve: %s; COCOeval's "
+                     "output: %s)", record["AP"], record["AP50"], record["AP75"], record["images"],
+                     Path(args.run_dir) / "metrics.json", Path(args.run_dir) / CHATTER)
 
     # A dataset that changed since the data stage checked it (an image rewritten or cut short)
     # ends the stage in one line naming the file, as it ends training.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,11 +26,11 @@ if TYPE_CHECKING:
 
     from ..data.dataset import CocoDetection
 
-log = logging.getLogger("evaluate")
 # The order of COCOeval.stats for bounding boxes.
 METRICS = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
 BACKENDS = ("pycocotools", "faster-coco-eval")
 DEFAULT_BACKEND = "faster-coco-eval"  # for the evaluations during training; equal numbers
+CHATTER = "cocoeval.log"  # in the run directory: what COCOeval says of each evaluation of the run
 
 
 def ground_truth(path: str | Path, backend: str):
@@ -40,13 +41,41 @@ def ground_truth(path: str | Path, backend: str):
 
     COCO, _ = coco_api(backend)
     document = for_evaluation(path)
-    with contextlib.redirect_stdout(io.StringIO()):
-        if backend == "faster-coco-eval":
-            return COCO(document)
-        coco = COCO()  # pycocotools takes only a file name: its documented way for a dict
-        coco.dataset = document
-        coco.createIndex()
-        return coco
+    if backend == "faster-coco-eval":
+        return COCO(document)
+    coco = COCO()  # pycocotools takes only a file name: its documented way for a dict
+    coco.dataset = document
+    coco.createIndex()
+    return coco
+
+
+@contextlib.contextmanager
+def chatter_into(stream: io.StringIO):
+    """COCOeval's own output (pycocotools prints it, faster-coco-eval logs it: loading,
+    "DONE (t=...)", the twelve-line summary) into `stream` instead of the console, where it
+    buried each evaluation's one line."""
+    library = logging.getLogger("faster_coco_eval")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    kept = library.level, library.propagate
+    library.addHandler(handler)
+    library.setLevel(logging.INFO)
+    library.propagate = False
+    try:
+        with contextlib.redirect_stdout(stream):
+            yield stream
+    finally:
+        library.removeHandler(handler)
+        library.setLevel(kept[0])
+        library.propagate = kept[1]
+
+
+def keep_chatter(text: str, chatter: Path | None, what: str) -> None:
+    """COCOeval's output of one evaluation appended to file `chatter` (the run's cocoeval.log),
+    under a line saying when and of what; dropped where there is no file to keep it in."""
+    if chatter is not None:
+        with open(chatter, "a") as handle:
+            handle.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {what}\n{text}\n")
 
 
 def coco_api(backend: str):
@@ -63,11 +92,20 @@ def coco_api(backend: str):
 
 def coco_metrics(ground_truth_file: str | Path, detections: list[dict],
                  image_ids: list[int] | None = None,
-                 backend: str = DEFAULT_BACKEND) -> dict[str, float]:
+                 backend: str = DEFAULT_BACKEND, chatter: Path | None = None) -> dict[str, float]:
     """COCOeval's twelve bbox numbers. No detections at all scores 0 (pycocotools would fail);
-    -1 means the ground truth has no object of that size, as in COCOeval."""
+    -1 means the ground truth has no object of that size, as in COCOeval. What COCOeval itself
+    says goes to file `chatter`, never to the console (chatter_into)."""
     _, COCOeval = coco_api(backend)
-    coco_gt = ground_truth(ground_truth_file, backend)
+    with chatter_into(io.StringIO()) as said:
+        coco_gt = ground_truth(ground_truth_file, backend)
+        metrics = _scored(coco_gt, COCOeval, detections, image_ids)
+    keep_chatter(said.getvalue(), chatter,
+                 f"COCOeval ({backend}) of {len(detections)} detections on {ground_truth_file}")
+    return metrics
+
+
+def _scored(coco_gt, COCOeval, detections: list[dict], image_ids: list[int] | None) -> dict[str, float]:
     if not detections:
         ids = image_ids or coco_gt.getImgIds()
         has = {size: any(True for a in coco_gt.loadAnns(coco_gt.getAnnIds(imgIds=ids))
@@ -78,16 +116,13 @@ def coco_metrics(ground_truth_file: str | Path, detections: list[dict],
             if not has[size]:
                 zero[f"AP{size}"] = zero[f"AR{size}"] = -1.0
         return zero
-    output = io.StringIO()
-    with contextlib.redirect_stdout(output):
-        coco_dt = coco_gt.loadRes(detections)
-        evaluator = COCOeval(coco_gt, coco_dt, iouType="bbox")
-        if image_ids is not None:
-            evaluator.params.imgIds = sorted(image_ids)
-        evaluator.evaluate()
-        evaluator.accumulate()
-        evaluator.summarize()
-    log.info("COCOeval:\n%s", output.getvalue())
+    coco_dt = coco_gt.loadRes(detections)
+    evaluator = COCOeval(coco_gt, coco_dt, iouType="bbox")
+    if image_ids is not None:
+        evaluator.params.imgIds = sorted(image_ids)
+    evaluator.evaluate()
+    evaluator.accumulate()
+    evaluator.summarize()
     return {name: float(value) for name, value in zip(METRICS, evaluator.stats)}
 
 
@@ -122,11 +157,12 @@ def predict(model, dataset, batch_size: int, device: torch.device,
     return detections
 
 
-def score(model, dataset: CocoDetection, batch_size: int, device: torch.device) -> dict[str, float]:
+def score(model, dataset: CocoDetection, batch_size: int, device: torch.device,
+          chatter: Path | None = None) -> dict[str, float]:
     """COCO's standard box AP of `model` on `dataset` (every detection, up to the model's 100
     per image): the evaluations training makes as it goes (time-to-accuracy)."""
     detections = predict(model, dataset, batch_size, device, score_threshold=0.0)
-    return coco_metrics(dataset.source, detections, dataset.image_ids())
+    return coco_metrics(dataset.source, detections, dataset.image_ids(), chatter=chatter)
 
 
 SYNTHETIC_REASON = ("trained on in-memory random pixels (data_mode: synthetic) to time the "

@@ -142,3 +142,15 @@ def render_html(sections: list[Section], pngs: dict[str, bytes]) -> str:
                                  for title, slug in _contents(sections))
                        + f"</ol><p class='reading'>{esc(READING)}</p></nav>")
     return "\n".join(out + ["</body></html>"]) + "\n"
+
+
+# The end of a sentence in the answer: its words never hold one (numbers are 0.969x, not "0. 9").
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+
+
+def answer_sentence(markdown: str) -> str | None:
+    """The first sentence of the answer in a report.md that render_markdown wrote (its first
+    section's first paragraph: the verdict, verdict.py), as the workflow's last words quote it;
+    None where the report has no section."""
+    found = re.search(r"^## .*\n\n(.+)$", markdown, re.MULTILINE)
+    return SENTENCE_END.split(found[1].strip(), maxsplit=1)[0] if found else None

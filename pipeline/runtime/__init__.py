@@ -6,6 +6,7 @@
     elastic.py      torchrun, naming the rank that failed first and its own error (what `python -m` starts)
     failure.py      why a run failed, in one line, from the failing process to whoever reads it
     lifetime.py     a job's processes die with it
+    logs.py         how a stage's processes log: each line with its rank, the data's lines once
     slurm.py        the allocation a multi-node run is inside
     stale_locks.py  Snakemake's locks left by a killed run
     run_lock.py     one process at a time trains or evaluates a run (a lock on its directory)

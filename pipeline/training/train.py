@@ -376,7 +376,8 @@ def evaluate_during_training(job: Job) -> None:
     if model is not None:
         val = CocoDetection(job.cfg["data"]["root"], "val", train=False,
                             exif_orientation=job.cfg["data"]["exif_orientation"])
-        metrics = scoring.score(model, val, job.cfg["eval"]["batch_size"], job.ctx.device)
+        metrics = scoring.score(model, val, job.cfg["eval"]["batch_size"], job.ctx.device,
+                                chatter=job.out_dir / scoring.CHATTER)
         record = {"epoch": job.state.epoch + 1, "step": job.state.step, "train_seconds": job.state.train_seconds,
                   **{k: metrics[k] for k in ("AP", "AP50", "AP75")},
                   "seconds": time.perf_counter() - start}

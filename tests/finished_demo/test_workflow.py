@@ -24,6 +24,7 @@ import pipeline.report.paper
 from pipeline.report.figures import FIGURES
 from pipeline.report.findings import MACRO_COLUMNS
 from pipeline.report.numbers import parse_numbers
+from pipeline.report.render import answer_sentence
 from pipeline.runtime.record import CommbenchRecord
 from pipeline.runtime.distributed import available_cores
 
@@ -87,6 +88,22 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
     if skipped:
         assert "  dp-w2-b2-s0: skipped: DataParallel needs at least 2 GPUs" in result.stderr
     assert "report: results/report/demo/report.html" in result.stderr
+    assert f"answer: {answer_sentence(report_md)}" in result.stderr  # the verdict's opening
+    if PAPER_JOB:
+        assert "paper: results/paper/demo/paper.pdf" in result.stderr
+    # The console: each job's purpose in one line, without its inputs or reasons (profiles/default)
+    console = result.stdout + result.stderr
+    assert re.search(r"^Job \d+: train: single-w1-b4-s0 -> results/runs/demo/single-w1-b4-s0/"
+                     r"train_summary\.json \(log: logs/train/demo/single-w1-b4-s0\.log\)$", console, re.M)
+    assert not re.search(r"^ +(input|reason): ", console, re.M)
+    # Each rank's lines named, the data's warning said once (by rank 0), and COCOeval's own
+    # output in the run's cocoeval.log: one line of AP in the logs
+    ddp_logs = [(workdir / "logs" / stage / "demo" / "ddp-w2-b2-s0.log").read_text() for stage in ("train", "evaluate")]
+    assert "[rank 0] INFO" in ddp_logs[0] and "[rank 1] INFO" in ddp_logs[0]
+    assert re.findall(r"\[rank (\d)\] WARNING .*without usable boxes", ddp_logs[0]) == ["0"]
+    assert re.search(r"\[rank 0\] INFO AP [\d.]+ AP50 [\d.]+ AP75 [\d.]+ over 8 images", ddp_logs[1])
+    assert not any("Average Precision" in text for text in ddp_logs)
+    assert (run_dir.parent / "ddp-w2-b2-s0" / "cocoeval.log").read_text().count("Average Precision  (AP)") == 6 * 3
     # Each multi-process run on real data beside the cost model's prediction from single's
     # compute and the links commbench fitted (in-memory runs have no single to start from)
     links = json.loads((workdir / "results" / "commbench" / "demo" / "p2.json").read_text())

@@ -5,8 +5,8 @@ backward, as training does. Each term is named, and shown in the report:
 
   wait        for the slower worker: a synchronous exchange ends only after the last worker's
               compute, so worker r waits max_i(c_i) - c_r, c the compute of each process. Measured
-              directly (`wait_s`), and the variance of one process's compute with every process
-              computing at once (`variance_s2`), from which predict.slowest_wait's formula
+              directly (`wait_s`), and the variance of one process's compute about the others' with
+              every process computing at once (`variance_s2`), from which predict.slowest_wait's formula
               predicts it (`formula_wait_s`: the check of that formula on this machine).
   contention  of a collective with the compute threads: a bucket all-reduced while every process
               computes takes `contention` x its back-to-back time (DDP's buckets but the last).
@@ -77,10 +77,14 @@ def wait_of(compute: list[list[float]]) -> float:
 
 
 def variance_of(compute: list[list[float]]) -> float:
-    """The variance of one process's compute over the repeats, the mean over the processes."""
-    if len(compute) < 2:
-        return math.nan
-    return statistics.fmean(statistics.variance(column) for column in zip(*compute))
+    """The variance of one process's compute about its repeat's mean over the processes (the
+    mean over repeats of each repeat's variance across the ranks): what sets one process apart
+    from the others, and so the wait. A slowdown every process shares at once (another job on
+    the machine, a repeat that computes more) makes no one wait, and is left out; over repeats
+    per process it was counted, and slowest_wait's formula then overstated the measured wait
+    2.2x on a loaded 2-core machine."""
+    rows = [row for row in compute if len(row) > 1]
+    return statistics.fmean(statistics.variance(row) for row in rows) if rows else math.nan
 
 
 def fixed_cost_of(exchange: list[list[float]], compute: list[list[float]], link_s: float,

@@ -18,7 +18,8 @@ backward, as training does. Each term is named, and shown in the report:
               compression and the copy back), beside plain's (`hook_s_per_byte`).
 
 A step's exchange on this host is then its links' seconds + the fixed costs + the wait (each
-strategy's `communication_seconds` adds the fixed costs; predict.iteration the wait).
+strategy's `communication_seconds` adds the fixed costs; predict.iteration the wait, from
+`variance_s2` in place of single's variance over its iterations alone).
 """
 from __future__ import annotations
 
@@ -56,10 +57,10 @@ class InStepTerms:
         return list(self.buckets) if total and abs(total - grad_bytes) <= 0.01 * grad_bytes else None
 
     @property
-    def added_variance_per_image(self) -> float:
-        """The variance of compute per image that computing beside the other processes adds to
-        computing alone (0 where it adds none)."""
-        return max(0.0, self.variance_s2 - self.alone_variance_s2) / max(1, self.images)
+    def variance_per_image(self) -> float:
+        """The variance of compute per image that sets one process apart from the others, with
+        every process computing at once (images taken as independent, as slowest_wait does)."""
+        return self.variance_s2 / max(1, self.images)
 
     def bucket_cost(self, hook: str, nbytes: float) -> float:
         """Fixed seconds of one all-reduce bucket of `nbytes` through `hook` (none, fp16, bf16;

@@ -99,16 +99,18 @@ def iteration(strategy: StrategyModel, run: Run, *, compute: float, gradient_byt
     """`strategy`'s iteration of `run` (a sweep entry with its workers): `compute` seconds of
     one worker's forward + backward, its variance per image, M = `gradient_bytes`, over
     `network` (None: no links measured, communication NaN). Where commbench measured the
-    exchange inside a step there (`network.in_step`), the variance of compute is single's plus
-    what computing beside the other processes added to it."""
+    exchange inside a step there (`network.in_step`), the variance of compute is the one it
+    measured across the processes computing at once, in place of `variance_per_image`
+    (single's, over its iterations alone): that also holds the slowdowns every process shares
+    at once, which make nobody wait (on a loaded 2-core machine single's put the wait at
+    460 ms where the runs measured 70 ms of communication, the wait included)."""
     backward = compute * BACKWARD_SHARE
     communication = (strategy.communication_seconds(run, gradient_bytes, network, backward)
                      if network else math.nan)
     timed = (strategy.timed_communication_seconds(run, gradient_bytes, network, backward)
              if network else math.nan)
     if network and network.in_step:
-        variance_per_image = (variance_per_image if variance_per_image > 0 else 0.0) \
-            + network.in_step.added_variance_per_image
+        variance_per_image = network.in_step.variance_per_image
     wait = (slowest_wait(run.workers, variance_per_image, images_per_worker)
             if strategy.waits_for_slowest(run) else 0.0)  # none without a measured variance
     return Iteration(compute, data, optimizer, communication, images, wait, timed)

@@ -4,15 +4,20 @@ primitive; time the detector's compute alone and both at once, and FSDP2's on it
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
 import pytest
 import torch
 
+from pipeline.commbench import in_step, shared_compute
 from pipeline.commbench.links import sizes
 from pipeline.config.params import load_resolved
 from pipeline.costmodel import bands
+from pipeline.costmodel import in_step as in_step_fit
+from pipeline.costmodel.network import measured_network
+from pipeline.runtime.record import CommbenchRecord
 
 from .conftest import REPO
 from .test_strategies import PARALLEL
@@ -64,6 +69,25 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     assert found["bands"] == bands.BANDS_TEXT and shared["expected"] >= 1.0
     assert all(len(p["relative_spread"]) == len(p["seconds"]) for p in found["primitives"].values())
     assert shared["alone_spread"] >= 0 and shared["together_spread"] >= 0
+    # the exchange inside a step: every repeat together also exchanged as a step does, in
+    # turn DDP's last bucket after compute, a server's messages after it, DDP's first bucket
+    # during it; the terms fitted from those timings, named (costmodel/in_step.py)
+    terms = shared["in_step"]
+    timings = terms["timings"]
+    assert terms["processes"] == 2 and terms["images"] == 2
+    assert len(timings["compute_s"]) == 5 and all(len(row) == 2 for row in timings["compute_s"])
+    assert timings["patterns"] == (["after_all_reduce", "after_send_recv", "during"] * 2)[:5]
+    model = shared_compute.step_of(cfg["model"], 1, torch.device("cpu")).model
+    assert terms["buckets"] == in_step.ddp_buckets(model) and sum(terms["buckets"]) == sum(
+        p.numel() * 4 for p in model.parameters() if p.requires_grad)
+    assert terms["wait_s"] == pytest.approx(in_step_fit.wait_of(timings["compute_s"]))
+    assert terms["wait_s"] >= 0 and terms["variance_s2"] >= 0 and terms["formula_wait_s"] >= 0
+    assert terms["contention"] > 0 and len(timings["during_s"]) == 2  # one during repeat x 2 ranks
+    assert all(math.isfinite(terms[key]) for key in ("bucket_s", "message_s"))
+    assert set(terms["hook_s_per_byte"]) == {"none", "fp16", "bf16"}
+    assert all(v > 0 for v in terms["hook_s_per_byte"].values())
+    record = CommbenchRecord.from_json(found)  # typed, as the report reads it
+    assert measured_network(record).in_step.buckets == terms["buckets"]
     # FSDP2 on the same detector, as fsdp's wrap shards it: its gathers, reduce-scatters and
     # copies cost on top of the plain step (measured +26-54 ms on 2 idle cores, the tiny
     # detector at 128 px), resharding or not; no other strategy asks to be timed

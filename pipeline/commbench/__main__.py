@@ -1,8 +1,8 @@
 """The commbench stage: what the cost model measures on this machine at N processes, with the
 preset's model. The links (send/recv, all-reduce and broadcast, timed over message sizes and
 fitted: links.py), how much slower the model computes when all N processes compute at once
-(shared_compute.py), and what each strategy that asks for it adds to the model's forward +
-backward (`Strategy.calibrate`: FSDP2).
+(shared_compute.py), what an exchange costs inside such a step (in_step.py), and what each
+strategy that asks for it adds to the model's forward + backward (`Strategy.calibrate`: FSDP2).
 
     python -m pipeline.launch --stage commbench --processes N --config '<stage JSON>' --out FILE
 
@@ -39,6 +39,12 @@ def disturbed_of(primitives: dict, shared: dict | None, calibrations: dict | Non
             if check and check.get("disturbed")]
 
 
+def in_step_line(terms: dict) -> str:
+    return (f"wait for the slower worker {terms['wait_s'] * 1e3:.1f} ms (formula "
+            f"{terms['formula_wait_s'] * 1e3:.1f} ms), contention x{terms['contention']:.2f}, "
+            f"{terms['bucket_s'] * 1e3:.2f} ms per bucket, {terms['message_s'] * 1e3:.2f} ms per message")
+
+
 def main(argv: list[str] | None = None) -> None:
     def body(args):
         cfg = args.cfg
@@ -56,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"shared compute over {member.processes} processes",
                 lambda: links.with_other_load(lambda: shared_compute.measure(
                     cfg["model"], images, repeats, member.device, member.rank, member.processes,
-                    expected), member.device, member.rank),
+                    expected, primitives), member.device, member.rank),
                 bands.shared_verdict,
                 lambda found: {key: found[key] for key in ("alone_s", "together_s", "factor",
                                                            "alone_spread", "together_spread",
@@ -75,6 +81,8 @@ def main(argv: list[str] | None = None) -> None:
                 log.info("forward + backward of %d images: %.1f ms alone, %.1f ms with all %d "
                          "processes at once (x%.3f)", shared["images"], shared["alone_s"] * 1e3,
                          shared["together_s"] * 1e3, member.processes, shared["factor"])
+            if shared and shared.get("in_step"):
+                log.info("inside a step: %s", in_step_line(shared["in_step"]))
             disturbed = disturbed_of(primitives, shared, calibrations)
             for line in disturbed:
                 log.warning("disturbed, kept marked: %s", line)

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from ..costmodel import bands
 from ..detection.model import build_model
+from . import in_step
 from .links import reduced  # over the ranks, on the collective's device
 from .links import seconds_of  # the one timer of everything commbench times
 from .links import with_other_load  # ... and what else loaded the machine meanwhile
@@ -46,16 +47,21 @@ def step_of(model_cfg: dict, images: int, device: torch.device, wrap=None):
     def step() -> None:
         model.zero_grad(set_to_none=True)
         sum(model(batch, targets).values()).backward()
+    step.model = model  # what in_step.py sizes its buckets and messages by
     return step
 
 
 def measure(model_cfg: dict, images: int, repeats: int, device: torch.device, rank: int,
-            processes: int, expected: float = 1.0) -> dict:
+            processes: int, expected: float = 1.0, primitives: dict | None = None) -> dict:
     """{alone_s, together_s, factor, images, repeats, alone_spread, together_spread, expected}:
     the medians (seconds per step), their ratio, the relative spreads of their repeats
     (bands.relative_spread; together's, the largest rank's) and the factor a quiet machine
-    shows (bands.expected_factor), the same on every rank."""
+    shows (bands.expected_factor), the same on every rank. With the links' fits
+    (`primitives`), each repeat together also exchanges as a step does, and `in_step` holds
+    the terms fitted from it (in_step.py)."""
     step = step_of(model_cfg, images, device)
+    exchanges = (in_step.Exchanges(in_step.ddp_buckets(step.model), rank, processes, device)
+                 if primitives and processes > 1 else None)
     for _ in range(WARMUPS):
         step()
     alone = []
@@ -67,11 +73,13 @@ def measure(model_cfg: dict, images: int, repeats: int, device: torch.device, ra
     alone_s, alone_spread = reduced(  # rank 0's, on every rank
         [statistics.median(alone) if rank == 0 else 0.0,
          bands.relative_spread(alone) if rank == 0 else 0.0], device)
-    together_s, together_spread = together_timed(step, repeats, device, processes, warmups=0)
+    together_s, together_spread = together_timed(step, repeats, device, processes, warmups=0,
+                                                 around=exchanges)
     return {"alone_s": alone_s, "together_s": together_s,
             "factor": together_s / alone_s, "images": images, "repeats": repeats,
             "alone_spread": alone_spread, "together_spread": together_spread,
-            "expected": expected}
+            "expected": expected,
+            **({"in_step": exchanges.fitted(primitives, alone, images)} if exchanges else {})}
 
 
 def together(step, repeats: int, device: torch.device, processes: int, warmups: int = WARMUPS) -> float:
@@ -82,14 +90,19 @@ def together(step, repeats: int, device: torch.device, processes: int, warmups: 
 
 
 def together_timed(step, repeats: int, device: torch.device, processes: int,
-                   warmups: int = WARMUPS) -> tuple[float, float]:
-    """`together`'s seconds, and the largest rank's relative spread of its repeats."""
+                   warmups: int = WARMUPS, around: in_step.Exchanges | None = None) -> tuple[float, float]:
+    """`together`'s seconds, and the largest rank's relative spread of its repeats; `around`
+    exchanges during and after each repeat as a step does (untimed here)."""
     for _ in range(warmups):
         step()
     samples = []
-    for _ in range(repeats):
+    for i in range(repeats):
         dist.barrier()
+        if around:
+            around.before(i)
         samples.append(seconds_of(step, device))
+        if around:
+            around.after(i, samples[-1])
     (mean,) = reduced([statistics.median(samples) / processes], device)
     (spread,) = reduced([bands.relative_spread(samples)], device, op=dist.ReduceOp.MAX)
     return mean, spread

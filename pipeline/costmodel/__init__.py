@@ -4,6 +4,9 @@ network, from compute measured elsewhere.
     network.py    links (latency, bandwidth) and their fit, flows, the network that places a
                   job's processes and times a phase by its busiest link (one host's, as a
                   commbench JSON measured it, or a cluster's)
+    in_step.py    the exchange inside a step: the wait for the slower worker, contention with
+                  compute, the fixed costs per bucket and per message, fitted from commbench's
+                  timings of a step's exchanges
     predict.py    a predicted iteration of one strategy (passed in: its spec), the wait for
                   the slowest worker, a predicted point on a cluster, where a strategy saturates
     clusters.py   the hypothetical clusters of report.predict or a user's cluster file (checked),

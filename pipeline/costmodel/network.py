@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..runtime.record import CommbenchRecord
+from .in_step import InStepTerms
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,8 @@ class Network:
     broadcast: Link | None = None  # one broadcast collective's own fit, where timed
     calibrations: dict[str, dict] | None = None  # strategy -> what commbench timed of it on
     # the run's model (Strategy.calibrate: FSDP2's cost), where timed
+    in_step: InStepTerms | None = None  # what an exchange inside a step adds (in_step.py):
+    # where measured, each message on it costs `message_s` more than its link's back to back
 
     def node(self, end: Endpoint):
         kind, index = end
@@ -107,6 +110,7 @@ class Network:
     def _ports(self, flows: list[Flow]) -> dict[tuple, list[float]]:
         """(link, direction) -> [bytes, seconds] that the flows put on it."""
         ports: dict[tuple, list[float]] = {}
+        fixed = self.in_step.message_s if self.in_step else 0.0
         for flow in flows:
             here, there = self.node(flow.src), self.node(flow.dst)
             if here == there:
@@ -116,7 +120,7 @@ class Network:
             for port in ((out, "out"), (into, "in")):
                 load = ports.setdefault(port, [0.0, 0.0])
                 load[0] += flow.nbytes
-                load[1] += link.seconds(flow.nbytes, flow.messages)
+                load[1] += link.seconds(flow.nbytes, flow.messages) + fixed * flow.messages
         return ports
 
     def loads(self, flows: list[Flow]) -> dict[tuple, float]:
@@ -133,11 +137,13 @@ class Network:
 
 def measured_network(commbench: CommbenchRecord | None) -> Network | None:
     """This host's network as one commbench JSON measured it (None without one): each
-    process's point-to-point link, all-reduce and broadcast where timed, and what it timed of
-    strategies on the model (`calibrations`)."""
+    process's point-to-point link, all-reduce and broadcast where timed, what it timed of
+    strategies on the model (`calibrations`) and of an exchange inside a step (`in_step`)."""
     if not commbench:
         return None
     links = {name: Link(p.alpha_s, p.beta_s_per_byte) for name, p in commbench.primitives.items()}
+    measured = commbench.shared_compute.in_step if commbench.shared_compute else None
     return Network(intra=links["send_recv"], all_reduce=links.get("all_reduce"),
                    broadcast=links.get("broadcast"),
-                   calibrations=commbench.calibrations.strategies if commbench.calibrations else None)
+                   calibrations=commbench.calibrations.strategies if commbench.calibrations else None,
+                   in_step=InStepTerms.of(measured) if measured else None)

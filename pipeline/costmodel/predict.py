@@ -34,6 +34,9 @@ class StrategyModel(Protocol):
     def communication_seconds(self, run: Run, grad_bytes: float, network: Network,
                               backward: float) -> float: ...
 
+    def timed_communication_seconds(self, run: Run, grad_bytes: float, network: Network,
+                                    backward: float) -> float: ...
+
     def waits_for_slowest(self, run: Run) -> bool: ...
 
     def memory_theory(self, run: Run, grad_bytes: float) -> dict[str, float]: ...
@@ -51,6 +54,14 @@ class Iteration:
     communication: float    # exposed communication: what overlap with backward leaves
     images: int             # images per iteration over all workers
     wait: float = 0.0       # for the slowest worker, past the mean one's compute
+    timed_communication: float = math.nan  # what of `communication` a run's time split counts
+
+    @property
+    def in_step_communication(self) -> float:
+        """What a run measures as communication (Strategy.communication_timed): the exchange,
+        and the wait for the slowest worker that it holds, in a strategy that waits (a run's
+        exchange cannot end before the last worker's compute)."""
+        return self.timed_communication + self.wait
 
     @property
     def seconds(self) -> float:
@@ -87,13 +98,22 @@ def iteration(strategy: StrategyModel, run: Run, *, compute: float, gradient_byt
               images: int, data: float = 0.0, optimizer: float = 0.0) -> Iteration:
     """`strategy`'s iteration of `run` (a sweep entry with its workers): `compute` seconds of
     one worker's forward + backward, its variance per image, M = `gradient_bytes`, over
-    `network` (None: no links measured, communication NaN)."""
-    communication = (strategy.communication_seconds(run, gradient_bytes, network,
-                                                    compute * BACKWARD_SHARE)
+    `network` (None: no links measured, communication NaN). Where commbench measured the
+    exchange inside a step there (`network.in_step`), the variance of compute is the one it
+    measured across the processes computing at once, in place of `variance_per_image`
+    (single's, over its iterations alone): that also holds the slowdowns every process shares
+    at once, which make nobody wait (on a loaded 2-core machine single's put the wait at
+    460 ms where the runs measured 70 ms of communication, the wait included)."""
+    backward = compute * BACKWARD_SHARE
+    communication = (strategy.communication_seconds(run, gradient_bytes, network, backward)
                      if network else math.nan)
+    timed = (strategy.timed_communication_seconds(run, gradient_bytes, network, backward)
+             if network else math.nan)
+    if network and network.in_step:
+        variance_per_image = network.in_step.variance_per_image
     wait = (slowest_wait(run.workers, variance_per_image, images_per_worker)
             if strategy.waits_for_slowest(run) else 0.0)  # none without a measured variance
-    return Iteration(compute, data, optimizer, communication, images, wait)
+    return Iteration(compute, data, optimizer, communication, images, wait, timed)
 
 
 def predict_point(strategy: StrategyModel, run: Run, compute: Compute, per_gpu: int,

@@ -230,8 +230,8 @@ def _status(check: Check | None) -> tuple[str, str]:
 
 def commbench_inputs(commbench: dict[int, CommbenchRecord]) -> list[Input]:
     """Every input the cost model takes from the commbench JSONs (process count -> JSON):
-    each link's fit, the shared-compute factor and each strategy timed on the model, with
-    its check's verdict."""
+    each link's fit, the shared-compute factor (and the in-step terms timed in its repeats,
+    under its check) and each strategy timed on the model, with its check's verdict."""
     found = []
     for n, bench in sorted(commbench.items()):
         for name, prim in bench.primitives.items():
@@ -241,6 +241,11 @@ def commbench_inputs(commbench: dict[int, CommbenchRecord]) -> list[Input]:
         if bench.shared_compute:
             found.append(Input(n, "shared-compute factor", f"x{bench.shared_compute.factor:.3f}",
                                *_status(bench.shared_compute.check)))
+            if (terms := bench.shared_compute.in_step) is not None:  # timed in the same repeats
+                found.append(Input(n, "in-step terms", f"wait {terms.wait_s * 1e3:.1f} ms, "
+                                   f"{terms.bucket_s * 1e3:.2f} ms a bucket, "
+                                   f"{terms.message_s * 1e3:.2f} ms a message",
+                                   *_status(bench.shared_compute.check)))
         calibrations = bench.calibrations
         for name, timings in (calibrations.strategies if calibrations else {}).items():
             value = ", ".join(f"{key.removesuffix('_s')} {seconds * 1e3:.1f} ms"

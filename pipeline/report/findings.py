@@ -78,7 +78,9 @@ def communication_definition() -> str:
     inside = [cls.label for cls in REGISTERED if cls.communication_timed is None]
     within = (f"; {' and '.join(inside)} exchange inside the forward and backward passes, so their "
               "communication counts as compute and none is timed apart" if inside else "")
-    return f"communication = the strategy's own exchange ({timed}){within}"
+    return (f"communication = the strategy's own exchange ({timed}){within}; in a synchronous "
+            "strategy it includes the wait for the slower worker, as its exchange cannot end "
+            "before the last worker's compute does")
 
 
 def memory_sentences() -> str:

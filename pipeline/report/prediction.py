@@ -52,7 +52,9 @@ ASSUMPTIONS = (
 COLUMNS = ["run_id", "entry", "strategy", "workers", "processes", "compute_input",
            "shared_compute_factor", "measured_images_per_second",
            "predicted_images_per_second", "ratio", "measured_communication_s",
-           "predicted_communication_s", "flag"]
+           "predicted_communication_s", "predicted_in_step_communication_s",
+           "communication_ratio", "flag"]
+COMMUNICATION_BOUND = 1.5  # predicted in-step communication within this factor of the measured
 
 
 def single_inputs(runs: list[RunDir]) -> list[dict]:
@@ -184,13 +186,64 @@ def prediction_frame(runs: list[RunDir], commbench: dict[int, CommbenchRecord]) 
                      "measured_images_per_second": measured,
                      "predicted_images_per_second": predicted.images_per_second, "ratio": ratio,
                      "measured_communication_s": measured_communication(s),
-                     "predicted_communication_s": predicted.communication, "flag": flag})
+                     "predicted_communication_s": predicted.communication,
+                     **in_step_columns(predicted, measured_communication(s)), "flag": flag})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def in_step_columns(predicted: Iteration, measured: float) -> dict:
+    """The predicted in-step communication, like for like with what the run measured as
+    communication (the exchange its time split counts, and the wait for the slowest worker it
+    holds), and predicted over measured (NaN where either is missing)."""
+    in_step = predicted.in_step_communication
+    return {"predicted_in_step_communication_s": in_step,
+            "communication_ratio": in_step / measured if measured and measured > 0 else math.nan}
+
+
+def communication_within(frame: pd.DataFrame) -> tuple[int, int]:
+    """(within COMMUNICATION_BOUND, judged): the runs whose predicted in-step communication is
+    within the factor of the measured, of those with both."""
+    ratios = frame["communication_ratio"].dropna()
+    return (int(((ratios <= COMMUNICATION_BOUND) & (ratios >= 1 / COMMUNICATION_BOUND)).sum()),
+            len(ratios))
 
 
 DECIMALS = {"shared_compute_factor": 3, "measured_images_per_second": 2,
             "predicted_images_per_second": 2, "ratio": 3, "measured_communication_s": 4,
-            "predicted_communication_s": 4}
+            "predicted_communication_s": 4, "predicted_in_step_communication_s": 4,
+            "communication_ratio": 3}
+
+IN_STEP_TEXT = (
+    "A run measures as communication what its strategy's time split counts (below, per "
+    "strategy); in a synchronous strategy that includes the wait for the slower worker, since "
+    "the exchange cannot end before the last worker's compute. So the predicted in-step "
+    "communication beside it is the exchange the run times (for zero: the all-reduce, its "
+    "broadcast counting as optimizer), predicted over the links plus the fixed costs below, "
+    "plus the predicted wait for the slowest worker (prediction).")
+
+
+def in_step_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:
+    """One sentence per process count where commbench timed the exchange inside a step: each
+    term, as measured on this machine."""
+    rows = []
+    for n, found in sorted(commbench.items()):
+        terms = found.shared_compute.in_step if found.shared_compute else None
+        if terms is None:
+            continue
+        hooks = ", ".join(f"{hook} {seconds * 1e9:.2f} ns" for hook, seconds in terms.hook_s_per_byte.items())
+        rows.append(
+            f"{n} processes, each computing the model's forward + backward of {terms.images} "
+            f"images: the wait for the slower worker {terms.wait_s * 1e3:.1f} ms measured "
+            f"(slowest_wait's formula from the variance of compute with every process at once: "
+            f"{(terms.formula_wait_s or math.nan) * 1e3:.1f} ms; that variance "
+            f"{terms.variance_s2 * 1e6:.0f} ms², alone {terms.alone_variance_s2 * 1e6:.0f} ms²); "
+            f"contention of a bucket's all-reduce with compute x{terms.contention:.2f} its "
+            f"back-to-back time; a fixed cost of {terms.bucket_s * 1e3:.2f} ms per DDP bucket "
+            f"(the plain hook's work included; DDP's buckets of the model: "
+            f"{' + '.join(f'{b / 2**20:.2f}' for b in terms.buckets)} MiB) and "
+            f"{terms.message_s * 1e3:.2f} ms per point-to-point message; the hooks' own work per "
+            f"byte of a bucket: {hooks}")
+    return rows
 
 
 def link_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:
@@ -219,6 +272,8 @@ def section(shown: pd.DataFrame, frame: pd.DataFrame, commbench: dict[int, Commb
               f"{row.measured_images_per_second:.1f} measured (x{row.ratio:.2f}): {row.flag}"
               for row in frame.itertuples() if row.flag]
     within = int((frame["flag"] == "").sum())
+    close, judged_communication = communication_within(frame)
+    terms = in_step_rows(commbench)
     judged = verdict(commbench) if commbench else ""
     caveat = (" Not all of the model's inputs were trusted (above): read this count with care."
               if any(i.status != "trusted" for i in commbench_inputs(commbench)) else "")
@@ -228,6 +283,12 @@ def section(shown: pd.DataFrame, frame: pd.DataFrame, commbench: dict[int, Commb
         + ("; ".join(link_rows(commbench)) if commbench else "none measured (no run of more than "
                                                              "one process on one node)") + ".",
         *([f"The model's verdict on these inputs: {judged}"] if judged else []),
+        IN_STEP_TEXT + " The terms inside a step, as the commbench stage measured them on this "
+        "machine: " + ("; ".join(terms) if terms else "not measured (a commbench JSON from before "
+                                                       "they were; rerun the commbench stage)") + ".",
+        f"{close} of {judged_communication} multi-process runs with a timed communication have "
+        f"their predicted in-step communication within {COMMUNICATION_BOUND:g}x of the measured "
+        "(communication_ratio: predicted over measured).",
         f"{within} of {len(frame)} multi-process runs are within {BOUND:.0%} of the model.{caveat} "
         "Predictions are the model's, not measurements. Also prediction.csv and the prediction "
         "figure."], "table": shown, "bullets": misses or ["No run missed the bound."]}

@@ -119,7 +119,9 @@ HEADERS = {
     "measured_images_per_second": "measured images/s",
     "predicted_images_per_second": "predicted images/s", "ratio": "predicted / measured",
     "measured_communication_s": "measured comm. (s)",
-    "predicted_communication_s": "predicted comm. (s)", "flag": "flag",
+    "predicted_communication_s": "predicted comm. (s)",
+    "predicted_in_step_communication_s": "predicted in-step comm. (s)",
+    "communication_ratio": "in-step comm. predicted / measured", "flag": "flag",
     "data_mode": "data mode", "images_per_second sd": "images/s sd",
 }
 

@@ -467,8 +467,31 @@ class LinkFit(OpenRecord):
 
 
 @dataclass(frozen=True)
+class InStep(OpenRecord):
+    """The exchange inside a step (pipeline/commbench/in_step.py, fitted by
+    pipeline/costmodel/in_step.py): the wait for the slower worker (measured, and what
+    slowest_wait's formula makes of `variance_s2`), contention with compute, the fixed cost per
+    DDP bucket and per point-to-point message, each hook's own work per byte; DDP's `buckets`
+    of the model. Its timings are kept as other keys."""
+
+    processes: int
+    images: int
+    wait_s: float
+    variance_s2: float
+    alone_variance_s2: float
+    contention: float
+    bucket_s: float
+    message_s: float
+    bucket_bytes: float
+    buckets: list[float] = field(default_factory=list)
+    hook_s_per_byte: dict[str, float] = field(default_factory=dict)
+    formula_wait_s: float | None = None
+
+
+@dataclass(frozen=True)
 class SharedCompute(OpenRecord):
-    """Forward + backward of `images` alone and with every process at once: `factor` slower."""
+    """Forward + backward of `images` alone and with every process at once: `factor` slower;
+    `in_step`, what an exchange costs inside such a step (None: before it was measured)."""
 
     factor: float
     expected: float = 1.0  # a quiet machine's factor (before it was recorded: 1)
@@ -476,6 +499,7 @@ class SharedCompute(OpenRecord):
     alone_s: float | None = None
     together_s: float | None = None
     check: Check | None = None
+    in_step: InStep | None = field(default=None, metadata=OPTIONAL)
 
     @property
     def disturbed(self) -> bool:

@@ -173,6 +173,14 @@ class Strategy:
         phases = cls.phases(run, grad_bytes)
         return math.nan if phases is None else sum(network.seconds(phase) for phase in phases)
 
+    @classmethod
+    def timed_communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
+                                    backward: float) -> float:
+        """The part of `communication_seconds` that a run's time split counts as communication
+        (`communication_timed`): the cost model's like for like with what a run measures. By
+        default all of it."""
+        return cls.communication_seconds(run, grad_bytes, network, backward)
+
     # ---- memory: what each process holds ----------------------------------------------------
     @classmethod
     def memory_theory(cls, run: Run, grad_bytes: float) -> dict[str, float]:

@@ -135,16 +135,29 @@ def all_reduce_seconds(workers: int, grad_bytes: float, hook: str, network: Netw
     """Each bucket is one all-reduce: timed as such where commbench measured all-reduce at
     this process count, else as the ring over the network's links. Buckets start as
     backward fills them, so all but the last overlap it: what stays exposed is the last
-    bucket, or the excess of all over the backward."""
+    bucket, or the excess of all over the backward. Where commbench timed the exchange inside
+    a step on this model (`network.in_step`), DDP's own buckets as it found them, each with its
+    fixed cost and hook's work, the ones overlapping backward slowed by the contention."""
     if workers < 2:
         return 0.0
-    buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
+    in_step = network.in_step
+    sizes = in_step.buckets_of(grad_bytes) if in_step else None
+    if sizes is None:
+        buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
+        per_bucket = bucket_seconds(workers, grad_bytes / buckets, hook, network)
+        return max(per_bucket, buckets * per_bucket - backward)
+    times = [bucket_seconds(workers, size, hook, network) for size in sizes]
+    fixed = [in_step.bucket_cost(hook, size) for size in sizes]
+    overlapped = sum(t * in_step.contention + f for t, f in zip(times[:-1], fixed[:-1]))
+    return times[-1] + fixed[-1] + max(0.0, overlapped - backward)
+
+
+def bucket_seconds(workers: int, nbytes: float, hook: str, network: Network) -> float:
+    """One bucket's all-reduce back to back: commbench's all-reduce fit where measured, else
+    the ring over the links."""
     if network.all_reduce is not None:
-        payload = grad_bytes * WIRE_BYTES.get(hook, 4) / 4
-        per_bucket = network.all_reduce.seconds(payload / buckets)
-    else:
-        per_bucket = network.seconds(ring_all_reduce(workers, grad_bytes / buckets, hook)[0])
-    return max(per_bucket, buckets * per_bucket - backward)
+        return network.all_reduce.seconds(nbytes * WIRE_BYTES.get(hook, 4) / 4)
+    return network.seconds(ring_all_reduce(workers, nbytes, hook)[0])
 
 
 class DDP(TorchrunStrategy):

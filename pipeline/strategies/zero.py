@@ -87,6 +87,13 @@ class Zero(TorchrunStrategy):
         return overlapped + network.seconds(cls.phases(run, grad_bytes)[-1])
 
     @classmethod
+    def timed_communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
+                                    backward: float) -> float:
+        """DDP's all-reduce only: the broadcast's seconds count as the optimizer's in a run
+        (`communication_timed`)."""
+        return all_reduce_seconds(run.workers, grad_bytes, PLAIN, network, backward)
+
+    @classmethod
     def memory_theory(cls, run: Run, grad_bytes: float) -> dict[str, float]:
         n = run.workers
         return {"parameters": grad_bytes, "gradients": grad_bytes, "optimizer": grad_bytes / n}

@@ -130,6 +130,13 @@ def test_workflow_runs_end_to_end(finished_demo, workdir):
     assert "2 processes, fsdp timed on the model (forward + backward of 4 images" in report_md  # FSDP2's cost
     assert "2 processes, broadcast over gloo: latency" in report_md  # ZeRO-1's bucket a rank
     assert "2 processes computing at once: forward + backward of 4 images" in report_md
+    # the exchange inside a step, timed in the same repeats: its terms in the report, and the
+    # predicted in-step communication beside every timed one, with their ratio
+    assert shared["in_step"]["wait_s"] >= 0 and sum(shared["in_step"]["buckets"]) > 0
+    assert "the wait for the slower worker" in report_md and "ms per DDP bucket" in report_md
+    timed = [row for row in predicted.values() if row["measured_communication_s"]]
+    assert timed and all(float(row["communication_ratio"]) > 0 for row in timed)
+    assert f"of {len(timed)} multi-process runs with a timed communication" in report_md
     report = workdir / "results" / "report" / "demo"
     # Past this machine: every strategy's predicted curve on every cluster of params, and the
     # figure that draws them beside these real runs; labelled as predictions

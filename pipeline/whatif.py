@@ -10,7 +10,9 @@ compute and M, the gradient bytes, come from a finished preset's baseline `singl
 the report reads it (a GPU run where there is one), or are given. Each strategy's curve is the
 report's (report/clusters.py `prediction_points`, the same function), so this command and the
 report's predicted_scaling_points.csv agree on the same cluster. The uncertainty band is the
-model's record on that preset's multi-process runs (costmodel/ranking.py). It imports the
+model's record on that preset's multi-process runs (costmodel/ranking.py); like the compute, it is
+fitted without the preset's held-out entries (params.yaml's `held_out: true`: report/holdout.py),
+which the report predicts out of sample instead. It imports the
 strategies' specs, the cost model and the report's loaders, never torch: it runs in seconds on
 any machine.
 """
@@ -23,14 +25,16 @@ from pathlib import Path
 import pandas as pd
 
 from .config import cli, stages
-from .config.params import load_resolved
+from .config.params import load, load_resolved
 from .costmodel.clusters import EXAMPLE, Cluster, Compute, read_cluster
 from .costmodel.ranking import Band, ranking
 from .report.clusters import COLUMNS, prediction_points
+from .report.holdout import fitted, modelled
 from .report.load import RunDir, load_run
 from .report.prediction import BOUND, prediction_frame, single_inputs
 from .runtime.files import atomic_path
 from .runtime.record import CommbenchRecord
+from .strategies import sweep
 
 LABEL = "PREDICTION (cost model, not measured)"
 CSV_COLUMNS = ["label", *COLUMNS, "predicted_images_per_second_low",
@@ -83,9 +87,18 @@ def finished_runs(results: Path, preset: str) -> tuple[list[RunDir], dict[int, C
     return runs, links
 
 
+def held_out_entries(params: Path, preset: str) -> tuple[str, ...]:
+    """The held-out entries of `preset` in params.yaml (none where it is not one of its presets:
+    a results folder from elsewhere)."""
+    if preset not in (load(params).get("presets") or {}):
+        return ()
+    return tuple(sweep.held_out(load_resolved(params, preset), str(params)))
+
+
 def preset_compute(runs: list[RunDir], preset: str, where: Path) -> Compute:
     """The first baseline `single` run on a GPU, as the report's predicted scaling takes it
-    (report/clusters.py gpu_compute); without one, the first on the CPU, said in its source."""
+    (report/clusters.py gpu_compute); without one, the first on the CPU, said in its source.
+    `runs`: the fitted ones (no held-out entry's)."""
     singles = [s for s in single_inputs(runs) if s["baseline"]]
     on_gpu = [s for s in singles if s["device"].startswith("cuda")]
     if not singles:
@@ -112,15 +125,19 @@ def inputs(args: argparse.Namespace, predict: dict, preset: str) -> tuple[Comput
     if args.results is None and given[0] is None:
         raise WhatIfError("no compute to predict from: give --from RESULTS (a finished preset) or "
                           "--gpu-seconds-per-image and --gradient-bytes")
-    runs, links, where = [], {}, None
+    runs, links, where, held = [], {}, None, ()
     if args.results is not None:
         runs, links = finished_runs(args.results, preset)
         where = args.results / "runs" / preset
+        found = {run.entry for run in runs}
+        held = tuple(entry for entry in held_out_entries(args.params, preset) if entry in found)
     compute = (Compute(given[0], given[1], "given on the command line") if given[0] is not None
-               else preset_compute(runs, preset, where))
-    frame = prediction_frame(runs, links) if runs else pd.DataFrame(columns=["ratio", "flag"])
-    modelled = frame[(frame["flag"] == "") | frame["flag"].str.startswith("missed")]
-    return compute, Band.of(list(modelled["ratio"]), BOUND, str(where) if where else "--from not given")
+               else preset_compute([run for run in runs if run.entry not in held], preset, where))
+    frame = (fitted(prediction_frame(runs, links, held), held) if runs
+             else pd.DataFrame(columns=["ratio", "flag"]))
+    source = (f"{where}" + (f", its held-out {', '.join(held)} left out" if held else "")
+              if where else "--from not given")
+    return compute, Band.of(list(frame[modelled(frame)]["ratio"]), BOUND, source)
 
 
 def predicted_frame(points: pd.DataFrame, band: Band) -> pd.DataFrame:

@@ -32,6 +32,9 @@ rule report:
         preset=PRESET,
         runs=expand(RUN_DIR, run=RUNS),
         commbench=lambda wildcards, input: " ".join(f"--commbench {f}" for f in input.commbench),
+        # the entries the cost model is fitted without, then predicts (`held_out: true`): a
+        # param, so toggling one reruns the report and no training
+        held_out=" ".join(f"--held-out {entry}" for entry in sweep.held_out(CFG)),
         # the run directories of the summaries compute_runs found (rules/common.smk)
         compute_runs=lambda wildcards, input: " ".join(
             f"--compute-run {os.path.dirname(f)}" for f in input.compute_runs),
@@ -49,7 +52,7 @@ rule report:
     shell:
         "{params.python} -m pipeline.report --report-config {params.report:q} --preset {params.preset}"
         " --summary {output.summary} --equivalence {input.equivalence} --out-dir {params.out}"
-        " {params.commbench} {params.compute_runs} {params.runs} > {log} 2>&1"
+        " {params.commbench} {params.compute_runs} {params.held_out} {params.runs} > {log} 2>&1"
 
 
 rule paper:

@@ -276,3 +276,6 @@ def test_the_workflow_plans_every_rule_and_the_other_presets_compute_runs(tmp_pa
         assert f"{run}/train_summary.json" in report.split("Shell command", 1)[0]  # an input
         assert f"--compute-run {run} " in report
     assert f"--compute-run results/runs/{other}/ddp" not in report
+    # the entries the cost model is fitted without, then predicts (pipeline/report/holdout.py)
+    held = sweep.held_out(cfg)
+    assert held and " ".join(f"--held-out {entry}" for entry in held) in report

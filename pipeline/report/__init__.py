@@ -7,6 +7,8 @@ Data flow, one module per step:
                 every table's Table (frame, decimals) written as .csv, .md and .tex
     noise.py    entries compared pair by pair: beyond the noise or within it
     prediction.py, clusters.py  the cost model against the measured runs, and past this machine
+    holdout.py  the cost model out of sample: the sweep's held-out entries, fitted without and
+                then predicted, apart from the fitted runs; its goal, met or missed, in the answer
     disturbance.py  noise like with like: each entry's seeds (a noisy machine, outlier runs
                 named), the one-process strategies' overheads over single, commbench inputs
                 outside their bands -> the report's measurement check, \\MachineNoise in

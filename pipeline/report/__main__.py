@@ -2,7 +2,7 @@
 
     python -m pipeline.report --report-config '<report section JSON>' --preset NAME \\
         --summary results/summary/demo.csv --out-dir results/report/demo [--equivalence FILE] \\
-        [--commbench FILE]... [--compute-run DIR]... RUN_DIR [RUN_DIR ...]
+        [--commbench FILE]... [--compute-run DIR]... [--held-out ENTRY]... RUN_DIR [RUN_DIR ...]
 """
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument("--compute-run", action="append", default=[], metavar="DIR",
                             help="a run directory of report.predict's compute preset, where that "
                                  "is another preset (its single-GPU time feeds the predicted scaling)")
+        parser.add_argument("--held-out", action="append", default=[], metavar="ENTRY",
+                            help="a held-out sweep entry's id (held_out: true): the cost model is "
+                                 "fitted without its runs, then predicts them; once per entry")
         parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
 
     def body(args):
@@ -33,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError(f"--report-config is not valid JSON ({err.msg}); pass the report "
                              "section of params.yaml as JSON") from None
         build_report(args.run_dirs, report_cfg, args.preset, args.summary, args.out_dir,
-                     args.equivalence, args.commbench, args.compute_run)
+                     args.equivalence, args.commbench, args.compute_run, args.held_out)
 
     cli.run_stage("Summary table, paper tables, figures and reports of all runs (see the docstring "
                   "of pipeline/report/__init__.py).", body, arguments=arguments,

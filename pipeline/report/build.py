@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..runtime.files import atomic_path, write_text
 from ..runtime.record import CommbenchRecord, EquivalenceRecord
-from . import causes, clusters, prediction
+from . import causes, clusters, holdout, prediction
 from .data import ReportData
 from .disturbance import measurement_check
 from .figures import FIGURES, write_figures
@@ -86,12 +86,14 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
                 links: dict[int, CommbenchRecord] | None = None,
                 equivalence: EquivalenceRecord | None = None,
                 compute_runs: list[RunDir] | None = None,
-                accuracy_cause: CauseFinding | None = None) -> ReportData:
+                accuracy_cause: CauseFinding | None = None,
+                held_out: tuple[str, ...] = ()) -> ReportData:
     """Every frame, table, check and conclusion of the report, from the runs read, the
     commbench stage's records (process count -> record), the one-step check, the runs of
-    report.predict's compute preset (None: `runs`, the same preset) and the accuracy gap's
+    report.predict's compute preset (None: `runs`, the same preset), the accuracy gap's
     tested cause (None: the accuracy ablation's, where the sweep ran it; else the verdict words
-    its causes as hypotheses)."""
+    its causes as hypotheses) and the sweep's held-out entries (the cost model is fitted
+    without them, then predicts them: holdout.py)."""
     links = links or {}
     every_run = runs
     runs, ablated = causes.split_by_norm(runs)  # the ablation's runs: their own section only
@@ -101,9 +103,12 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
     dataset = dataset_of(runs)
     table1 = comparison_table(summary, published, AP_TABLE, preset, dataset)
     scaling, data_modes = scaling_frame(summary), data_mode_table(summary)
-    predicted = prediction.prediction_frame(runs, links)
+    every_prediction = prediction.prediction_frame(runs, links, held_out)
+    predicted = holdout.fitted(every_prediction, held_out)
+    out_of_sample = holdout.HeldOut.of(every_prediction, runs, held_out)
     predict = report_cfg["predict"]
-    compute = clusters.gpu_compute(predict, runs if compute_runs is None else compute_runs)
+    fitted_runs = [run for run in runs if run.entry not in held_out]
+    compute = clusters.gpu_compute(predict, fitted_runs if compute_runs is None else compute_runs)
     points = clusters.prediction_points(predict, compute)
     compact = clusters.compact_table(points)
     compared = comparisons(summary, COMPARED)
@@ -115,7 +120,9 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
         "scaling": Table(scaling, SCALING_DECIMALS),
         "time_to_accuracy": Table(time_to_accuracy_table(summary), TIME_TO_ACCURACY_DECIMALS),
         "data_modes": Table(data_modes, DATA_MODE_DECIMALS),
-        "prediction": Table(predicted, prediction.DECIMALS, hide=("entry",)),  # the run id says it
+        # the run id says the entry; the CSV holds the held-out runs too, marked
+        "prediction": Table(predicted, prediction.DECIMALS, hide=("entry",),
+                            csv=holdout.marked(every_prediction, held_out).round(prediction.DECIMALS)),
         "predicted_scaling": Table(compact, {
             c: 1 if c.endswith("(predicted images/s)") else 0 for c in compact.columns
             if c.endswith(("(predicted images/s)", "(predicted MiB per GPU)"))}),
@@ -128,7 +135,7 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
     return ReportData(
         runs=runs, summary=summary, preset=preset, dataset=dataset, published=published,
         table1=table1, scaling=scaling, data_modes=data_modes, compared=compared,
-        prediction=predicted, cluster_points=points, tables=tables, links=links,
+        prediction=predicted, held_out=out_of_sample, cluster_points=points, tables=tables, links=links,
         equivalence=equivalence, predict=predict, compute=compute,
         # Each entry's seeds and their outliers, the one-process strategies' overheads,
         # commbench inputs outside their bands (pipeline/report/disturbance.py)
@@ -137,16 +144,18 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
         verdict=verdict(VerdictInput(summary, compared, checked,
                                      accuracy_cause or causes.finding(tested))),
         # The answer (findings.answer): the paper's and the report's first words
-        answer=answer(summary, compared, predicted, equivalence, dataset, inference_seconds(runs)),
+        answer=answer(summary, compared, predicted, equivalence, dataset, inference_seconds(runs),
+                      out_of_sample.sentence()),
         ablated=ablated, causes=tested,
         figure_ext="png" if "png" in formats else formats[0])
 
 
 def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
-                 equivalence=None, commbench=(), compute_runs=()) -> pd.DataFrame:
+                 equivalence=None, commbench=(), compute_runs=(), held_out=()) -> pd.DataFrame:
     """Read every run directory (and the commbench stage's files, the one-step check's, and
     the run directories of report.predict's compute preset when that is another preset), write
-    summary.csv and the whole report; return the summary."""
+    summary.csv and the whole report; return the summary. `held_out`: the sweep's held-out
+    entry ids."""
     out_dir = Path(out_dir)
     runs = [load_run(d) for d in run_dirs]
     links = {found.processes: found for found in map(CommbenchRecord.read, commbench)}
@@ -154,7 +163,8 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
              if equivalence else None)
     same_preset = report_cfg["predict"]["compute"]["preset"] == preset
     data = report_data(runs, report_cfg, preset, links, steps,
-                       None if same_preset else [load_run(d) for d in compute_runs])
+                       None if same_preset else [load_run(d) for d in compute_runs],
+                       held_out=tuple(held_out))
 
     with atomic_path(summary_path) as tmp:
         data.summary.to_csv(tmp, index=False)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # each of these imports the report's modules that import this
     from .clusters import Compute
     from .disturbance import MeasurementCheck
     from .findings import Answer
+    from .holdout import HeldOut
     from .verdict import Verdict
 
 
@@ -37,7 +38,8 @@ class ReportData:
     scaling: pd.DataFrame | None = None
     data_modes: pd.DataFrame | None = None
     compared: pd.DataFrame | None = None  # noise.comparisons: every pair of entries, every metric
-    prediction: pd.DataFrame | None = None  # the cost model's images/s beside the measured
+    prediction: pd.DataFrame | None = None  # the cost model's images/s beside the measured (fitted runs)
+    held_out: HeldOut | None = None  # the cost model's predictions of the held-out entries
     cluster_points: pd.DataFrame | None = None  # predicted scaling on hypothetical clusters
     tables: dict[str, Table] = field(default_factory=dict)  # every table written, by file name
     links: dict[int, CommbenchRecord] = field(default_factory=dict)  # process count -> commbench

@@ -376,9 +376,13 @@ def draw_data_modes(ax, data: ReportData) -> None:
 
 
 @figure("prediction", "Prediction (cost model) against measurement: images/s of every "
-                      "multi-process run; the line is equality, the band ±20 %")
+                      "multi-process run, the held-out ones (the model fitted without them) "
+                      "marked; the line is equality, the band ±20 %")
 def draw_prediction(ax, data: ReportData) -> None:
-    frame = data.prediction.dropna(subset=["predicted_images_per_second"])
+    frame = data.prediction
+    if data.held_out is not None and len(data.held_out.rows):
+        frame = pd.concat([frame, data.held_out.rows.assign(flag="held out")], ignore_index=True)
+    frame = frame.dropna(subset=["predicted_images_per_second"])
     if frame.empty:
         return _no_runs(ax, "no multi-process run with a commbench measurement")
     _seaborn().scatterplot(frame.assign(flag=frame["flag"].replace("", "within 20%")),

@@ -636,11 +636,13 @@ class Answer:
     abstract: str
     conclusion: str
     scope: str
+    out_of_sample: str = ""    # the cost model on the held-out entries (holdout.py); '' if none
 
     def section(self) -> Section:
         """The report's long-form answer, right under the verdict (verdict.py)."""
-        return Section("The answer in full: rankings, intervals and entries", [self.counts_sentence, *self.throughput, *self.accuracy,
-                                      self.not_run, self.time_sentence, self.scope])
+        return Section("The answer in full: rankings, intervals and entries", [
+            self.counts_sentence, *self.throughput, *filter(None, [self.out_of_sample]),
+            *self.accuracy, self.not_run, self.time_sentence, self.scope])
 
     def macros(self) -> str:
         paragraphs = {"AnswerCounts": [self.counts_sentence], "AnswerTime": [self.time_sentence],
@@ -702,10 +704,12 @@ def scope_sentence(dataset: str) -> str:
 
 def answer(summary: pd.DataFrame, compared: pd.DataFrame, predicted: pd.DataFrame | None = None,
            equivalence: EquivalenceRecord | None = None, dataset: str = "unknown",
-           inference: dict[str, float] | None = None) -> Answer:
+           inference: dict[str, float] | None = None, out_of_sample: str = "") -> Answer:
     """The answer from the results: `summary` (load.summary_frame, every run), `compared`
-    (noise.comparisons), `predicted` (prediction.prediction_frame), `equivalence` (the
-    one-step check's record), `inference` (run id -> its final evaluation's seconds)."""
+    (noise.comparisons), `predicted` (prediction.prediction_frame: the runs the model was fitted
+    beside), `equivalence` (the one-step check's record), `inference` (run id -> its final
+    evaluation's seconds), `out_of_sample` (holdout.HeldOut.sentence: the model on the held-out
+    entries, '' where none was held out)."""
     counts, counts_sentence = counts_of(summary)
     workflow_time, time_sentence = time_of(summary, inference or {})
     done = summary[summary["status"] == "ok"]
@@ -743,11 +747,11 @@ def answer(summary: pd.DataFrame, compared: pd.DataFrame, predicted: pd.DataFram
     why_ap = equivalence_short(equivalence)
     conclusion = " ".join([
         *headlines, *filter(None, (short_why(r, means) for r in multi)),
-        *filter(None, (model_summary(r, predicted) for r in multi)),
+        *filter(None, (model_summary(r, predicted) for r in multi)), *filter(None, [out_of_sample]),
         *(gap_headline(g)[:-1] + (f": {why_ap}." if why_ap and (g.above or g.below) else ".")
           for g in gaps)]) or "No two entries ran at one worker count."
     return Answer(counts, counts_sentence, time_sentence, workflow_time, throughput, accuracy,
-                  not_run, abstract, conclusion, scope_sentence(dataset))
+                  not_run, abstract, conclusion, scope_sentence(dataset), out_of_sample)
 
 
 def short_why(r: Ranking, means: pd.DataFrame) -> str:

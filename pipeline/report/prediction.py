@@ -21,6 +21,7 @@ section's verdict says which inputs the model trusted.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from statistics import fmean
 
 import pandas as pd
@@ -157,11 +158,13 @@ def measured_communication(summary: RunSummary) -> float:
     return split.communication
 
 
-def prediction_frame(runs: list[RunDir], commbench: dict[int, CommbenchRecord]) -> pd.DataFrame:
+def prediction_frame(runs: list[RunDir], commbench: dict[int, CommbenchRecord],
+                     held_out: Collection[str] = ()) -> pd.DataFrame:
     """One row per ok run with more than one process: predicted and measured images/s and
     communication seconds, their ratio, and a flag where the model misses by more than BOUND.
-    `commbench`: process count -> that stage's JSON."""
-    inputs, rows = single_inputs(runs), []
+    `commbench`: process count -> that stage's JSON. `held_out`: entry ids the model is fitted
+    without (none of their runs is an input), then predicts (report/holdout.py)."""
+    inputs, rows = single_inputs([run for run in runs if run.entry not in held_out]), []
     for run in runs:
         s = run.summary
         chosen = compute_input(s, inputs) if run.ok else None

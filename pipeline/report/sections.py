@@ -5,7 +5,8 @@ one decorated function of the report's data.
     def name(data: ReportData) -> Section | None: ...
 
 SECTIONS holds them in report order, the order they are defined in here: the verdict and its
-figure, the answer in full and the measurement check, the results, the cost model's, the
+figure, the answer in full and the measurement check, the results, the cost model's (in sample,
+its held-out entries, past this machine), the
 equivalence check, the accuracy gap's causes (causes.py), definitions and figures, then every
 run and its provenance. A function that returns None leaves its section out (no
 equivalence check ran). render.py lays them out as Markdown and HTML.
@@ -22,6 +23,7 @@ from .figures import FIGURES, VERDICT_FIGURE
 from .findings import (TORCHVISION_BOX_AP, bytes_sentences, communication_definition,
                        data_mode_findings, memory_sentences, scaling_findings,
                        time_to_accuracy_findings)
+from .holdout import HeldOut
 from .load import PROGRESS_DEFINITION, RunDir, strategy_label
 from .noise import NOISE_RULE
 from .render import Section
@@ -48,6 +50,9 @@ def answer(data: ReportData) -> Section:
     (figures.VERDICT_FIGURE); a noisy machine or a disturbed commbench is said right after it
     (the check's own section follows the long-form answer)."""
     warning = [data.checked.lines()[0]] if data.checked is not None and data.checked.warns else []
+    held = data.held_out  # a model that misses out of sample says so here too
+    if held is not None and held.judged and not held.met:
+        warning.append(held.sentence())
     entry = FIGURES[VERDICT_FIGURE]
     return Section("The answer", [data.verdict.text, *warning], figures=[
         (VERDICT_FIGURE, f"figures/{VERDICT_FIGURE}.{data.figure_ext}", entry.caption)])
@@ -168,6 +173,12 @@ def data_modes(data: ReportData) -> Section:
 @section
 def predicted_against_measured(data: ReportData) -> Section:
     return Section(**prediction.section(data.shown("prediction"), data.prediction, data.links))
+
+
+@section
+def held_out(data: ReportData) -> Section:
+    """The held-out entries apart from the fitted ones: the model out of sample (holdout.py)."""
+    return Section(**(data.held_out or HeldOut()).section())
 
 
 @section

@@ -13,6 +13,11 @@ strategy declares.
 An entry with `repeats: n` is n runs with seeds train.seed, train.seed + 1, ...: the run-to-run
 spread the report compares strategies against. A run's id names its seed (ddp-w2-b4-s1); the
 entry's id, shared by its repeats, does not (ddp-w2-b4).
+
+An entry with `held_out: true` (default false) is trained and measured like any other; the cost
+model is fitted without it and then predicts it (pipeline/report/holdout.py: the out-of-sample
+check). Like `repeats` it is in no run: toggling it changes no run id, fingerprint or result,
+only what the report and the what-if command fit the model on (`held_out`).
 """
 from __future__ import annotations
 
@@ -32,7 +37,7 @@ from ..runtime.record import RunSummary
 from ..runtime.run import NORMS, Run
 
 COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "precision", "norm",
-               "repeats")
+               "repeats", "held_out")
 DATA_MODES = ("real", "synthetic")
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEPRECATED = {"world_size": "workers"}  # old name -> new name
@@ -43,6 +48,7 @@ def _entry_schema(strategy: type[strategies.Strategy]) -> dict:
     return {"type": "object", "additionalProperties": False, "required": list(COMMON_KEYS),
             "properties": {"strategy": {"const": strategy.name}, "workers": positive,
                            "images_per_worker": positive, "repeats": positive,
+                           "held_out": {"type": "boolean"},
                            "data_mode": {"enum": list(DATA_MODES)},
                            "precision": {"enum": list(PRECISIONS)},
                            "norm": {"enum": list(NORMS)},
@@ -74,14 +80,23 @@ def _unknown_key_message(strategy: type[strategies.Strategy], key: str, where: s
     return f"{where}: unknown key '{key}'{hint}; allowed for {strategy.name}: {', '.join(allowed)}"
 
 
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A filled sweep entry: the run of its first repeat, and the keys that are in no run."""
+
+    run: Run
+    repeats: int
+    held_out: bool  # the cost model is fitted without it, then predicts it
+
+
 def fill(entry: dict, cfg: dict, where: str = "sweep entry") -> Run:
     """One sweep entry of the resolved preset `cfg` as the run of its first repeat: every key
     present, checked against its strategy's schema."""
-    return _filled(entry, cfg, where)[0]
+    return _filled(entry, cfg, where).run
 
 
-def _filled(entry: dict, cfg: dict, where: str) -> tuple[Run, int]:
-    """The run of an entry's first repeat, and its number of repeats."""
+def _filled(entry: dict, cfg: dict, where: str) -> Entry:
+    """The run of an entry's first repeat, its number of repeats and whether it is held out."""
     entry = _renamed(entry, where)
     try:
         strategy = strategies.lookup(entry.get("strategy"))
@@ -92,20 +107,20 @@ def _filled(entry: dict, cfg: dict, where: str) -> tuple[Run, int]:
         raise ParamsError(_unknown_key_message(strategy, extra[0], where))
     filled = {"images_per_worker": cfg["train"]["images_per_worker"],
               "data_mode": cfg["data"]["mode"], "precision": cfg["train"]["precision"],
-              "norm": cfg["model"]["norm"], "repeats": 1, **entry}
+              "norm": cfg["model"]["norm"], "repeats": 1, "held_out": False, **entry}
     try:  # the options' defaults are valid by their declaration: the entry's own are checked
         jsonschema.validate(filled, _entry_schema(strategy))
     except jsonschema.ValidationError as err:
         path = ".".join(map(str, err.absolute_path))
         raise ParamsError(f"{where}{'.' + path if path else ''}: {err.message}; "
                           f"{remedy(err)}") from None
-    repeats = filled.pop("repeats")
+    repeats, held_out = filled.pop("repeats"), filled.pop("held_out")
     run = strategy.filled(**filled, seed=cfg["train"]["seed"])
     why = strategy.invalid(run)
     if why:
         raise ParamsError(f"{where} ({entry_id(run)}): {why}")
     _check_fits_the_data(run, entry, cfg, where)
-    return run, repeats
+    return Entry(run, repeats, held_out)
 
 
 def _check_fits_the_data(run: Run, entry: dict, cfg: dict, where: str) -> None:
@@ -182,13 +197,24 @@ def runs(cfg: dict, source: str = "params.yaml") -> dict[str, Run]:
     if not cfg["sweep"]:  # the schema refuses this in params.yaml; a config edited in code too
         raise ParamsError(f"{where}: empty; list at least one run, e.g. - {{strategy: single, "
                           "workers: 1}")
-    entries = [_filled(entry, cfg, f"{where}[{i}]") for i, entry in enumerate(cfg["sweep"])]
-    ids = [entry_id(run) for run, _ in entries]
+    entries = _entries(cfg, where)
+    ids = [entry_id(e.run) for e in entries]
     duplicates = sorted({r for r in ids if ids.count(r) > 1})
     if duplicates:
         raise ParamsError(f"{where}: duplicate entries {duplicates}; each combination once "
                           "(more seeds of one: its repeats)")
-    return {run_id(run): run for first, repeats in entries for run in repeated(first, repeats)}
+    return {run_id(run): run for e in entries for run in repeated(e.run, e.repeats)}
+
+
+def _entries(cfg: dict, where: str) -> list[Entry]:
+    return [_filled(entry, cfg, f"{where}[{i}]") for i, entry in enumerate(cfg["sweep"])]
+
+
+def held_out(cfg: dict, source: str = "params.yaml") -> list[str]:
+    """The ids of the preset's held-out entries (`held_out: true`), in sweep order: what the
+    cost model is fitted without and then predicts (pipeline/report/holdout.py)."""
+    where = f"{source}: presets.{cfg.get('preset', '?')}.sweep"
+    return [entry_id(e.run) for e in _entries(cfg, where) if e.held_out]
 
 
 def swept(cfg: dict) -> list[str]:

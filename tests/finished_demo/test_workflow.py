@@ -354,6 +354,19 @@ def test_evaluation_value_reruns_evaluation_and_report(finished_demo, tmp_path):
     assert after["detections"] == len(predictions) <= before["detections"]
 
 
+def test_holding_an_entry_out_reruns_only_the_report(finished_demo, tmp_path):
+    """`held_out` is in no run (pipeline/report/holdout.py): marking an entry plans the report
+    again, with the cost model fitted without it, and retrains nothing."""
+    copy = copy_finished(finished_demo.root, tmp_path)
+
+    def hold_out_zero(raw):
+        (entry,) = [e for e in raw["presets"]["demo"]["sweep"] if e["strategy"] == "zero"]
+        entry["held_out"] = True
+
+    edit_params(copy, hold_out_zero)
+    assert jobs(snakemake(copy, "--dry-run")) == {"all": 1, "report": 1, **PAPER_JOB}
+
+
 def test_training_value_reruns_training_onwards(finished_demo, tmp_path):
     """Every run's training and all after it are planned again; one run retrains for real, in
     a copy of the finished workflow (retraining all six would cost minutes and show no more)."""

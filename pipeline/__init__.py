@@ -18,4 +18,6 @@ stages that stand on all of them.
     resources.py   what each workflow job asks a scheduler for
     whatif.py      the cost model asked about your own cluster: predicted images/s, efficiency
                    and memory per GPU of each strategy, ranked with their band (no torch)
+    compare.py     two presets, or two revisions' results trees, side by side entry by entry,
+                   with the noise rule's verdict (no torch)
 """

@@ -257,6 +257,21 @@ def test_the_demo_sweep_measures_noise_scaling_and_the_loader():
     assert cfg["eval"]["every_epochs"] >= 1 and cfg["preset"] in cfg["report"]["target_ap"]
 
 
+def test_demo_quick_runs_each_strategy_once_on_the_demos_data():
+    """The quick variant (issue 50): the demo's data and model, one run of every registered
+    strategy at the demo's global batch, one seed, fewer epochs, and a target AP of its own."""
+    demo = params.load_resolved(REPO / "params.yaml", preset="demo")
+    quick = params.load_resolved(REPO / "params.yaml", preset="demo-quick")
+    runs = list(sweep.runs(quick).values())
+    assert sorted(run.strategy for run in runs) == sorted(strategies.STRATEGIES)
+    assert {run.seed for run in runs} == {quick["train"]["seed"]}
+    assert {run.workers * run.images_per_worker for run in runs} == {demo["train"]["images_per_worker"]}
+    assert quick["data"] == demo["data"] and quick["model"] == demo["model"]
+    assert quick["train"]["epochs"] < demo["train"]["epochs"] and quick["eval"]["every_epochs"] >= 1
+    targets = quick["report"]["target_ap"]
+    assert "demo-quick" in targets and targets["demo-quick"] != targets["demo"]
+
+
 def test_more_repeats_add_runs_without_changing_the_others(raw):
     cfg = params.resolve(raw)
     cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "repeats": 2}]

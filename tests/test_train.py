@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from pipeline import strategies
 from pipeline.config import stages
@@ -55,6 +56,10 @@ def test_training_lowers_the_loss_and_writes_its_outputs(small_dataset, tmp_path
     assert provenance["threads"] >= 1 and provenance["packages"]["torch"] == torch.__version__.split("+")[0]  # the torch that ran
     assert provenance["params"]["train"]["epochs"] == 4 and provenance["git_revision"]
     assert (tmp_path / "run" / "model_final.pt").stat().st_size > 0
+    events = EventAccumulator(str(tmp_path / "run"))  # TensorBoard's view of the same log
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("loss/total")] == [
+        (r["step"], pytest.approx(r["loss"], rel=1e-6)) for r in lines]
     samples = [json.loads(line) for line in (tmp_path / "run" / "utilisation.jsonl").read_text().splitlines()]
     assert samples and saved["utilisation"]["samples"] == len(samples)  # every 0.5 s of training
     assert all(s["rank"] == 0 and s["rss_mb"] > 0 for s in samples)

@@ -5,6 +5,7 @@ paying for matplotlib and seaborn.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -111,6 +112,16 @@ class RunDir:
 
 def load_run(run_dir: str | Path) -> RunDir:
     """The inputs of one run directory (pipeline/runtime/record.py's records)."""
+    run = load_result(run_dir)
+    sampled = run.ok and run.summary.utilisation is not None  # None: before the sampler
+    return dataclasses.replace(
+        run, iterations=read_iterations(run.dir / "iterations.jsonl") if run.ok else None,
+        utilisation=read_utilisation(run.dir / "utilisation.jsonl") if sampled else [])
+
+
+def load_result(run_dir: str | Path) -> RunDir:
+    """A run directory's summary and metrics, without its per-iteration and utilisation
+    samples (a COCO run's iterations.jsonl holds ~10^5 lines): what comparing results needs."""
     run_dir = Path(run_dir)
     path, metrics_path = run_dir / "train_summary.json", run_dir / "metrics.json"
     summary = RunSummary.from_json(read_input(path), str(path), folder=run_dir.name)
@@ -122,11 +133,8 @@ def load_run(run_dir: str | Path) -> RunDir:
     if status == "ok" and metrics.scored and any(getattr(metrics, k) is None for k in AP_COLUMNS):
         raise ValueError(f"{metrics_path}: no AP values for a completed run; delete it and rerun "
                          "the evaluate stage")
-    done = status == "ok"
-    sampled = done and summary.utilisation is not None  # None: before the sampler
-    return RunDir(summary, status, reason or "", metrics, done and metrics.scored,
-                  read_iterations(run_dir / "iterations.jsonl") if done else None,
-                  read_utilisation(run_dir / "utilisation.jsonl") if sampled else [], run_dir)
+    return RunDir(summary, status, reason or "", metrics, status == "ok" and metrics.scored,
+                  dir=run_dir)
 
 
 def has_variant(variant) -> bool:

@@ -12,4 +12,6 @@
     monitor.py    CPU, memory and GPU sampling while the loop runs
     summary.py    the run summary from explicit inputs and every rank's report; a diverged
                   run's failed record
+    scalars.py    the run's per-iteration scalars as a TensorBoard event file, written from
+                  its records once training is over (no torch)
 """

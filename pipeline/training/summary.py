@@ -3,7 +3,8 @@
 `summary_of` builds the summary from explicit inputs (the log records, the run's entry, its
 training state, the process's context, the precision, the strategy's facts); `summarise` reads
 them off the loop's Job (job.py) and gathers every rank's report. The first worker writes the
-weights, the iteration log and the summary (last, so that its presence means the run finished).
+weights, the iteration log, its TensorBoard view (scalars.py) and the summary (last, so that its
+presence means the run finished).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ..runtime import distributed, failure, provenance
 from ..runtime.files import atomic_path, read_json_lines, save_torch, write_json, write_text
 from ..strategies import sweep
 from ..strategies.process import Context, gradient_bytes
+from . import scalars
 from .job import Job
 from .monitor import peak_memory
 from .precision import Precision
@@ -56,9 +58,10 @@ def summarise(job: Job, live_log: Path) -> dict | None:
     # What the strategy observed over every rank (a ps server's staleness): fields of the record
     facts = RunSummary.fields_of(runtime.summary_facts([r.to_json() for r in ranks]),
                                  f"{runtime.spec.name}.summary_facts", STRATEGY_REMEDY)
-    record = summary_of(read_json_lines(live_log), job.run, job.state, ctx, job.precision, facts,
+    records, evaluated = read_json_lines(live_log), evaluations(job.state_dir)
+    record = summary_of(records, job.run, job.state, ctx, job.precision, facts,
                         ranks=ranks, schedule=job.schedule, global_batch=job.global_batch,
-                        lr=job.base_lr, evaluations=evaluations(job.state_dir),
+                        lr=job.base_lr, evaluations=evaluated,
                         communication_timed=runtime.spec.communication_timed is not None)
     write_text(job.out_dir / "utilisation.jsonl", "".join(json.dumps(s) + "\n" for s in samples))
     save_torch({"model": runtime.model_state(job.model),
@@ -66,6 +69,7 @@ def summarise(job: Job, live_log: Path) -> dict | None:
                job.out_dir / "model_final.pt")
     with atomic_path(job.out_dir / "iterations.jsonl") as tmp:
         shutil.copyfile(live_log, tmp)
+    scalars.write_events(job.out_dir, records, evaluated)  # the same records, for TensorBoard
     record = dataclasses.replace(
         record,
         utilisation=Utilisation(interval_s=job.monitor.interval, samples=len(samples),

@@ -7,6 +7,8 @@ Writes, in DIR:
                       into data wait, forward+backward, and the strategy's step
   model_final.pt      the trained weights
   utilisation.jsonl   every process's CPU, memory and GPU use over time (pipeline/training/monitor.py)
+  events.out.tfevents.iterations  the iterations' scalars (loss, lr, images/s, time split) and the
+                      evaluations' AP for `tensorboard --logdir` (scalars.py; none without tensorboard)
   train_summary.json  status, throughput, time per iteration, provenance (written last), and
                       `evaluations`: AP on the validation split every eval.every_epochs against
                       training seconds (which exclude the evaluations) and iterations

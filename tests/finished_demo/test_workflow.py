@@ -158,6 +158,43 @@ def entry_means(summary_csv: Path, column: str) -> dict[str, float]:
     return frame[frame["status"] == "ok"].groupby("entry")[column].mean().dropna().to_dict()
 
 
+def test_tensorboard_shows_one_run_per_run_id_with_its_recorded_scalars(workdir):
+    """`tensorboard --logdir results/runs/demo`, as its server reads it: each finished run is one
+    run, its scalars the iteration log's and its evaluations' (training/scalars.py)."""
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+    from tensorboard.util.tensor_util import make_ndarray
+
+    runs = workdir / "results" / "runs" / "demo"
+    shown = EventMultiplexer().AddRunsFromDirectory(str(runs))
+    shown.Reload()
+    finished = {d.parent.name for d in runs.glob("*/train_summary.json")
+                if json.loads(d.read_text())["status"] == "ok"}
+    assert set(shown.Runs()) == finished and "dp-w2-b2-s0" not in finished  # skipped: no file
+    for run in ("single-w1-b4-s0", "ddp-w2-b2-s0"):
+        logged = [json.loads(line) for line in (runs / run / "iterations.jsonl").read_text().splitlines()]
+        read = shown.Tensors(run, "loss/total")
+        assert [e.step for e in read] == [r["step"] for r in logged]
+        assert [float(make_ndarray(e.tensor_proto)) for e in read] == pytest.approx(
+            [r["loss"] for r in logged], rel=1e-6)
+        evaluated = json.loads((runs / run / "train_summary.json").read_text())["evaluations"]
+        assert [e.step for e in shown.Tensors(run, "eval/AP")] == [e["step"] for e in evaluated] != []
+    assert len(list((runs / "ddp-w2-b2-s0").glob("*tfevents*"))) == 1  # rank 0 alone writes it
+
+
+def test_compare_puts_the_demo_beside_itself(workdir):
+    """`python -m pipeline.compare` on a real results tree: every entry matched to itself,
+    ratio 1, and no difference beyond the noise."""
+    done = subprocess.run([sys.executable, "-m", "pipeline.compare", "results", "results",
+                           "--csv", "compare.csv"], cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = {(r["entry"], r["metric"]): r for r in csv.DictReader((workdir / "compare.csv").open())}
+    assert rows["ddp-w2-b2", "images_per_second"]["verdict"] == "within the noise"  # two seeds
+    assert float(rows["ddp-w2-b2", "images_per_second"]["ratio"]) == 1.0
+    assert rows["single-w1-b4", "images_per_second"]["verdict"] == "not judged (fewer than 2 runs)"
+    assert rows["dp-w2-b2", "images_per_second"]["verdict"] == "no finished run in A and B"
+    assert "beyond the noise" not in done.stdout
+
+
 def test_the_one_step_check_measures_each_strategy_against_single(workdir):
     """The equivalence stage's Faster R-CNN steps: not zero (per-batch sampling and
     normalisation), but small next to the step itself; the sharded strategies average the same

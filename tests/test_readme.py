@@ -76,6 +76,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from pipeline import strategies
 from pipeline.config import params, stages
 
 from .conftest import REPO
@@ -96,6 +97,11 @@ RUN_BY = {
         "apt/paper.txt and apt/tests.txt; the venv is the lock (test_environment)"),
     '.venv/bin/python -m pytest -m "not slow"': (
         "test_fast_tier_selects_the_fast_tests", "run with --collect-only -q -n 0: the fast tier is selected"),
+    ".venv/bin/snakemake --cores all --config preset=demo-quick": (
+        "test_demo_quick_plans", "dry run (-n) on a copy of the workflow: one training job per strategy"),
+    ".venv/bin/python -m pipeline.compare": (
+        "test_compare_commands_run", "each line run as written in a clone's folder holding made-up finished "
+        "demo and demo-quick runs, beside ../before/results (tests/test_compare.py builds them)"),
     "presets:": (
         "test_configfile_overlay_plans", "written to the file the overlay command names; the preset validated"),
     ".venv/bin/snakemake --cores all --configfile": (
@@ -334,6 +340,39 @@ def test_configfile_overlay_plans(demo_copy, tmp_path):
 
 
 @pytest.mark.slow
+def test_demo_quick_plans(demo_copy):
+    """`--config preset=demo-quick` plans one training and one evaluation job per strategy."""
+    (block,) = blocks_run_by("test_demo_quick_plans")
+    result = dry_run(demo_copy, argv(command(block.text)))
+    counts = jobs(result)
+    assert counts["train"] == counts["evaluate"] == len(strategies.STRATEGIES), counts
+    assert "results/runs/demo-quick/ddp-w2-b4-s0/train_summary.json" in result.stdout + result.stderr
+
+
+def test_compare_commands_run(monkeypatch, tmp_path, capsys):
+    """The compare block's lines, run as written in a clone holding made-up finished demo and
+    demo-quick runs, beside a second clone (../before) with demo runs of its own."""
+    from pipeline import compare
+
+    from .test_compare import tree
+
+    (block,) = blocks_run_by("test_compare_commands_run")
+    tree(tree(tmp_path / "clone" / "results", "demo", {"single-w1-b8": [30.0, 30.2, 29.9]}),
+         "demo-quick", {"single-w1-b8": [30.1]})
+    tree(tmp_path / "before" / "results", "demo", {"single-w1-b8": [25.0, 25.1, 24.9]})
+    monkeypatch.chdir(tmp_path / "clone")
+    lines = [line for line in block.text.splitlines() if line.strip()]
+    assert len(lines) == 2
+    for line in lines:
+        words = shlex.split(line)
+        assert words[:3] == [".venv/bin/python", "-m", "pipeline.compare"]
+        compare.main(words[3:])
+        printed = capsys.readouterr().out
+        assert re.search(r"^single-w1-b8 +images/s .*n=3", printed, re.M), printed
+    assert "beyond the noise" in printed  # 30.0 against 25.0 images/s, 3 seeds each
+    assert (tmp_path / "clone" / "results" / "compare-demo.csv").exists()
+
+
 def test_setup_one_liners(demo_copy):
     """The quick start's set-up and workflow one-liner, and the tests' one-liner that CI runs."""
     one_liners = {b.first: b.first for b in blocks_run_by("test_setup_one_liners")}

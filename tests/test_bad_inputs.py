@@ -527,7 +527,7 @@ PARAMS_CASES = [
     ("nested-negative", lambda raw: demo(raw)["data"]["synthetic"].update(train_images=-5),
      f"{DEMO}.data.synthetic.train_images: -5 is less than the minimum of 1", "set it to 1 or more"),
     ("unknown-preset", lambda raw: raw.update(preset="coco2014"),
-     "params.yaml: preset: 'coco2014' is not one of the presets (demo, demo-parity, coco2017, coco2017-quick)",
+     "params.yaml: preset: 'coco2014' is not one of the presets (demo, demo-parity, demo-quick, coco2017, coco2017-quick)",
      "use --config preset=NAME with one of them"),
     ("lr-steps-past-the-last-epoch", set_train(epochs=4, lr_steps=[5]),
      f"{DEMO}.train.lr_steps: [5] reach past the last epoch (epochs: 4)",

@@ -339,7 +339,6 @@ def test_configfile_overlay_plans(demo_copy, tmp_path):
     assert cfg["train"]["epochs"] != parent["train"]["epochs"] and cfg["sweep"] == parent["sweep"]
 
 
-@pytest.mark.slow
 def test_demo_quick_plans(demo_copy):
     """`--config preset=demo-quick` plans one training and one evaluation job per strategy."""
     (block,) = blocks_run_by("test_demo_quick_plans")
@@ -373,6 +372,7 @@ def test_compare_commands_run(monkeypatch, tmp_path, capsys):
     assert (tmp_path / "clone" / "results" / "compare-demo.csv").exists()
 
 
+@pytest.mark.slow
 def test_setup_one_liners(demo_copy):
     """The quick start's set-up and workflow one-liner, and the tests' one-liner that CI runs."""
     one_liners = {b.first: b.first for b in blocks_run_by("test_setup_one_liners")}

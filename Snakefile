@@ -27,6 +27,18 @@ from pipeline.strategies import sweep
 min_version("9.0")
 
 
+# params.yaml and each --configfile overlay, read strictly before Snakemake reads them: a YAML
+# mistake or a key given twice is named with its file, line and column; and the command line's
+# --config takes only preset=NAME and set='KEY=VALUE; ...' (pipeline/config/params.py).
+OVERLAYS = [os.path.relpath(path) for path in workflow.config_settings.configfiles]
+try:
+    for _path in ["params.yaml", *OVERLAYS]:
+        P.load(_path)
+    P.check_command_line(workflow.config_settings.config)
+except P.ParamsError as error:
+    raise WorkflowError(str(error))
+
+
 configfile: "params.yaml"
 
 
@@ -43,8 +55,9 @@ onstart:
 
 
 try:
-    CFG = P.resolve(config)
-    RUNS = sweep.runs(CFG)
+    SOURCE = " + ".join(["params.yaml", *OVERLAYS])
+    CFG = P.resolve(config, SOURCE)
+    RUNS = sweep.runs(CFG, SOURCE)
 except P.ParamsError as error:
     raise WorkflowError(str(error))
 

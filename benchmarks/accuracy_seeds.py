@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import evaluate, train  # noqa: E402
-from pipeline.config import params
+from pipeline.config import params, schema
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.report.noise import NOISE_RULE, Spread, difference  # noqa: E402
 from pipeline.runtime import provenance
@@ -61,19 +61,19 @@ def overrides(text: str, where: str) -> dict:
     return nested
 
 
-def configuration(raw: dict, preset: str, *changes: dict) -> dict:
+def configuration(raw: dict, preset: str, *changes: dict) -> schema.Preset:
     """The preset with the changes merged in, validated as params.yaml is (a wrong key or
     value is refused with its path and remedy)."""
     raw = json.loads(json.dumps(raw))
     for change in changes:
         raw["presets"][preset] = params.merged(raw["presets"][preset], change)
     try:
-        return params.validate(raw)[preset]
+        return schema.Preset.model_validate(params.validate(raw)[preset])
     except params.ParamsError as err:
         raise SystemExit(f"error: {err}") from None
 
 
-def train_and_score(cfg: dict, entry: dict, seed: int, out: Path) -> dict:
+def train_and_score(cfg: schema.Preset, entry: dict, seed: int, out: Path) -> dict:
     """One seed of the entry: trained, then scored on the validation split, as the workflow does."""
     run = dataclasses.replace(sweep.fill(entry, cfg), seed=seed)
     summary = train(cfg, run, out)
@@ -111,15 +111,18 @@ def main(argv: list[str] | None = None) -> dict:
         configs[name.strip()] = configuration(raw, args.preset, common, changed)
     work = Path(args.work or tempfile.mkdtemp(prefix="accuracy-seeds-"))
     cores = os.cpu_count() or 1
-    data = {}  # one generated dataset per distinct data section
-    for name, cfg in configs.items():
-        key = json.dumps(cfg["data"]["synthetic"], sort_keys=True)
+    data, generators = {}, {}  # one generated dataset per distinct data section
+    for name, cfg in list(configs.items()):
+        generator = cfg.data.synthetic
+        key = json.dumps(None if generator is None else generator.model_dump(), sort_keys=True)
         data.setdefault(key, work / f"data-{len(data)}")
-        cfg["data"]["root"] = str(data[key])
-        cfg["train"].update(threads=max(1, cores // args.parallel), monitor_interval_s=0)
+        generators.setdefault(key, generator)
+        configs[name] = schema.replaced(cfg, data={"root": str(data[key])},
+                                        train={"threads": max(1, cores // args.parallel),
+                                               "monitor_interval_s": 0})
     for key, root in data.items():
         if not (root / "annotations").exists():
-            synthetic.generate(root, json.loads(key))
+            synthetic.generate(root, generators[key])
     print(f"{args.preset}: {args.seeds} seeds x {len(configs)} configuration(s), {args.parallel} at "
           f"once, {cores} cores; work in {work}", flush=True)
 
@@ -160,7 +163,8 @@ def main(argv: list[str] | None = None) -> dict:
                                            for m, s in table[name].items()}}
                                  for name, text in zip(names, args.config or ["as-is:"])},
               "comparisons": comparisons,
-              "provenance": provenance.collect(configs[names[0]], parallel=args.parallel, cores=cores)}
+              "provenance": provenance.collect(configs[names[0]].model_dump(), parallel=args.parallel,
+                                            cores=cores)}
     write_json(Path(args.out or work / "accuracy_seeds.json"), report)
     return report
 

@@ -25,7 +25,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.config import params
+from pipeline.config import params, schema, stages
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.detection.model import build_model  # noqa: E402
 from pipeline.runtime.files import save_torch  # noqa: E402
@@ -35,15 +35,15 @@ from pipeline.training.train import train  # noqa: E402
 
 def demo_runs(epochs: int, work: Path) -> None:
     cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
-    cfg["data"]["root"] = str(work / "data")
-    cfg["train"].update(epochs=epochs, lr_steps=[])
-    synthetic.generate(cfg["data"]["root"], cfg["data"]["synthetic"])
-    every = cfg["train"]["checkpoint_every"]
+    cfg = schema.replaced(cfg, data={"root": str(work / "data")},
+                          train={"epochs": epochs, "lr_steps": []})
+    synthetic.generate(cfg.data.root, cfg.data.synthetic)
+    every = cfg.train.checkpoint_every
     run = sweep.fill({"strategy": "single", "workers": 1}, cfg)
     print(f"measured: demo preset, single, {epochs} epoch(s), this machine")
     for interval in (every, 0):
-        cfg["train"]["checkpoint_every"] = interval
-        summary = train(cfg, run, work / f"every-{interval}")
+        timed = schema.replaced(cfg, train={"checkpoint_every": interval})
+        summary = train(stages.view(timed, "train"), run, work / f"every-{interval}")
         saves, seconds = summary.checkpoints.count, summary.checkpoints.seconds
         print(f"  checkpoint_every {interval:>3}: {saves:3d} saves, {seconds:.3f} s, "
               f"{seconds / saves * 1000:.1f} ms per save, {100 * seconds / summary.train_seconds:.2f} % "
@@ -52,7 +52,7 @@ def demo_runs(epochs: int, work: Path) -> None:
 
 def coco_model(work: Path) -> None:
     cfg = params.load_resolved(REPO / "params.yaml", preset="coco2017")
-    model = build_model(dict(cfg["model"], backbone_weights=None), num_classes=91)
+    model = build_model(cfg.model.model_copy(update={"backbone_weights": None}), num_classes=91)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     for parameter in model.parameters():  # one step, so the momentum buffers exist
         parameter.grad = torch.zeros_like(parameter)
@@ -65,8 +65,8 @@ def coco_model(work: Path) -> None:
         times.append(time.perf_counter() - start)
     size = (work / "coco-checkpoint.pt").stat().st_size / 2**20
     per_save = statistics.median(times)
-    every = cfg["train"]["checkpoint_every"]
-    sec_per_iter = cfg["report"]["published"]["ddp"]["sec_per_iter"]
+    every = cfg.train.checkpoint_every
+    sec_per_iter = cfg.report.published.ddp.sec_per_iter
     print(f"measured: coco2017 model checkpoint, {size:.0f} MiB, {per_save:.2f} s per save "
           f"(median of 3) on this machine's disk")
     print(f"prediction: at checkpoint_every {every} and the published {sec_per_iter} s per "

@@ -11,7 +11,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.config import params  # noqa: E402
+from pipeline.config import params, schema, stages  # noqa: E402
 from pipeline.launch import command, evaluation_command  # noqa: E402
 from pipeline.runtime.record import Metrics, RunSummary  # noqa: E402
 from pipeline.runtime.run import Run  # noqa: E402
@@ -25,16 +25,21 @@ def _run(argv: list[str], what: str, env: dict | None = None) -> None:
         raise SystemExit(f"{what} failed:\n{result.stderr[-3000:]}")
 
 
-def train(cfg: dict, run: Run, out: Path, env: dict | None = None) -> RunSummary:
+def train(cfg: schema.Preset | schema.TrainStage, run: Run, out: Path,
+          env: dict | None = None) -> RunSummary:
     """Train `run` (a filled sweep entry) of the resolved preset `cfg` into `out`, as the
-    workflow's train job does; its train_summary.json, or exit naming the run and its error."""
-    _run(command(cfg, run, str(out)), f"training {sweep.run_id(run)} ({out})", env)
+    workflow's train job does (with the train stage's view of `cfg`); its train_summary.json,
+    or exit naming the run and its error."""
+    _run(command(stages.view(cfg, "train"), run, str(out)), f"training {sweep.run_id(run)} ({out})",
+         env)
     return RunSummary.read(Path(out) / "train_summary.json")
 
 
-def evaluate(cfg: dict, run: Run, out: Path) -> Metrics:
-    """Score the trained run in `out` as the workflow's evaluate job does; its metrics.json."""
-    _run(evaluation_command(cfg, run, str(out)), f"evaluating {sweep.run_id(run)} ({out})")
+def evaluate(cfg: schema.Preset | schema.EvaluateStage, run: Run, out: Path) -> Metrics:
+    """Score the trained run in `out` as the workflow's evaluate job does (with the evaluate
+    stage's view of the resolved preset `cfg`); its metrics.json."""
+    _run(evaluation_command(stages.view(cfg, "evaluate"), run, str(out)),
+         f"evaluating {sweep.run_id(run)} ({out})")
     return Metrics.read(Path(out) / "metrics.json")
 
 
@@ -59,7 +64,7 @@ def strategy_entries(processes: int) -> list[dict]:
     return entries
 
 
-def one_process_entry(cls, cfg: dict) -> dict:
+def one_process_entry(cls, cfg: schema.Preset) -> dict:
     """`cls`'s entry at one worker: its defaults, or the first option value that lets it run
     on one process (the default itself, with its reason, where none does)."""
     candidates = [e for e in strategy_entries(1) if e["strategy"] == cls.name]
@@ -68,6 +73,6 @@ def one_process_entry(cls, cfg: dict) -> dict:
             run = sweep.fill(dict(entry, images_per_worker=2), cfg, where="benchmark")
         except params.ParamsError:
             continue
-        if run.workers == 1 and cls(run, cfg["parallel"]).processes() == 1:
+        if run.workers == 1 and cls(run, cfg.parallel).processes() == 1:
             return entry
     return candidates[0]

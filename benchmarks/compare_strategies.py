@@ -12,7 +12,6 @@ side by side are what to compare: absolute numbers move with the machine's load.
 from __future__ import annotations
 
 import argparse
-import copy
 import subprocess
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from statistics import median
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from pipeline.config import params
+from pipeline.config import params, schema, stages
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.launch import command  # noqa: E402
 from pipeline.report.load import busiest_rank_bytes  # noqa: E402
@@ -57,17 +56,17 @@ def main() -> None:
     args = parser.parse_args()
     cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
     work = Path(tempfile.mkdtemp(prefix="bench-"))
-    cfg["data"]["synthetic"] = dict(cfg["data"]["synthetic"], train_images=args.train_images)
-    cfg["data"]["root"] = str(work / "data")
-    cfg["train"].update(epochs=args.epochs, lr_steps=[])
-    synthetic.generate(cfg["data"]["root"], cfg["data"]["synthetic"])
+    cfg = schema.replaced(cfg, data={"synthetic": {"train_images": args.train_images},
+                                     "root": str(work / "data")},
+                          train={"epochs": args.epochs, "lr_steps": []})
+    synthetic.generate(cfg.data.root, cfg.data.synthetic)
     passes = []  # one {run id: summary} per pass over the sweep
     for repeat in range(args.repeats):
         summaries = {}
         for entry in SWEEP:
             run = sweep.fill(entry, cfg)
             out = work / f"{sweep.run_id(run)}-{repeat}"
-            result = subprocess.run(command(copy.deepcopy(cfg), run, str(out)), cwd=REPO,
+            result = subprocess.run(command(stages.view(cfg, "train"), run, str(out)), cwd=REPO,
                                     capture_output=True, text=True)
             if result.returncode != 0:
                 print(f"{sweep.run_id(run)} failed:\n{result.stderr[-2000:]}", file=sys.stderr)

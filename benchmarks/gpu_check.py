@@ -108,7 +108,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.common import one_process_entry, strategy_entries, workers_for  # noqa: E402
 from benchmarks.interleave import Config, Protocol, interleave  # noqa: E402
 from benchmarks.segments import free_port  # noqa: E402
-from pipeline.config import params  # noqa: E402
+from pipeline.config import params, schema, stages  # noqa: E402
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.launch import command, commbench_command, evaluation_command  # noqa: E402
 from pipeline.measure import profile as profiles  # noqa: E402
@@ -194,14 +194,12 @@ def overrides(sizes: Sizes, processes: int, data_root: Path, backbone: Path) -> 
             "eval": {"every_epochs": 0}}
 
 
-def base_config(sizes: Sizes, processes: int, data_root: Path, backbone: Path) -> dict:
+def base_config(sizes: Sizes, processes: int, data_root: Path, backbone: Path) -> schema.Config:
     cfg = params.load_resolved(REPO / "params.yaml", preset="coco2017")
-    for section, values in overrides(sizes, processes, data_root, backbone).items():
-        cfg[section].update(values)
-    return cfg
+    return schema.replaced(cfg, **overrides(sizes, processes, data_root, backbone))
 
 
-def calibrated_backbone(cfg: dict, images: int = 32, batch: int = 4) -> dict:
+def calibrated_backbone(cfg: schema.Config, images: int = 32, batch: int = 4) -> dict:
     """A random ResNet-50 whose BatchNorm statistics are gathered on the check's own training
     images, as the model sees them (normalised and resized by its transform).
 
@@ -220,15 +218,15 @@ def calibrated_backbone(cfg: dict, images: int = 32, batch: int = 4) -> dict:
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with torch.random.fork_rng(devices=[]):  # the same random weights on every sitting
-        torch.manual_seed(cfg["data"]["synthetic"]["seed"])
+        torch.manual_seed(cfg.data.synthetic.seed)
         body = resnet50(weights=None).to(device)
     for module in body.modules():
         if isinstance(module, torch.nn.BatchNorm2d):
             module.momentum = None  # a cumulative average over every batch, not the last few
-    transform = GeneralizedRCNNTransform(cfg["model"]["min_size"], cfg["model"]["max_size"],
+    transform = GeneralizedRCNNTransform(cfg.model.min_size, cfg.model.max_size,
                                          image_mean=[0.485, 0.456, 0.406],
                                          image_std=[0.229, 0.224, 0.225])  # FasterRCNN's own
-    dataset = CocoDetection(cfg["data"]["root"], "train", train=True)
+    dataset = CocoDetection(cfg.data.root, "train", train=True)
     body.train()
     with torch.no_grad():
         for first in range(0, min(images, len(dataset)), batch):
@@ -238,12 +236,12 @@ def calibrated_backbone(cfg: dict, images: int = 32, batch: int = 4) -> dict:
     return {name: value.cpu() for name, value in body.state_dict().items()}
 
 
-def with_model(cfg: dict, sizes: Sizes, tiny: bool) -> dict:
+def with_model(cfg: schema.Config, sizes: Sizes, tiny: bool) -> schema.Config:
     """cfg, with the demo's tiny model at the check's size where `tiny` (the CPU smoke)."""
-    cfg = json.loads(json.dumps(cfg))
     if tiny:
-        demo = params.load_resolved(REPO / "params.yaml", preset="demo")["model"]
-        cfg["model"] = dict(demo, min_size=sizes.min_size, max_size=sizes.min_size)
+        demo = params.load_resolved(REPO / "params.yaml", preset="demo").model
+        cfg = schema.replaced(cfg, model=dict(demo.model_dump(), min_size=sizes.min_size,
+                                              max_size=sizes.min_size))
     return cfg
 
 
@@ -262,20 +260,20 @@ class Outcome:
     model: str | None = None
 
 
-def train(cfg: dict, entry: dict, out: Path, steps: int, rdzv_endpoint: str | None = None) -> Outcome:
+def train(cfg: schema.Config, entry: dict, out: Path, steps: int, rdzv_endpoint: str | None = None) -> Outcome:
     """`steps` iterations of one run through the launcher, as the workflow's train job starts
     it; its summary, or an exception naming what failed."""
     try:
         run = sweep.fill(entry, cfg, where="gpu check")
     except params.ParamsError as refused:  # the strategy refuses the entry (ps in fp16): why
         return Outcome(f"{entry['strategy']} (refused)", "skipped", str(refused))
-    why = REGISTERED_BY_NAME[run.strategy](run, cfg["parallel"]).unavailable()
+    why = REGISTERED_BY_NAME[run.strategy](run, cfg.parallel).unavailable()
     if why:
         return Outcome(sweep.run_id(run), "skipped", why)
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
-    result = subprocess.run(command(cfg, run, str(out), rdzv_endpoint=rdzv_endpoint)
-                            + ["--max-steps", str(steps)], cwd=REPO,
+    argv = command(stages.view(cfg, "train"), run, str(out), rdzv_endpoint=rdzv_endpoint)
+    result = subprocess.run(argv + ["--max-steps", str(steps)], cwd=REPO,
                             capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         raise RunFailed(f"{sweep.run_id(run)}: {failure_line(result.stderr)}", result.stderr[-3000:])
@@ -362,7 +360,7 @@ class Check:
         backbone = work / "resnet50-calibrated.pth"
         self.settings = overrides(sizes, self.processes, work / "data", backbone)
         self.cfg = base_config(sizes, self.processes, work / "data", backbone)
-        synthetic.generate(self.cfg["data"]["root"], self.cfg["data"]["synthetic"])
+        synthetic.generate(self.cfg.data.root, self.cfg.data.synthetic)
         torch.save(calibrated_backbone(self.cfg), backbone)
 
     def bundle(self) -> dict:
@@ -403,8 +401,7 @@ class Check:
 
     def _run(self, entry: dict, name: str, per_gpu: int, iterations: int, tiny: bool,
              **train_overrides) -> Outcome:
-        cfg = with_model(self.cfg, self.sizes, tiny)
-        cfg["train"].update(train_overrides)
+        cfg = schema.replaced(with_model(self.cfg, self.sizes, tiny), train=train_overrides)
         entry = {"images_per_worker": per_gpu, **entry}
         out = self.work / "runs" / name
         try:
@@ -416,7 +413,7 @@ class Check:
             return Outcome(name, "failed", f"{type(err).__name__}: {err}")
         if (out / "utilisation.jsonl").exists():
             self.utilisation_dirs.append(out)
-        return dataclasses.replace(found, model=cfg["model"]["arch"])
+        return dataclasses.replace(found, model=cfg.model.arch)
 
     def _each(self, jobs: list, at_once: int = 1) -> list:
         """Run each job (a function of no arguments), `at_once` at a time; their rows in order."""
@@ -455,7 +452,7 @@ class Check:
             run = sweep.fill(entry, self.cfg, where="gpu check")
         except params.ParamsError as refused:
             return str(refused), f"{entry['strategy']} (refused)"
-        return REGISTERED_BY_NAME[run.strategy](run, self.cfg["parallel"]).unavailable(), sweep.run_id(run)
+        return REGISTERED_BY_NAME[run.strategy](run, self.cfg.parallel).unavailable(), sweep.run_id(run)
 
     def _protocol(self, name: str, configs: list, reference, rows: list, skipped: list = (),
                   turn=None, closing=(), profile=None, **extra) -> list:
@@ -484,7 +481,7 @@ class Check:
         """The check's settings for a worker (segments.py), the tiny model's in the CPU smoke."""
         found = json.loads(json.dumps(self.settings))
         if self.sizes.tiny_model if tiny is None else tiny:
-            found["model"] = with_model(self.cfg, self.sizes, True)["model"]
+            found["model"] = with_model(self.cfg, self.sizes, True).model.model_dump()
         return found
 
     def strategies(self) -> dict:
@@ -542,16 +539,13 @@ class Check:
                 "sm_percent_median": statistics.median(g["util_percent"] for g in gpu_samples)}
 
     def commbench(self) -> dict:
-        from pipeline.config import stages
         # The CPU smoke times the tiny model (the real R50-FPN trains in `throughput`), once:
         # beside a test suite's other worker every measurement is outside its band.
-        cfg = with_model(self.cfg, self.sizes, self.sizes.tiny_model)
-        cfg["commbench"].update(max_bytes=2**26 if self.gpus else 2**20, repeats=5 if self.gpus else 2,
-                                compute_repeats=15 if self.gpus else 3, retries=2 if self.gpus else 0)
+        cfg = schema.replaced(with_model(self.cfg, self.sizes, self.sizes.tiny_model), commbench={
+            "max_bytes": 2**26 if self.gpus else 2**20, "repeats": 5 if self.gpus else 2,
+            "compute_repeats": 15 if self.gpus else 3, "retries": 2 if self.gpus else 0})
         out = self.work / "commbench.json"
-        argv = commbench_command(stages.with_knobs(stages.config_for(cfg, "commbench"),
-                                                   stages.knobs_for(cfg, "commbench")),
-                                 self.processes, str(out))
+        argv = commbench_command(stages.view(cfg, "commbench"), self.processes, str(out))
         result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
         if result.returncode != 0:
             raise RuntimeError(failure_line(result.stderr))
@@ -601,7 +595,7 @@ class Check:
 
     def _single(self, name: str, per_gpu: int, precision: str, tree: Path = REPO, **train) -> Config:
         """single at `per_gpu` images in `precision` (the tiny model in the CPU smoke)."""
-        model = "tiny" if self.sizes.tiny_model else self.cfg["model"]["arch"]
+        model = "tiny" if self.sizes.tiny_model else self.cfg.model.arch
         return Config(name, {"strategy": "single", "workers": 1, "images_per_worker": per_gpu,
                              "precision": precision}, {"train": train} if train else {}, tree,
                       facts={"images_per_gpu": per_gpu, "precision": precision, "model": model, **train})
@@ -723,7 +717,7 @@ class Check:
         # means nothing), so that the report reads it as a completed run.
         cfg = with_model(self.cfg, self.sizes, tiny)  # the model it trained
         run = sweep.fill({"strategy": "single", "workers": 1, "images_per_worker": 2}, cfg)
-        argv = evaluation_command(cfg, run, str(target))
+        argv = evaluation_command(stages.view(cfg, "evaluate"), run, str(target))
         result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
         if result.returncode != 0:
             raise RuntimeError(f"evaluating {target} failed: {failure_line(result.stderr)}")

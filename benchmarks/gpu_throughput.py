@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import train  # noqa: E402
-from pipeline.config import params
+from pipeline.config import params, schema
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.detection.model import build_model  # noqa: E402
 from pipeline.strategies import sweep
@@ -58,7 +58,7 @@ def batch(n: int, size: tuple[int, int], generator: torch.Generator, device):
     return images, targets
 
 
-def measure(model_cfg: dict, precision: str, channels_last: bool, args) -> dict:
+def measure(model_cfg: schema.Model, precision: str, channels_last: bool, args) -> dict:
     device = torch.device("cuda")
     torch.manual_seed(0)
     model = build_model(model_cfg, num_classes=91).to(device)
@@ -90,13 +90,12 @@ def measure(model_cfg: dict, precision: str, channels_last: bool, args) -> dict:
             "peak_gib": torch.cuda.max_memory_allocated() / 2**30}
 
 
-def pipeline_run(cfg: dict, batch: int, precision: str, iterations: int, work: Path) -> dict:
+def pipeline_run(cfg: schema.Config, batch: int, precision: str, iterations: int, work: Path) -> dict:
     """One epoch of `iterations` steps of the coco2017 recipe's single run, through the
     training loop; images/s, data wait share and SM utilisation from its own records."""
-    cfg = json.loads(json.dumps(cfg))
-    cfg["train"].update(epochs=1, lr_steps=[], checkpoint_every=0, monitor_interval_s=1.0,
-                        warmup_iters=0)
-    cfg["eval"]["every_epochs"] = 0
+    cfg = schema.replaced(cfg, train={"epochs": 1, "lr_steps": [], "checkpoint_every": 0,
+                                      "monitor_interval_s": 1.0, "warmup_iters": 0},
+                          eval={"every_epochs": 0})
     run = sweep.fill({"strategy": "single", "workers": 1, "images_per_worker": batch,
                       "precision": precision}, cfg)
     out = work / f"{precision}-b{batch}"
@@ -113,16 +112,17 @@ def pipeline_table(args, backbone: Path, work: Path) -> None:
     largest = max(args.pipeline_batches) * (5 + args.pipeline_iterations)
     settings = {"seed": 2017, "image_size": 640, "train_images": largest, "val_images": 1,
                 "max_objects": 8, "clutter": 6}
-    cfg["data"].update(name="synthetic-640", root=str(work / "data"), synthetic=settings,
-                       fetch=None, aspect_ratio_groups=0)
-    synthetic.generate(cfg["data"]["root"], settings)
     size = args.pipeline_size
-    cfg["model"].update(backbone_weights=str(backbone), min_size=size, max_size=1333)
+    cfg = schema.replaced(cfg, data={"name": "synthetic-640", "root": str(work / "data"),
+                                     "synthetic": settings, "fetch": None, "aspect_ratio_groups": 0},
+                          model={"backbone_weights": str(backbone), "min_size": size, "max_size": 1333})
+    synthetic.generate(cfg.data.root, cfg.data.synthetic)
     print(f"\n2. the training loop: coco2017's single run on {largest} synthetic 640 px images "
           f"(resized to {size}x{size}), {os.cpu_count()} cores")
     print(f"{'images/GPU':<12}{'precision':<11}{'images/s':>10}{'data wait':>11}{'SM util':>9}")
     for batch in args.pipeline_batches:
-        cfg["data"]["synthetic"]["train_images"] = batch * (5 + args.pipeline_iterations)
+        images = batch * (5 + args.pipeline_iterations)
+        cfg = schema.replaced(cfg, data={"synthetic": {"train_images": images}})
         for precision in ("fp32", "bf16"):
             found = pipeline_run(cfg, batch, precision, args.pipeline_iterations, work)
             print(f"{batch:<12}{precision:<11}{found['images_per_second']:>10.1f}"
@@ -130,8 +130,9 @@ def pipeline_table(args, backbone: Path, work: Path) -> None:
 
 
 def model_table(args, backbone: Path) -> None:
-    cfg = params.load_resolved(REPO / "params.yaml", preset="coco2017")["model"]
-    model_cfg = dict(cfg, backbone_weights=str(backbone), min_size=args.size[0], max_size=args.size[1])
+    cfg = params.load_resolved(REPO / "params.yaml", preset="coco2017").model
+    model_cfg = schema.replaced(cfg, backbone_weights=str(backbone), min_size=args.size[0],
+                                max_size=args.size[1])
     print(f"1. the model alone: {torch.cuda.get_device_name()}, torch {torch.__version__}; "
           f"fasterrcnn_resnet50_fpn, {args.size[0]}x{args.size[1]}, {args.images_per_gpu} images per "
           f"GPU, median of {args.iterations} steps after 5 warm-up")

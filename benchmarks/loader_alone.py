@@ -37,6 +37,7 @@ from PIL import Image  # noqa: E402
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg, read_file  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 
+from pipeline.config import schema  # noqa: E402
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.data.dataset import MIRROR, CocoDetection, collate  # noqa: E402
 from pipeline.training.train import to_device  # noqa: E402
@@ -62,8 +63,8 @@ def dataset_root(args, work: Path) -> Path:
     if args.root:
         return Path(args.root)
     root = work / "data"
-    synthetic.generate(root, {"seed": 2017, "image_size": args.size, "train_images": args.images,
-                              "val_images": 1, "max_objects": 8, "clutter": 6})
+    synthetic.generate(root, schema.Synthetic(seed=2017, image_size=args.size, train_images=args.images,
+                                              val_images=1, max_objects=8, clutter=6))
     return root
 
 

@@ -18,14 +18,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import train  # noqa: E402
-from pipeline.config import params
+from pipeline.config import params, schema
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.strategies import sweep
 
 ENTRIES = [{"strategy": "single", "workers": 1}, {"strategy": "ddp", "workers": 2, "images_per_worker": 4}]
 
 
-def images_per_second(cfg: dict, run: dict, out: Path) -> float:
+def images_per_second(cfg: schema.Config, run: dict, out: Path) -> float:
     return train(cfg, run, out).images_per_second
 
 
@@ -36,11 +36,11 @@ def main() -> None:
     args = parser.parse_args()
     cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
     work = Path(tempfile.mkdtemp(prefix="monitor-bench-"))
-    cfg["data"].update(root=str(work / "data"),
-                       synthetic=dict(cfg["data"]["synthetic"], train_images=args.train_images))
-    cfg["train"].update(epochs=1, lr_steps=[])
-    synthetic.generate(cfg["data"]["root"], cfg["data"]["synthetic"])
-    interval = cfg["train"]["monitor_interval_s"]
+    cfg = schema.replaced(cfg, data={"root": str(work / "data"),
+                                     "synthetic": {"train_images": args.train_images}},
+                          train={"epochs": 1, "lr_steps": []})
+    synthetic.generate(cfg.data.root, cfg.data.synthetic)
+    interval = cfg.train.monitor_interval_s
     print(f"demo model, 1 epoch of {args.train_images} images, sampling every {interval} s vs off, "
           f"{args.repeats} alternating passes; median images/s")
     for entry in ENTRIES:
@@ -48,9 +48,9 @@ def main() -> None:
         speeds = {"on": [], "off": []}
         for repeat in range(args.repeats):
             for mode, seconds in (("on", interval), ("off", 0)):
-                cfg["train"]["monitor_interval_s"] = seconds
+                sampled = schema.replaced(cfg, train={"monitor_interval_s": seconds})
                 out = work / f"{sweep.run_id(run)}-{mode}-{repeat}"
-                speeds[mode].append(images_per_second(cfg, run, out))
+                speeds[mode].append(images_per_second(sampled, run, out))
         on, off = median(speeds["on"]), median(speeds["off"])
         print(f"{sweep.run_id(run):<14} on {on:7.2f}  off {off:7.2f}  on/off {on / off:.4f}  "
               f"(overhead {100 * (1 - on / off):+.2f} %)")

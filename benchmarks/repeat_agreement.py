@@ -36,9 +36,9 @@ def settings(work: Path, model: str, size: int) -> dict:
     backbone = work / "backbone.pth"
     found = gpu_check.overrides(sizes, 1, work / "data", backbone)
     cfg = gpu_check.base_config(sizes, 1, work / "data", backbone)
-    synthetic.generate(cfg["data"]["root"], cfg["data"]["synthetic"])
+    synthetic.generate(cfg.data.root, cfg.data.synthetic)
     if model == "tiny":
-        found["model"] = gpu_check.with_model(cfg, sizes, tiny=True)["model"]
+        found["model"] = gpu_check.with_model(cfg, sizes, tiny=True).model.model_dump()
     else:
         torch.save(gpu_check.calibrated_backbone(cfg, images=8), backbone)
     return found

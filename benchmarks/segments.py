@@ -90,12 +90,12 @@ class Driver:
     """One config, built by the tree's own setup and stepped by its own loop functions: HEAD's
     `iterate`, or an older tree's `timed_iteration` + `log_record` (f484bdb)."""
 
-    def __init__(self, loop, cfg: dict, entry: dict, out: Path):
+    def __init__(self, loop, cfg, entry: dict, out: Path):
         from pipeline.strategies import sweep
         import torch
         self.loop, self.torch = loop, torch
         run = sweep.fill(entry, cfg)
-        self.job = loop.setup(cfg, run, out)
+        self.job = loop.setup(train_config(cfg), run, out)
         self.job.model.train()
         self._persistent_loader()
         self.log_file = Collected()
@@ -258,22 +258,39 @@ def data_share(records: list[dict]) -> float | None:
     return data / iteration if iteration else None
 
 
-def load_cfg(tree: Path, *overrides: dict, defaults: dict | None = None) -> dict:
-    """The tree's coco2017 preset with `overrides` ({section: {key: value}}) applied in order.
+def load_cfg(tree: Path, *overrides: dict, defaults: dict | None = None):
+    """The tree's coco2017 preset with `overrides` ({section: {key: value}}) applied in order:
+    its typed config (schema.Config), or for a tree from before it, its resolved dict.
     A key the tree does not know is left out while it holds its value in `defaults` (HEAD's
     params defaults: a knob at its default is the behaviour an older tree has without it), and
     refused otherwise (the same settings on every tree, or none)."""
     from pipeline.config import params
     cfg = params.load_resolved(tree / "params.yaml", preset="coco2017")
+    typed = not isinstance(cfg, dict)
     for override in overrides:
         for section, values in override.items():
+            known = set(getattr(cfg, section).model_dump() if typed else cfg[section])
             neutral = (defaults or {}).get(section) or {}
-            unknown = sorted(k for k in set(values) - set(cfg[section])
+            unknown = sorted(k for k in set(values) - known
                              if k not in neutral or values[k] != neutral[k])
             if unknown:
                 raise KeyError(f"{tree}: {section} has no {', '.join(unknown)} in this tree")
-            cfg[section].update({k: v for k, v in values.items() if k in cfg[section]})
+            kept = {k: v for k, v in values.items() if k in known}
+            if typed:
+                from pipeline.config import schema
+                cfg = schema.replaced(cfg, **{section: kept})
+            else:
+                cfg[section].update(kept)
     return cfg
+
+
+def train_config(cfg):
+    """What the tree's `setup` takes: its train stage's view of the typed config, or a tree's
+    from before the typed config, the resolved dict itself."""
+    if isinstance(cfg, dict):
+        return cfg
+    from pipeline.config import stages
+    return stages.view(cfg, "train")
 
 
 def reply(found: dict) -> None:

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.common import evaluate, train  # noqa: E402
-from pipeline.config import params
+from pipeline.config import params, schema
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.detection.scoring import BACKENDS, METRICS, coco_metrics  # noqa: E402
 from pipeline.strategies import sweep
@@ -38,18 +38,16 @@ CONFIGS = {"before": ("fp32", False, "torchvision"), "fp32": ("fp32", False, "")
 ENTRIES = [{"strategy": "single", "workers": 1}, {"strategy": "ddp", "workers": 2, "images_per_worker": 4}]
 
 
-def train_run(cfg: dict, entry: dict, config: str, out: Path) -> dict:
+def train_run(cfg: schema.Config, entry: dict, config: str, out: Path) -> dict:
     precision, channels_last, roi_align = CONFIGS[config]
-    cfg = json.loads(json.dumps(cfg))
-    cfg["train"]["channels_last"] = channels_last
+    cfg = schema.replaced(cfg, train={"channels_last": channels_last})
     run = sweep.fill(dict(entry, precision=precision), cfg)
     return train(cfg, run, out, env={"FRCNN_BENCH_ROI_ALIGN": roi_align})
 
 
-def throughput(cfg: dict, work: Path, passes: int) -> None:
-    cfg = json.loads(json.dumps(cfg))
-    cfg["train"].update(epochs=1, lr_steps=[])
-    print(f"1. throughput: demo, 1 epoch of {cfg['data']['synthetic']['train_images']} images, "
+def throughput(cfg: schema.Config, work: Path, passes: int) -> None:
+    cfg = schema.replaced(cfg, train={"epochs": 1, "lr_steps": []})
+    print(f"1. throughput: demo, 1 epoch of {cfg.data.synthetic.train_images} images, "
           f"{passes} interleaved passes, median")
     for entry in ENTRIES:
         speed, wait = {c: [] for c in CONFIGS}, {c: [] for c in CONFIGS}
@@ -65,14 +63,13 @@ def throughput(cfg: dict, work: Path, passes: int) -> None:
                   f"  data wait {100 * statistics.median(wait[config]):.1f} % of an iteration")
 
 
-def accuracy(cfg: dict, work: Path, seeds: int) -> list[Path]:
+def accuracy(cfg: schema.Config, work: Path, seeds: int) -> list[Path]:
     print(f"2. accuracy: demo single, full recipe, seeds 0..{seeds - 1}")
     runs = []
     for config in ("fp32", "bf16"):
         scores = []
         for seed in range(seeds):
-            seeded = json.loads(json.dumps(cfg))
-            seeded["train"]["seed"] = seed
+            seeded = schema.replaced(cfg, train={"seed": seed})
             out = work / f"accuracy-{config}-{seed}"
             train_run(seeded, ENTRIES[0], config, out)
             scores.append(evaluate(seeded, sweep.fill(ENTRIES[0], seeded), out))
@@ -108,9 +105,9 @@ def synthetic_ground_truth(path: Path, images: int, seed: int = 0) -> tuple[dict
     return doc, found
 
 
-def evaluation(cfg: dict, runs: list[Path], work: Path, images: int) -> None:
+def evaluation(cfg: schema.Config, runs: list[Path], work: Path, images: int) -> None:
     print("3. evaluation: pycocotools vs faster-coco-eval")
-    gt = Path(cfg["data"]["root"]) / "annotations" / "instances_val2017.json"
+    gt = Path(cfg.data.root) / "annotations" / "instances_val2017.json"
     cases = [(f"demo predictions ({run.name})", gt, json.loads((run / "predictions.json").read_text()))
              for run in runs[:1]]
     big = work / "instances_synthetic.json"
@@ -137,9 +134,8 @@ def main() -> None:
     args = parser.parse_args()
     cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
     work = Path(tempfile.mkdtemp(prefix="speed-cpu-"))
-    cfg["data"]["root"] = str(work / "data")
-    cfg["train"]["monitor_interval_s"] = 0
-    synthetic.generate(cfg["data"]["root"], cfg["data"]["synthetic"])
+    cfg = schema.replaced(cfg, data={"root": str(work / "data")}, train={"monitor_interval_s": 0})
+    synthetic.generate(cfg.data.root, cfg.data.synthetic)
     print(f"machine: {os.cpu_count()} cores; work in {work}")
     if "throughput" not in args.skip:
         throughput(cfg, work, args.passes)

@@ -52,11 +52,11 @@ def main() -> None:
     rank = dist.get_rank()
     cfg = params.load_resolved(REPO / "params.yaml", preset=args.preset)
     torch.manual_seed(0)
-    model = build_model(cfg["model"], num_classes=3).train()
+    model = build_model(cfg.model, num_classes=3).train()
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     trained = [p for p in model.parameters() if p.requires_grad]
     generator = torch.Generator().manual_seed(rank)
-    size = cfg["model"]["min_size"]
+    size = cfg.model.min_size
 
     def forward_backward(net) -> None:
         images, targets = batch(generator, args.images, size)
@@ -83,7 +83,7 @@ def main() -> None:
 
     sgd = torch.optim.SGD(trained, lr=1e-4, momentum=0.9)
     # the optimizer zero's runs build (pipeline/strategies/zero.py), not a copy of its settings
-    zero_spec = STRATEGIES["zero"](STRATEGIES["zero"].filled(workers=2), cfg["parallel"])
+    zero_spec = STRATEGIES["zero"](STRATEGIES["zero"].filled(workers=2), cfg.parallel)
     zero = zero_spec.runtime().optimizer(trained, lr=1e-4, momentum=0.9)
     cases = {
         "fwd+bwd, plain": lambda: after_barrier(lambda: forward_backward(model)),

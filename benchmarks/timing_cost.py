@@ -22,7 +22,6 @@ GPU (benchmarks/gpu_check.py's `overhead` item times R50-FPN through the launche
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import socket
@@ -36,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.common import one_process_entry  # noqa: E402
 from pipeline import strategies  # noqa: E402
-from pipeline.config import params  # noqa: E402
+from pipeline.config import params, schema, stages  # noqa: E402
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.strategies import REGISTERED, sweep  # noqa: E402
 
@@ -50,7 +49,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def cases(cfg: dict) -> dict[str, tuple[dict, bool]]:
+def cases(cfg: schema.Config) -> dict[str, tuple[dict, bool]]:
     """name -> (sweep entry, train.time_split): single each way (twice as measured: the
     resolution), and every other registered strategy at one process."""
     single = {"strategy": "single", "workers": 1}
@@ -66,16 +65,15 @@ def cases(cfg: dict) -> dict[str, tuple[dict, bool]]:
 class Case:
     """One run, set up by the loop and advanced one iteration at a time."""
 
-    def __init__(self, cfg: dict, entry: dict, split: bool, out: Path):
+    def __init__(self, cfg: schema.Config, entry: dict, split: bool, out: Path):
         from pipeline.training import train  # torch, once the environment names the process
         self.train = train
-        cfg = json.loads(json.dumps(cfg))
-        cfg["train"]["time_split"] = split
+        cfg = schema.replaced(cfg, train={"time_split": split})
         run = sweep.fill(dict(entry, data_mode="synthetic"), cfg)
-        self.skipped = strategies.get(run, cfg["parallel"]).unavailable()
+        self.skipped = strategies.get(run, cfg.parallel).unavailable()
         if self.skipped:
             return
-        self.job = train.setup(cfg, run, out)
+        self.job = train.setup(stages.view(cfg, "train"), run, out)
         self.job.model.train()
         train.begin_epoch(self.job)
         self.batches = self._batches()
@@ -105,12 +103,13 @@ def main() -> None:
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
     work = Path(tempfile.mkdtemp(prefix="timing-cost-"))
-    cfg["data"].update(root=str(work / "data"), workers=0, aspect_ratio_groups=0)
-    cfg["data"]["synthetic"].update(image_size=args.size, train_images=64, val_images=2)
-    synthetic.generate(cfg["data"]["root"], cfg["data"]["synthetic"])
-    cfg["model"].update(min_size=args.size, max_size=args.size)
-    cfg["train"].update(epochs=1, lr_steps=[], checkpoint_every=0, threads=1, warmup_iters=0,
-                        images_per_worker=args.images, monitor_interval_s=0)
+    cfg = schema.replaced(
+        cfg, data={"root": str(work / "data"), "workers": 0, "aspect_ratio_groups": 0,
+                   "synthetic": {"image_size": args.size, "train_images": 64, "val_images": 2}},
+        model={"min_size": args.size, "max_size": args.size},
+        train={"epochs": 1, "lr_steps": [], "checkpoint_every": 0, "threads": 1, "warmup_iters": 0,
+               "images_per_worker": args.images, "monitor_interval_s": 0})
+    synthetic.generate(cfg.data.root, cfg.data.synthetic)
     print(f"demo's tiny model, {args.images} in-memory image(s) of {args.size} px a step, 1 thread; "
           f"{WARMUP} + {args.steps} iterations of each case, taking turns in one process; "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", flush=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from . import strategies
-from .config import cli
+from .config import cli, schema
 from .detection.model import build_model
 from .launch import command
 from .runtime import distributed, lifetime
@@ -46,7 +46,7 @@ WHY = ("Two causes make averaged per-worker gradients differ from the gradient o
 ABLATED = "groupnorm"  # the tiny model's norm without batch statistics
 
 
-def start_step(cfg: dict, run: Run, out: Path) -> subprocess.Popen:
+def start_step(cfg: schema.TrainStage, run: Run, out: Path) -> subprocess.Popen:
     """One SGD step of `run`, started as the workflow starts a training job."""
     argv = command(cfg, run, str(out / sweep.run_id(run))) + ["--max-steps", "1"]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -62,7 +62,7 @@ def finished_step(run: Run, started: subprocess.Popen, out: Path) -> dict[str, t
     return torch.load(out / name / "model_final.pt", weights_only=True)["model"]
 
 
-def one_step_each(cfg: dict, runs: dict[str, Run], out: Path) -> dict[str, dict]:
+def one_step_each(cfg: schema.TrainStage, runs: dict[str, Run], out: Path) -> dict[str, dict]:
     """The weights after one step of each run. On CPU two run at once: each is mostly process
     start-up, so the second core would idle; on GPUs one at a time, each with the devices."""
     at_once = 1 if distributed.gpu_count() else 2
@@ -93,42 +93,42 @@ def step_distance(state: dict, reference: dict, initial: dict, names: list[str])
                                 flat(reference, names) - flat(initial, names))
 
 
-def measure(cfg: dict, compared: list[str] | None = None, norms: list[str] | None = None) -> dict:
+def measure(stage_cfg: schema.EquivalenceStage, compared: list[str] | None = None,
+            norms: list[str] | None = None) -> dict:
     """One step of each strategy `compared` (sweep.equivalence_runs) against the baseline; and
     where the sweep trains the tiny model under both `norms` (sweep.swept_norms), each cause
     with and without it (`causes`). Without that question asked, nothing of it runs."""
-    cfg = copy.deepcopy(cfg)
-    # The same pixels for every strategy (no random flips), and the full learning rate.
-    cfg["data"]["horizontal_flip"] = 0.0
-    cfg["train"].update(warmup_iters=0, epochs=1)
-    cfg["eval"] = {"every_epochs": 0, "batch_size": 1}  # one step: nothing to evaluate during training
-    # On one node, whatever parallel.nnodes says: the rule's job asks for one node, and a
-    # torchrun told to expect a second node would wait for it forever.
-    cfg["parallel"]["nnodes"] = 1
+    cfg = schema.TrainStage.model_validate(schema.merged(stage_cfg.model_dump(), {
+        # The same pixels for every strategy (no random flips), and the full learning rate.
+        "data": {"horizontal_flip": 0.0}, "train": {"warmup_iters": 0, "epochs": 1},
+        "eval": {"every_epochs": 0, "batch_size": 1},  # one step: nothing to evaluate during training
+        # On one node, whatever parallel.nnodes says: the rule's job asks for one node, and a
+        # torchrun told to expect a second node would wait for it forever.
+        "parallel": {"nnodes": 1}}))
     listed = sweep.equivalence_runs(cfg, compared)
-    ablating = cfg["model"]["arch"] == "tiny" and set(norms or ()) == set(NORMS)
+    ablating = cfg.model.arch == "tiny" and set(norms or ()) == set(NORMS)
     if ablating:
         listed = with_ablation(listed)
     runs = {sweep.run_id(r): r for r in listed}
     skipped = {name: why for name, r in runs.items()
-               if (why := strategies.get(r, cfg["parallel"]).unavailable())}
+               if (why := strategies.get(r, cfg.parallel).unavailable())}
     with tempfile.TemporaryDirectory(prefix="equivalence-") as work:
         states = one_step_each(cfg, {name: r for name, r in runs.items() if name not in skipped},
                                Path(work))
     num_classes = states[next(iter(states))]["roi_heads.box_predictor.cls_score.weight"].shape[0]
     initial = {}
     for norm in {r.norm for r in listed}:
-        torch.manual_seed(cfg["train"]["seed"])  # the initial weights, as train.py makes them
-        initial[norm] = build_model(dict(cfg["model"], norm=norm, backbone_weights=None),
+        torch.manual_seed(cfg.train.seed)  # the initial weights, as train.py makes them
+        initial[norm] = build_model(cfg.model.model_copy(update={"norm": norm, "backbone_weights": None}),
                                     num_classes).state_dict()
     # Each run against the baseline's run under its own norm (the first of each norm).
     references = {}
     for name, r in runs.items():
         references.setdefault(r.norm, name)
-    reference_id = references[cfg["model"]["norm"]]
+    reference_id = references[cfg.model.norm]
     reference = states[reference_id]
     names = [n for n, v in reference.items() if v.is_floating_point() and "running" not in n]
-    step = max((reference[n] - initial[cfg["model"]["norm"]][n]).abs().max().item() for n in names)
+    step = max((reference[n] - initial[cfg.model.norm][n]).abs().max().item() for n in names)
     results = {name: {"skipped": why} for name, why in skipped.items()}
     launched = {}
     for name, state in states.items():
@@ -139,7 +139,7 @@ def measure(cfg: dict, compared: list[str] | None = None, norms: list[str] | Non
         distance = step_distance(state, states[references[norm]], initial[norm], own)
         if runs[name].strategy == "ddp":
             launched[norm] = distance
-        if norm != cfg["model"]["norm"]:
+        if norm != cfg.model.norm:
             continue
         diff = max((state[n] - reference[n]).abs().max().item() for n in names)
         results[name] = {"max_abs_difference": diff, "relative_to_step": diff / step if step else None,

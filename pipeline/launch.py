@@ -24,62 +24,66 @@ from pathlib import Path
 
 from . import strategies
 from .commbench import job as commbench_job
-from .config import cli, stages
+from .config import cli, schema, stages
 from .detection.scoring import not_evaluated, record_not_evaluated
 from .runtime import lifetime, run_lock, slurm
 from .runtime.files import OutputError, write_json, write_text
 from .runtime.run import Run
 from .strategies import sweep
 
-
-def run_config(cfg: dict, run: Run) -> dict:
-    """The preset as `run` trains and is evaluated with: its entry's `norm` in model.norm (the
-    run's checkpoints and provenance name the normalisation its model has)."""
-    return cfg if cfg["model"]["norm"] == run.norm else {**cfg, "model": {**cfg["model"], "norm": run.norm}}
+RunStage = schema.TrainStage | schema.EvaluateStage  # a run's stages: what they launch with
 
 
-def command(cfg: dict, run: Run, out: str, python: str = sys.executable,
+def run_config(cfg: RunStage, run: Run) -> str:
+    """The stage's config as `run` trains and is evaluated with, as JSON: its entry's `norm` in
+    model.norm (the run's checkpoints and provenance name the normalisation its model has)."""
+    if cfg.model.norm != run.norm:
+        cfg = schema.replaced(cfg, model={"norm": run.norm})
+    return json.dumps(cfg.model_dump())
+
+
+def command(cfg: schema.TrainStage, run: Run, out: str, python: str = sys.executable,
             rdzv_endpoint: str | None = None) -> list[str]:
     """The training command; `rdzv_endpoint` replaces parallel.rdzv_endpoint for torchrun only
     (the run's config, and so its checkpoint's identity, stays the same)."""
-    parallel = cfg["parallel"] if rdzv_endpoint is None else dict(cfg["parallel"],
-                                                                   rdzv_endpoint=rdzv_endpoint)
+    parallel = (cfg.parallel if rdzv_endpoint is None else
+                cfg.parallel.model_copy(update={"rdzv_endpoint": rdzv_endpoint}))
     strategy = strategies.get(run, parallel)
     return strategy.launcher(python) + [
-        "-m", "pipeline.training.train", "--config", json.dumps(run_config(cfg, run)), "--entry", json.dumps(run.to_json()), "--out", out]
+        "-m", "pipeline.training.train", "--config", run_config(cfg, run), "--entry", json.dumps(run.to_json()), "--out", out]
 
 
-def evaluation_command(cfg: dict, run: Run, run_dir: str, python: str = sys.executable) -> list[str]:
+def evaluation_command(cfg: schema.EvaluateStage, run: Run, run_dir: str, python: str = sys.executable) -> list[str]:
     """A run is evaluated the way its strategy says (a ddp run on as many processes as it
     trained with)."""
-    launcher = strategies.get(run, cfg["parallel"]).evaluation_launcher(python)
-    return launcher + ["-m", "pipeline.detection.evaluate", "--config", json.dumps(run_config(cfg, run)),
+    launcher = strategies.get(run, cfg.parallel).evaluation_launcher(python)
+    return launcher + ["-m", "pipeline.detection.evaluate", "--config", run_config(cfg, run),
                        "--run-dir", run_dir]
 
 
-def commbench_command(cfg: dict, processes: int, out: str, python: str = sys.executable) -> list[str]:
+def commbench_command(cfg: schema.CommbenchStage, processes: int, out: str, python: str = sys.executable) -> list[str]:
     """The commbench stage at `processes` processes on this node (pipeline/commbench/job.py)."""
-    return commbench_job.launcher(python, processes, cfg["parallel"]) + [
-        "-m", commbench_job.MODULE, "--config", json.dumps(cfg), "--out", out]
+    return commbench_job.launcher(python, processes, cfg.parallel) + [
+        "-m", commbench_job.MODULE, "--config", json.dumps(cfg.model_dump()), "--out", out]
 
 
-def multi_node_command(cfg: dict, run: Run, out: str) -> list[str]:
+def multi_node_command(cfg: schema.TrainStage, run: Run, out: str) -> list[str]:
     """The training command for this node; for a run over several nodes, inside a SLURM
     allocation: srun starting one torchrun on each node, meeting on the first node.
 
     The nodes are the strategy's (a single or DataParallel run spans one whatever
     parallel.nnodes says), the same count pipeline/resources.py asks the scheduler for."""
-    nnodes = strategies.get(run, cfg["parallel"]).nodes()
+    nnodes = strategies.get(run, cfg.parallel).nodes()
     alloc = slurm.allocation() if nnodes > 1 else None
     if alloc is None:
         if nnodes > 1:
             print(f"node 1 of {nnodes}: start the same command on every other node; rendezvous "
-                  f"at {cfg['parallel']['rdzv_endpoint']}", file=sys.stderr)
+                  f"at {cfg.parallel.rdzv_endpoint}", file=sys.stderr)
         return command(cfg, run, out)
     # This process becomes srun; each node's torchrun is started by SLURM's step daemon, and
     # its workers must follow that torchrun, their parent, not this process.
     os.environ.pop(lifetime.LAUNCHER_PID, None)
-    endpoint = slurm.rdzv_endpoint(alloc, cfg["parallel"]["rdzv_endpoint"])
+    endpoint = slurm.rdzv_endpoint(alloc, cfg.parallel.rdzv_endpoint)
     print(f"SLURM job {alloc.job_id}: one torchrun on each of {nnodes} nodes "
           f"({', '.join(alloc.hosts)}); rendezvous at {endpoint}", file=sys.stderr)
     return slurm.srun(alloc, nnodes) + command(cfg, run, out, rdzv_endpoint=endpoint)
@@ -142,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
                 return
             argv = evaluation_command(cfg, run, args.out)
             os.execv(argv[0], argv)
-        reason = strategies.get(run, cfg["parallel"]).unavailable()
+        reason = strategies.get(run, cfg.parallel).unavailable()
         if reason:
             print(f"skipping {sweep.run_id(run)}: {reason}", file=sys.stderr)
             out = Path(args.out)

@@ -5,7 +5,7 @@ PREDICTION, never a measurement, and says so (its first printed line, the CSV's 
     python -m pipeline.whatif --cluster my.yaml --gpu-seconds-per-image 0.33 --gradient-bytes 166131544
 
 The cluster is a YAML or JSON file with report.predict's cluster keys, or flags, or both (flags
-win), checked against params.schema.yaml (costmodel/clusters.py `read_cluster`). One GPU's
+win), checked as params.yaml's clusters are (schema.Cluster; costmodel/clusters.py `read_cluster`). One GPU's
 compute and M, the gradient bytes, come from a finished preset's baseline `single` run, read as
 the report reads it (a GPU run where there is one), or are given. Each strategy's curve is the
 report's (report/clusters.py `prediction_points`, the same function), so this command and the
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .config import cli, stages
+from .config import cli, schema, stages
 from .config.params import load, load_resolved
 from .costmodel.clusters import EXAMPLE, Cluster, Compute, read_cluster
 from .costmodel.ranking import Band, ranking
@@ -114,7 +114,7 @@ def preset_compute(runs: list[RunDir], preset: str, where: Path) -> Compute:
                                     ": no GPU run, so the cluster's GPUs are taken as fast as it"))
 
 
-def inputs(args: argparse.Namespace, predict: dict, preset: str) -> tuple[Compute, Band]:
+def inputs(args: argparse.Namespace, predict: schema.Predict, preset: str) -> tuple[Compute, Band]:
     """One GPU's compute (given, or the preset's) and the band (the preset's runs, or the bound)."""
     given = (args.gpu_seconds_per_image, args.gradient_bytes)
     if (given[0] is None) != (given[1] is None):
@@ -154,14 +154,14 @@ def predicted_frame(points: pd.DataFrame, band: Band) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=CSV_COLUMNS)
 
 
-def described(cfg: dict, per_gpu: int) -> str:
-    return (f"{cfg['name']}: {cfg['gpus_per_node']} GPU(s) per node x {cfg['nodes']} node(s); within "
-            f"a node {cfg['intra_gbit_s']:g} Gbit/s, {cfg['intra_latency_us']:g} us; between nodes "
-            f"{cfg['inter_gbit_s']:g} Gbit/s, {cfg['inter_latency_us']:g} us; "
-            f"{cfg['spare_cpu_machines_per_node']} spare CPU machine(s) per node; {per_gpu} image(s) per GPU")
+def described(spec: schema.Cluster, per_gpu: int) -> str:
+    return (f"{spec.name}: {spec.gpus_per_node} GPU(s) per node x {spec.nodes} node(s); within "
+            f"a node {spec.intra_gbit_s:g} Gbit/s, {spec.intra_latency_us:g} us; between nodes "
+            f"{spec.inter_gbit_s:g} Gbit/s, {spec.inter_latency_us:g} us; "
+            f"{spec.spare_cpu_machines_per_node} spare CPU machine(s) per node; {per_gpu} image(s) per GPU")
 
 
-def printed(frame: pd.DataFrame, cfg: dict, per_gpu: int, compute: Compute, band: Band, gpus: int) -> str:
+def printed(frame: pd.DataFrame, spec: schema.Cluster, per_gpu: int, compute: Compute, band: Band, gpus: int) -> str:
     """What the command prints: the prediction's label and inputs, the ranking at `gpus`, and
     images/s at every GPU count."""
     at = frame[frame["gpus"] == gpus].sort_values("predicted_rank")
@@ -177,7 +177,7 @@ def printed(frame: pd.DataFrame, cfg: dict, per_gpu: int, compute: Compute, band
     missing = sorted(set(frame["model"]) - set(at["model"]))
     curves = frame.pivot_table(index="model", columns="gpus", values="predicted_images_per_second", sort=False)
     return "\n".join([
-        f"{LABEL}: {described(cfg, per_gpu)}.",
+        f"{LABEL}: {described(spec, per_gpu)}.",
         f"One GPU's compute: {compute.seconds_per_image:.4g} s per image; gradient bytes M "
         f"{compute.gradient_bytes / 1e6:.1f} MB ({compute.source}).",
         f"Uncertainty band: {band.source}; a measured rate is expected in [predicted / "
@@ -208,21 +208,21 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
 
 
 def body(args: argparse.Namespace) -> str:
-    cfg = read_cluster(args.cluster, {key: getattr(args, key) for key in CLUSTER_FLAGS})
+    spec = read_cluster(args.cluster, {key: getattr(args, key) for key in CLUSTER_FLAGS})
     config = load_resolved(args.params)  # report.predict; the preset need not be one of its own
-    predict = {**config["report"]["predict"], "clusters": [cfg]}
+    predict = config.report.predict.model_copy(update={"clusters": [spec]})
     if args.images_per_gpu is not None:
         if args.images_per_gpu < 1:
             raise WhatIfError(f"--images-per-gpu {args.images_per_gpu}: set it to 1 or more")
-        predict["images_per_gpu"] = args.images_per_gpu
-    compute, band = inputs(args, predict, args.preset or config["preset"])
-    cluster = Cluster.of(cfg)
+        predict = predict.model_copy(update={"images_per_gpu": args.images_per_gpu})
+    compute, band = inputs(args, predict, args.preset or config.preset)
+    cluster = Cluster.of(spec)
     gpus = args.gpus or cluster.gpus_per_node * cluster.nodes
     if gpus not in cluster.gpu_counts():
-        raise WhatIfError(f"--gpus {gpus}: the model predicts {cfg['name']} at "
+        raise WhatIfError(f"--gpus {gpus}: the model predicts {spec.name} at "
                           f"{', '.join(map(str, cluster.gpu_counts()))} GPUs; use one of those")
     frame = predicted_frame(prediction_points(predict, compute), band)
-    text = printed(frame, cfg, predict["images_per_gpu"], compute, band, gpus)
+    text = printed(frame, spec, predict.images_per_gpu, compute, band, gpus)
     if args.csv is not None:
         write_csv(frame, args.csv)
         text += f"\nEvery GPU count's prediction: {args.csv}"

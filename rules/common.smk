@@ -22,11 +22,11 @@ from pipeline.runtime import failure
 # environment is on its PATH.
 IN_IMAGE = DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method
 PYTHON = "python" if IN_IMAGE else sys.executable
-PRESET = CFG["preset"]
-DATA = CFG["data"]
+PRESET = CFG.preset
+DATA = CFG.data
 RUN_DIR = f"results/runs/{PRESET}/{{run}}"
-MANIFEST = f"data/{DATA['name']}.manifest.json"
-DATA_LOG = f"logs/data/{DATA['name']}.log"  # the data stage's; its error ends the closing summary
+MANIFEST = f"data/{DATA.name}.manifest.json"
+DATA_LOG = f"logs/data/{DATA.name}.log"  # the data stage's; its error ends the closing summary
 # What the report stage makes is per preset, like the runs: one preset's report never
 # overwrites another's.
 REPORT = f"results/report/{PRESET}"
@@ -64,7 +64,7 @@ def purpose(text):
 def code(stage):
     """Snakemake tracks a rule's own code, not what it imports: the files each stage executes
     are derived from the imports of the module it runs (pipeline/config/stages.py)."""
-    return stages.code_files(stage, fetch=stage == "data" and DATA["fetch"] is not None)
+    return stages.code_files(stage, fetch=stage == "data" and DATA.fetch is not None)
 
 
 def run_code(stage):
@@ -135,7 +135,7 @@ COMMBENCH_FILE = f"results/commbench/{PRESET}/p{{processes}}.json"
 # they exist (results of another preset's workflow; this preset's own runs are inputs anyway).
 # Looked for when the DAG is built (the report rule's input function), not when this file is
 # parsed, and never made by this workflow: what is there is used.
-PREDICT_PRESET = CFG["report"]["predict"]["compute"]["preset"]
+PREDICT_PRESET = CFG.report.predict.compute.preset
 
 
 def compute_runs(wildcards):

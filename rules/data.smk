@@ -13,27 +13,27 @@ localrules:
 # manifest's record of it (pipeline/data/tree.py) each time the workflow plans, and the outcome is
 # the data rule's `tree` param, which Snakemake reruns the rule on when it differs from the one
 # the manifest was made with. Nothing is written while planning (`-n` included).
-DATA_PLAN = tree.plan(DATA["root"], MANIFEST)
+DATA_PLAN = tree.plan(DATA.root, MANIFEST)
 if DATA_PLAN.changes and workflow.is_main_process:
     # A tree the pipeline made is not replaced while it differs from what it wrote (the data
     # stage refuses it, naming the files, pipeline/runtime/files.py): say so here, as it will.
-    _edits = files.made_by_pipeline(DATA["root"]) and files.edits(DATA["root"])
+    _edits = files.made_by_pipeline(DATA.root) and files.edits(DATA.root)
     _then = (f"the data stage refuses it, untouched, as it was made by this pipeline and is not as "
              f"written ({_edits}): {files.EDITED_REMEDY}" if _edits else
              "the data stage checks it again, and every run trained on it trains again")
-    print(f"{DATA['root']} changed since {MANIFEST} ({'; '.join(DATA_PLAN.changes)}): {_then}",
+    print(f"{DATA.root} changed since {MANIFEST} ({'; '.join(DATA_PLAN.changes)}): {_then}",
           file=sys.stderr)
 
 
 rule data:
     message:
-        purpose(f"the {DATA['name']} data, prepared and checked -> {{output.manifest}} (log: {{log}})")
+        purpose(f"the {DATA.name} data, prepared and checked -> {{output.manifest}} (log: {{log}})")
     input:
-        code=code("data") + (["dvc.yaml"] if DATA["fetch"] else []),
+        code=code("data") + (["dvc.yaml"] if DATA.fetch else []),
     output:
         manifest=MANIFEST,
     params:
-        data=P.canonical(DATA),
+        data=P.canonical(DATA.model_dump()),
         tree=DATA_PLAN.state,
         python=PYTHON,
     resources:
@@ -41,7 +41,7 @@ rule data:
     log:
         DATA_LOG,
     benchmark:
-        f"logs/benchmarks/data_{DATA['name']}.tsv"
+        f"logs/benchmarks/data_{DATA.name}.tsv"
     shell:
         "{params.python} -m pipeline.data.prepare --config {params.data:q} --manifest {output.manifest}"
         " --tree-state={params.tree:q}"

@@ -25,10 +25,10 @@ rule report:
         tables_other=expand(f"{REPORT}/{{name}}.{{ext}}", name=TABLES, ext=["md", "tex"]),
         # paper/paper.tex inputs numbers.tex, figures.tex, the .tex tables and the figures
         figures=report(expand(f"{REPORT}/figures/{{name}}.{{ext}}", name=FIGURES,
-                              ext=CFG["report"]["figure_formats"]), caption="captions/figures.rst",
+                              ext=CFG.report.figure_formats), caption="captions/figures.rst",
                        category="Figures"),
     params:
-        report=P.canonical(CFG["report"]),
+        report=P.canonical(CFG.report.model_dump()),
         preset=PRESET,
         runs=expand(RUN_DIR, run=RUNS),
         commbench=lambda wildcards, input: " ".join(f"--commbench {f}" for f in input.commbench),

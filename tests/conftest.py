@@ -2,7 +2,6 @@
 real params.yaml, so the tests exercise the same settings users run."""
 from __future__ import annotations
 
-import copy
 import json
 import os
 from pathlib import Path
@@ -16,30 +15,38 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 
-from pipeline.config import params  # noqa: E402
+from pipeline.config import params, schema  # noqa: E402
 from pipeline.data import synthetic  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL_DATA = {"seed": 7, "image_size": 96, "train_images": 24, "val_images": 8,
-              "max_objects": 3, "clutter": 3}
+              "max_objects": 3, "clutter": 3}  # as params.yaml writes data.synthetic
+SMALL_SYNTHETIC = schema.Synthetic.model_validate(SMALL_DATA)
 
 
-def small_config(root: Path, **train_overrides) -> dict:
+def small_config(root: Path, **train_overrides) -> schema.Config:
     """The demo preset, shrunk to seconds: small images, few iterations."""
     cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
-    cfg = copy.deepcopy(cfg)
-    cfg["data"].update(root=str(root), synthetic=dict(SMALL_DATA))
-    cfg["model"].update(min_size=96, max_size=96, channels=32, representation_size=128)
-    cfg["train"].update({"epochs": 2, "images_per_worker": 4, "base_batch": 4, "warmup_iters": 4,
-                         "lr_steps": [], "print_every": 5, **train_overrides})
-    cfg["eval"].update(batch_size=4)
-    return cfg
+    return schema.replaced(
+        cfg, data={"root": str(root), "synthetic": dict(SMALL_DATA)},
+        model={"min_size": 96, "max_size": 96, "channels": 32, "representation_size": 128},
+        train={"epochs": 2, "images_per_worker": 4, "base_batch": 4, "warmup_iters": 4,
+               "lr_steps": [], "print_every": 5, **train_overrides},
+        eval={"batch_size": 4})
+
+
+def user_data(root: Path, **changes) -> schema.Data:
+    """The data section of a COCO-layout tree of the user's at `root` (no generator, no fetch),
+    refusing what the defaults refuse; `changes` (exif_orientation=..., ...) over it."""
+    demo = params.load_resolved(REPO / "params.yaml", preset="demo").data
+    return schema.replaced(demo, **{"name": "mine", "root": str(root), "synthetic": None, "fetch": None,
+                                    "exif_orientation": "refuse", "category_mismatch": "refuse", **changes})
 
 
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data") / "synthetic"
-    synthetic.generate(root, SMALL_DATA)
+    synthetic.generate(root, SMALL_SYNTHETIC)
     return root
 
 

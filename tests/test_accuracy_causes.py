@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from pipeline import equivalence
-from pipeline.config import params
+from pipeline.config import params, schema, stages
 from pipeline.config.params import ParamsError
 from pipeline.data.dataset import CocoDetection, collate, to_model_input
 from pipeline.detection.model import TinyBackbone, build_model
@@ -40,7 +40,7 @@ def test_the_default_norm_builds_the_backbone_bit_for_bit_as_before(tmp_path):
     torch.manual_seed(3)
     old = old_tiny_backbone(32)
     torch.manual_seed(3)
-    new = TinyBackbone(32, small_config(tmp_path)["model"]["norm"])
+    new = TinyBackbone(32, small_config(tmp_path).model.norm)
     assert old.state_dict().keys() == new.state_dict().keys()
     assert all(torch.equal(old.state_dict()[k], new.state_dict()[k]) for k in old.state_dict())
     assert torch.rand(1).item() == (torch.manual_seed(3), old_tiny_backbone(32), torch.rand(1))[2].item()
@@ -51,7 +51,7 @@ def test_the_default_norm_builds_the_backbone_bit_for_bit_as_before(tmp_path):
 def test_groupnorm_trains_with_finite_losses(small_dataset):
     cfg = small_config(small_dataset)
     torch.manual_seed(0)
-    model = build_model(dict(cfg["model"], norm="groupnorm"), 91)
+    model = build_model(schema.replaced(cfg.model, norm="groupnorm"), 91)
     kinds = {type(m) for m in model.backbone.modules()}
     assert nn.GroupNorm in kinds and nn.BatchNorm2d not in kinds
     dataset = CocoDetection(small_dataset, "train", train=True)
@@ -69,21 +69,21 @@ def test_groupnorm_trains_with_finite_losses(small_dataset):
 
 
 def test_a_sweep_entry_names_its_norm_and_the_default_leaves_runs_as_they_were(tmp_path):
-    cfg = small_config(tmp_path)
-    cfg["sweep"] = [{"strategy": "single", "workers": 1},
-                    {"strategy": "ddp", "workers": 2, "images_per_worker": 2, "norm": "groupnorm"}]
+    entries = [{"strategy": "single", "workers": 1},
+               {"strategy": "ddp", "workers": 2, "images_per_worker": 2, "norm": "groupnorm"}]
+    cfg = schema.replaced(small_config(tmp_path), sweep=entries)
     runs = sweep.runs(cfg)
     assert list(runs) == ["single-w1-b4-s0", "ddp-w2-b2-groupnorm-s0"]
     assert "norm" not in runs["single-w1-b4-s0"].to_json()  # params, ids, fingerprints unchanged
     assert Run.from_json(runs["ddp-w2-b2-groupnorm-s0"].to_json()).norm == "groupnorm"
     assert sweep.swept_norms(cfg) == list(NORMS)
-    cfg["sweep"][1]["norm"] = "layernorm"
+    wrong = schema.replaced(cfg, sweep=[entries[0], dict(entries[1], norm="layernorm")])
     with pytest.raises(ParamsError, match=r"sweep\[1\]\.norm: 'layernorm' is not one of"):
-        sweep.runs(cfg)
+        sweep.runs(wrong)
 
 
 def test_groupnorm_is_refused_for_the_resnet50_model(tmp_path):
-    model = dict(small_config(tmp_path)["model"], arch="fasterrcnn_resnet50_fpn", norm="groupnorm")
+    model = schema.replaced(small_config(tmp_path).model, arch="fasterrcnn_resnet50_fpn", norm="groupnorm")
     with pytest.raises(ValueError, match="model.norm: groupnorm is for the tiny model"):
         build_model(model, 91)
 
@@ -93,7 +93,7 @@ def test_the_step_check_measures_each_cause_on_real_processes(small_dataset):
     """single and ddp-w2 (2 processes over gloo) take one step under each norm: under GroupNorm
     ddp's step lands nearer single's than under BatchNorm, and no further than resampling the
     same images moves it (the sampling alone)."""
-    report = equivalence.measure(small_config(small_dataset), ["ddp"], list(NORMS))
+    report = equivalence.measure(stages.view(small_config(small_dataset), "equivalence"), ["ddp"], list(NORMS))
     record = EquivalenceRecord.from_json(report)
     found = {c.norm: c for c in record.causes}
     assert set(found) == set(NORMS)
@@ -105,7 +105,7 @@ def test_the_step_check_measures_each_cause_on_real_processes(small_dataset):
 
 
 @functools.cache
-def demo_config() -> dict:
+def demo_config() -> schema.Config:
     return small_config(Path("data"))
 
 

@@ -13,20 +13,20 @@ from pathlib import Path
 import pytest
 import torch
 
+from pipeline.config import schema, stages
 from pipeline.data import prepare
 from pipeline.data.dataset import DatasetError, annotation_path
 from pipeline.detection.evaluate import evaluate
 from pipeline.detection.model import build_model
 from pipeline.detection.scoring import BACKENDS, METRICS, coco_metrics
 
-from .conftest import small_config, write_coco
+from .conftest import small_config, user_data, write_coco
 from .test_bad_inputs import (ann_file, assert_message, check_readme_row, good_dataset, noise_jpeg,
                               snapshot, write_earlier)
 
 
-def data_config(root: Path, category_mismatch: str = "refuse") -> dict:
-    return {"root": str(root), "synthetic": None, "fetch": None, "exif_orientation": "refuse",
-            "category_mismatch": category_mismatch}
+def data_config(root: Path, category_mismatch: str = "refuse") -> schema.Data:
+    return user_data(root, category_mismatch=category_mismatch)
 
 
 def edit_val(root: Path, change) -> Path:
@@ -146,16 +146,16 @@ def test_annotations_without_area_pass_the_data_stage_and_score_as_with_it(tmp_p
 
 
 @pytest.fixture(scope="module")
-def untrained_run(tmp_path_factory) -> tuple[Path, dict]:
+def untrained_run(tmp_path_factory) -> tuple[Path, schema.EvaluateStage]:
     """A tree without area that the data stage passed, and an untrained tiny model of it as a
     run's model_final.pt: evaluation's every step, with detections of every score."""
     tmp = tmp_path_factory.mktemp("no-area")
     root = tmp / "data"
     sized_tree(root, optional_keys=False)
     prepare.prepare(data_config(root), str(tmp / "data.manifest.json"))
-    cfg = small_config(root)
+    cfg = stages.view(small_config(root), "evaluate")
     torch.manual_seed(0)
-    model = build_model(dict(cfg["model"], backbone_weights=None), num_classes=2)
+    model = build_model(schema.replaced(cfg.model, backbone_weights=None), num_classes=2)
     run_dir = tmp / "run"
     run_dir.mkdir()
     torch.save({"model": model.state_dict(), "num_classes": 2}, run_dir / "model_final.pt")
@@ -166,8 +166,7 @@ def test_the_evaluation_stage_scores_a_tree_without_area_with_each_backend(untra
     run_dir, cfg = untrained_run
     scores = {}
     for backend in BACKENDS:
-        cfg["eval"]["backend"] = backend
-        record = evaluate(cfg, run_dir)
+        record = evaluate(schema.replaced(cfg, eval={"backend": backend}), run_dir)
         assert record["detections"] > 0
         scores[backend] = [record[name] for name in METRICS]
         written = json.loads((run_dir / "metrics.json").read_text())

@@ -27,7 +27,7 @@ import torch
 from PIL import Image, ImageDraw, ImageOps
 from torchvision.transforms.v2.functional import pil_to_tensor
 
-from pipeline.config import params
+from pipeline.config import params, stages
 from pipeline.config.params import canonical
 from pipeline.data import dataset as dataset_module
 from pipeline.data import prepare
@@ -37,7 +37,7 @@ from pipeline.runtime import run_lock
 from pipeline.strategies import sweep
 from pipeline.training.train import train
 
-from .conftest import REPO, small_config, write_coco
+from .conftest import REPO, small_config, user_data, write_coco
 
 EARLIER = 1_500_000_000  # an mtime in the past: a rewrite with the same bytes still shows
 
@@ -265,9 +265,7 @@ def test_bad_data(case, tmp_path):
     # The data stage, as it runs for a dataset it did not make: it validates and decodes every
     # image before it writes.
     with pytest.raises(DatasetError) as err:
-        prepare.prepare({"root": str(root), "synthetic": None, "fetch": None,
-                         "exif_orientation": "refuse", "category_mismatch": "refuse"},
-                        str(manifest))
+        prepare.prepare(user_data(root), str(manifest))
     assert_message(str(err.value), what(root), remedy(root))
     check_readme_row(case_id, str(err.value), root=root, ann=ann_file(root))
     # Training: the dataset opens, or fails, the same way; an image fails when it is read.
@@ -354,9 +352,7 @@ def test_exif_orientation_is_refused_by_default(tmp_path):
     exif_dataset(root, 3)
     before = snapshot(tmp_path)
     with pytest.raises(DatasetError) as err:  # the data stage
-        prepare.prepare({"root": str(root), "synthetic": None, "fetch": None,
-                         "exif_orientation": "refuse", "category_mismatch": "refuse"},
-                        str(tmp_path / "data" / "m.json"))
+        prepare.prepare(user_data(root), str(tmp_path / "data" / "m.json"))
     what = (f"{root / 'train2017'}: 1 of the train split's 2 images have an EXIF orientation "
             "other than 1, so a viewer shows them turned from their stored pixels (e.g. 1.jpg "
             "(3: rotate 180))")
@@ -433,8 +429,7 @@ def test_truncated_images_in_train_and_val_are_named_by_the_data_stage(tmp_path,
     manifest = tmp_path / "data" / "mine.manifest.json"
     write_earlier(manifest, '{"earlier": true}\n')
     before = snapshot(tmp_path)
-    data_cfg = {"root": str(root), "synthetic": None, "fetch": None, "exif_orientation": "refuse",
-                "category_mismatch": "refuse"}
+    data_cfg = user_data(root).model_dump()  # the data section, as the workflow passes it
     with caplog.at_level(logging.INFO, logger="pipeline.data.dataset"), \
             pytest.raises(SystemExit) as exit:
         prepare.main(["--config", json.dumps(data_cfg), "--manifest", str(manifest)])
@@ -460,16 +455,16 @@ def test_the_evaluate_stage_ends_a_bad_image_in_one_line(tmp_path):
     build_manifest(root)  # the data stage passed it
     bad = root / "val2017" / "2.jpg"
     bad.write_bytes(bad.read_bytes()[:600])
-    cfg = small_config(root)
+    cfg = stages.view(small_config(root), "evaluate")
     run_dir = tmp_path / "results" / "runs" / "demo" / "single-w1-b4-s0"
     run_dir.mkdir(parents=True)
     (run_dir / "train_summary.json").write_text(json.dumps({"status": "ok",
                                                             "run_id": run_dir.name}))
-    model = build_model(cfg["model"], num_classes=2)
+    model = build_model(cfg.model, num_classes=2)
     torch.save({"model": model.state_dict(), "num_classes": 2}, run_dir / "model_final.pt")
     before = snapshot(tmp_path)
     result = subprocess.run([sys.executable, "-m", "pipeline.detection.evaluate", "--config",
-                             canonical(cfg), "--run-dir", str(run_dir)],
+                             canonical(cfg.model_dump()), "--run-dir", str(run_dir)],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
@@ -503,7 +498,7 @@ def unknown_key(raw: dict) -> None:
 
 
 def missing_key(raw: dict) -> None:
-    del raw["defaults"]["train"]["momentum"]  # no preset sets it: it comes from defaults
+    del raw["defaults"]["train"]["momentum"]  # no preset sets it: it comes from defaults (named there)
 
 
 DEMO = "params.yaml: presets.demo"
@@ -513,12 +508,12 @@ PARAMS_CASES = [
     ("quoted-number", set_train(epochs="10"),
      f"{DEMO}.train.epochs: '10' is not of type 'integer'", "write a whole number, without quotes"),
     ("wrong-type-nullable", lambda raw: raw["presets"]["coco2017"]["data"]["fetch"].update(subset="all"),
-     "params.yaml: presets.coco2017.data.fetch.subset: 'all' is not of type 'null' or 'integer'",
-     "write null or a whole number"),
+     "params.yaml: presets.coco2017.data.fetch.subset: 'all' is not of type 'integer' or 'null'",
+     "write a whole number or null"),  # the generated schema names the type first, then null
     ("unknown-key", unknown_key,
      f"{DEMO}.train: unknown key 'lr_step' (did you mean 'lr_steps'?)", "allowed keys: base_batch, "),
     ("missing-key", missing_key,
-     f"{DEMO}.train: 'momentum' is a required property", "add it (see the demo preset"),
+     "params.yaml: defaults.train: 'momentum' is a required property", "add it (see the demo preset"),
     ("not-one-of", lambda raw: demo(raw)["model"].update(arch="resnet9000"),
      f"{DEMO}.model.arch: 'resnet9000' is not one of ['tiny', 'fasterrcnn_resnet50_fpn']",
      "use one of those"),
@@ -590,14 +585,14 @@ def test_the_real_params_pass_every_check():
 
 @pytest.fixture(scope="module")
 def checkpointed(small_dataset, tmp_path_factory):
-    """A run stopped after its step-2 checkpoint: (cfg, run, its directory)."""
-    cfg = small_config(small_dataset, epochs=1)
-    cfg["train"]["checkpoint_every"] = 2
+    """A run stopped after its step-2 checkpoint: (what the train stage reads, run, its directory)."""
+    cfg = small_config(small_dataset, epochs=1, checkpoint_every=2)
     run = next(iter(sweep.runs(cfg).values()))
     out = tmp_path_factory.mktemp("checkpointed") / "results" / "runs" / "demo" / sweep.run_id(run)
-    train(cfg, run, out, max_steps=3)
+    train_cfg = stages.view(cfg, "train")
+    train(train_cfg, run, out, max_steps=3)
     assert (out / "state" / "checkpoint.pt").exists()
-    return cfg, run, out
+    return train_cfg, run, out
 
 
 def in_mount_namespace(setup: str, command: list[str]) -> list[str]:
@@ -668,7 +663,7 @@ def test_bad_run_state(case, checkpointed, tmp_path):
         pytest.skip("needs a mount namespace (unshare --mount --map-root-user) for a read-only "
                     "or full file system; this machine refuses one")
     before = snapshot(out)
-    command = [sys.executable, "-m", "pipeline.training.train", "--config", canonical(cfg),
+    command = [sys.executable, "-m", "pipeline.training.train", "--config", canonical(cfg.model_dump()),
                "--entry", canonical(run.to_json()), "--out", str(out)]
     if setup:
         # Inside the namespace, after the run: the checkpoint still there, byte for byte.

@@ -20,7 +20,7 @@ import yaml
 from PIL import Image
 from torchvision.models import resnet50
 
-from pipeline.config import stages
+from pipeline.config import schema, stages
 from pipeline.config.params import load_resolved
 from pipeline.data.coco_fetch import FetchError, check_free_space, download, extract
 from pipeline.data.dataset import CocoDetection
@@ -250,16 +250,16 @@ def test_dvc_yaml_extracts_every_preset_that_fetches():
     """dvc.yaml's coco_extract stages are the presets that set data.fetch: each extracts into
     its own data.root from the one download, which reads coco2017's archive list."""
     presets = yaml.safe_load((REPO / "params.yaml").read_text())["presets"]
-    configs = {name: load_resolved(REPO / "params.yaml", name)["data"] for name in presets}
-    fetching = [name for name, data in configs.items() if data["fetch"]]
+    configs = {name: load_resolved(REPO / "params.yaml", name).data for name in presets}
+    fetching = [name for name, data in configs.items() if data.fetch]
     stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["coco_extract"]
     assert stage["foreach"] == fetching and "coco2017-quick" in fetching
     assert stage["do"]["outs"] == [{"data/${item}": {"cache": False, "persist": True}}]
     shared = ("base_url", "splits", "archives")
     for name in fetching:
-        assert configs[name]["name"] == name and configs[name]["root"] == f"data/{name}"
-        assert {k: configs[name]["fetch"][k] for k in shared} == {
-            k: configs["coco2017"]["fetch"][k] for k in shared}
+        assert configs[name].name == name and configs[name].root == f"data/{name}"
+        assert {k: getattr(configs[name].fetch, k) for k in shared} == {
+            k: getattr(configs["coco2017"].fetch, k) for k in shared}
 
 
 def test_dvc_yaml_deps_are_the_files_the_stages_execute():
@@ -512,9 +512,9 @@ def test_the_coco_recipe_end_to_end_then_push_pull_without_retraining(served, tm
 
     # The data rule itself prefers the remote once one is configured.
     elsewhere()
-    data_cfg = load_resolved(repo / "params.yaml", "coco2017")["data"]  # as the Snakefile passes it
-    data_cfg["fetch"]["remote"] = str(remote)
-    output = run([sys.executable, "-m", "pipeline.data.prepare", "--config", json.dumps(data_cfg),
+    data_cfg = load_resolved(repo / "params.yaml", "coco2017").data  # as the Snakefile passes it
+    data_cfg = schema.replaced(data_cfg, fetch={"remote": str(remote)})
+    output = run([sys.executable, "-m", "pipeline.data.prepare", "--config", json.dumps(data_cfg.model_dump()),
                   "--manifest", "data/coco2017.manifest.json"], repo)
     assert f"extracted from the archives (pulled from {remote})" in output
     assert len(server.requests) == served_before

@@ -13,6 +13,7 @@ import torch
 
 from pipeline.commbench import in_step, shared_compute
 from pipeline.commbench.links import sizes
+from pipeline.config import schema
 from pipeline.config.params import load_resolved
 from pipeline.costmodel import bands
 from pipeline.costmodel import in_step as in_step_fit
@@ -23,11 +24,20 @@ from .conftest import REPO
 from .test_strategies import PARALLEL
 
 
-def commbench(cfg: dict, processes: int, out) -> dict:
+def commbench_config(backend: str, **settings) -> schema.CommbenchStage:
+    """What the commbench stage reads: PARALLEL over `backend`, the demo's tiny model at 64 px,
+    and the commbench `settings`."""
+    model = load_resolved(REPO / "params.yaml", preset="demo").model
+    return schema.CommbenchStage(parallel=schema.replaced(PARALLEL, backend=backend, timeout_s=60),
+                                 commbench=schema.Commbench(**settings),
+                                 model=schema.replaced(model, min_size=64, max_size=64))
+
+
+def commbench(cfg: schema.CommbenchStage, processes: int, out) -> dict:
     """The stage started as the workflow's rule starts it (the launcher becomes the job's
     torchrun); its JSON."""
     argv = [sys.executable, "-m", "pipeline.launch", "--stage", "commbench", "--processes",
-            str(processes), "--config", json.dumps(cfg), "--out", str(out)]
+            str(processes), "--config", json.dumps(cfg.model_dump()), "--out", str(out)]
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(out.read_text())
@@ -35,12 +45,10 @@ def commbench(cfg: dict, processes: int, out) -> dict:
 
 def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     out = tmp_path / "commbench.json"
-    cfg = {"parallel": dict(PARALLEL, backend="gloo", timeout_s=60),
-           # 32 MiB at the top: its time (milliseconds) stands clear of a busy CI core's scheduling
-           # spikes (a 4 KiB send once took 1.5 ms there, longer than 4 MiB)
-           "commbench": {"min_bytes": 4096, "max_bytes": 32 * 2**20, "repeats": 5,
-                         "compute_images": 2, "compute_repeats": 5, "retries": 2},
-           "model": dict(load_resolved(REPO / "params.yaml", preset="demo")["model"], min_size=64, max_size=64)}
+    # 32 MiB at the top: its time (milliseconds) stands clear of a busy CI core's scheduling
+    # spikes (a 4 KiB send once took 1.5 ms there, longer than 4 MiB)
+    cfg = commbench_config("gloo", min_bytes=4096, max_bytes=32 * 2**20, repeats=5,
+                           compute_images=2, compute_repeats=5, retries=2)
     found = commbench(cfg, 2, out)
     assert found["backend"] == "gloo" and found["processes"] == 2
     assert set(found["primitives"]) == {"send_recv", "all_reduce", "broadcast"}
@@ -62,7 +70,7 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     checks = [primitive["check"] for primitive in found["primitives"].values()]
     checks += [shared["check"], found["calibrations"]["checks"]["fsdp"]]
     for check in checks:
-        assert 1 <= len(check["attempts"]) <= 1 + cfg["commbench"]["retries"] and 0 <= check["kept"] < len(check["attempts"])
+        assert 1 <= len(check["attempts"]) <= 1 + cfg.commbench.retries and 0 <= check["kept"] < len(check["attempts"])
         assert (check["disturbed"] is None) == (check["attempts"][check["kept"]]["score"] <= 1), check
         assert all(a["score"] > 1 for a in check["attempts"][:-1]), check  # repeated only when outside
     assert len(found["disturbed"]) == sum(check["disturbed"] is not None for check in checks)
@@ -77,7 +85,7 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     assert terms["processes"] == 2 and terms["images"] == 2
     assert len(timings["compute_s"]) == 5 and all(len(row) == 2 for row in timings["compute_s"])
     assert timings["patterns"] == (["after_all_reduce", "after_send_recv", "during"] * 2)[:5]
-    model = shared_compute.step_of(cfg["model"], 1, torch.device("cpu")).model
+    model = shared_compute.step_of(cfg.model, 1, torch.device("cpu")).model
     assert terms["buckets"] == in_step.ddp_buckets(model) and sum(terms["buckets"]) == sum(
         p.numel() * 4 for p in model.parameters() if p.requires_grad)
     assert terms["wait_s"] == pytest.approx(in_step_fit.wait_of(timings["compute_s"]))
@@ -104,9 +112,7 @@ def test_over_nccl_every_reduction_is_on_the_gpu(tmp_path):
     """NCCL reduces only tensors on a GPU: the first GPU sitting failed here with "No backend
     type associated with device type cpu" while commbench reduced its timings as CPU tensors
     (links.reduced now puts them on the job's device)."""
-    cfg = {"parallel": dict(PARALLEL, backend="nccl", timeout_s=60),
-           "commbench": {"min_bytes": 4096, "max_bytes": 2**20, "repeats": 3,
-                         "compute_images": 1, "compute_repeats": 3, "retries": 0},
-           "model": dict(load_resolved(REPO / "params.yaml", preset="demo")["model"], min_size=64, max_size=64)}
+    cfg = commbench_config("nccl", min_bytes=4096, max_bytes=2**20, repeats=3,
+                           compute_images=1, compute_repeats=3, retries=0)
     found = commbench(cfg, 1, tmp_path / "commbench.json")
     assert found["backend"] == "nccl" and found["processes"] == 1

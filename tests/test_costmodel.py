@@ -331,7 +331,7 @@ def test_a_single_run_with_pinned_threads_is_not_the_baseline():
     assert not is_baseline("single", "t1") and not is_baseline("ddp", "")
     before = torch.get_num_threads()
     try:
-        assert STRATEGIES["single"](pinned, cfg["parallel"]).runtime().start(0).threads == 1
+        assert STRATEGIES["single"](pinned, cfg.parallel).runtime().start(0).threads == 1
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)  # the rest of the session keeps its threads
@@ -383,9 +383,9 @@ def test_predicted_scaling_uses_a_measured_gpu_run_and_finds_device_0s_limit():
     from pipeline.costmodel.predict import predict_point, saturation
     from pipeline.report.clusters import findings, gpu_compute, prediction_points
 
-    predict = load_resolved("params.yaml")["report"]["predict"]
+    predict = load_resolved("params.yaml").report.predict
     assumed = gpu_compute(predict, typed([]))
-    assert assumed.source.startswith("assumed: ") and assumed.gradient_bytes == predict["compute"]["gradient_bytes"]
+    assert assumed.source.startswith("assumed: ") and assumed.gradient_bytes == predict.compute.gradient_bytes
     gpu_run = summary("single", 1, 2, 8, 10.0, {"compute": 0.1, "data": 0.02, "optimizer": 0.08,
                                                 "communication": 0.0})
     gpu_run["summary"]["device"] = "cuda:0"
@@ -396,18 +396,18 @@ def test_predicted_scaling_uses_a_measured_gpu_run_and_finds_device_0s_limit():
     import pandas as pd
     spread = gpu_compute(predict, typed([dict(gpu_run, iterations=pd.DataFrame({"time_compute": [0.1, 0.3] * 10}))]))
     assert spread.variance_per_image == pytest.approx(pd.Series([0.1, 0.3] * 10).var() / 2)
-    cluster = Cluster.of(predict["clusters"][0])
+    cluster = Cluster.of(predict.clusters[0])
     ddp_at_8 = [predict_point(DDP, DDP.filled(workers=8), compute, 2,
                               cluster.network(8))["predicted_efficiency"] for compute in (measured, spread)]
     assert ddp_at_8[1] < ddp_at_8[0]
     points = prediction_points(predict, assumed)
-    assert points["gpus"].max() >= 256 and set(points["cluster"]) == {c["name"] for c in predict["clusters"]}
+    assert points["gpus"].max() >= 256 and set(points["cluster"]) == {c.name for c in predict.clusters}
     one_gpu = points[points["gpus"] == 1]
     ddp_one = one_gpu[one_gpu["model"] == "DDP (ring all-reduce)"]["predicted_efficiency"]
     assert (ddp_one == 1.0).all()  # nothing to communicate
     assert not (points[points["model"].str.startswith("DataParallel")]["nodes"] > 1).any()
     sentences = findings(points, predict, assumed)
-    assert len(sentences) == 2 * len(predict["clusters"]) and all("by the model" in s or "needs 2 GPUs" in s
+    assert len(sentences) == 2 * len(predict.clusters) and all("by the model" in s or "needs 2 GPUs" in s
                                                                  for s in sentences)
     # device 0 saturates where 2(N-1) M beta reaches the compute of one iteration
     slow = Cluster("slow", 8, 32, Link.from_bandwidth(8, 0), Link.from_bandwidth(8, 0), 0)

@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from pipeline.config import schema, stages
 from pipeline.config.params import canonical
 from pipeline.runtime import distributed
 from pipeline.strategies.sweep import runs
@@ -57,14 +58,15 @@ def checkpoint_inside_an_epoch(out: Path) -> bool:
 def test_a_hung_worker_fails_its_peers_within_the_timeout(small_dataset, tmp_path, strategy):
     # Epochs enough that rank 1 is still training when it is stopped, however slowly the
     # machine runs (2 epochs once ended before a busy test runner stopped it); the hang ends it.
-    cfg = small_config(small_dataset, epochs=50)
-    cfg["train"]["checkpoint_every"] = 2
-    cfg["parallel"]["timeout_s"] = TIMEOUT_S
-    cfg["sweep"] = [{"strategy": strategy, "workers": 2, "images_per_worker": 2}]
+    cfg = schema.replaced(small_config(small_dataset, epochs=50, checkpoint_every=2),
+                          parallel={"timeout_s": TIMEOUT_S},
+                          sweep=[{"strategy": strategy, "workers": 2, "images_per_worker": 2}])
     run = next(iter(runs(cfg).values()))
     out = tmp_path / "run"
+    train_cfg = stages.view(cfg, "train")  # what the workflow sends the launcher
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.launch", "--config", canonical(cfg), "--entry", canonical(run.to_json()),
+        [sys.executable, "-m", "pipeline.launch", "--config", canonical(train_cfg.model_dump()),
+         "--entry", canonical(run.to_json()),
          "--out", str(out)], cwd=REPO, stderr=subprocess.PIPE, text=True)
     lines: list[tuple[float, str]] = []
     reader = threading.Thread(target=lambda: [lines.append((time.monotonic(), line))

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from pipeline.costmodel import bands
+from pipeline.config import schema
 from pipeline.report import build_report
 from pipeline.report.disturbance import measurement_check
 from pipeline.report.prediction import prediction_frame, section
@@ -251,7 +252,7 @@ def test_the_report_opens_with_the_check_and_the_paper_gets_its_macro(tmp_path, 
                                            "fsdp-w1-b8": [18.0]}, ap=0.12)
     bench = tmp_path / "p2.json"
     bench.write_text(json.dumps(commbench_json(1.536 if noisy else 1.02, disturbed=noisy)))
-    cfg = dict(REPORT_CFG, figure_formats=["png"])
+    cfg = schema.replaced(REPORT_CFG, figure_formats=["png"])
     build_report(runs, cfg, "demo", tmp_path / "summary.csv", tmp_path / "report", commbench=[bench])
     md = (tmp_path / "report" / "report.md").read_text()
     sections = md.split("\n## ")[1:]

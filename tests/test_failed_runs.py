@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
+from pipeline.config import schema, stages
 from pipeline.config.params import canonical
 from pipeline.data.dataset import CocoDetection
 from pipeline.data.sampler import ShardedBatchSampler, aspect_ratio_groups
@@ -27,19 +28,22 @@ from .test_data_changes import RUN, TARGET, users_tree
 from .workflow import copy_workflow, edit_params, snakemake
 
 
-def launch(cfg: dict, run: Run, out: Path, stage: str = "train") -> tuple[int, list[str]]:
-    """The workflow's job: `pipeline.launch`, its output into a log; (status, the log's lines)."""
+def launch(cfg: schema.Config, run: Run, out: Path, stage: str = "train") -> tuple[int, list[str]]:
+    """The workflow's job: `pipeline.launch` with the stage's view of `cfg`, its output into a
+    log; (status, the log's lines)."""
     log = out.parent / f"{out.name}-{stage}.log"
+    stage_cfg = stages.view(cfg, stage).model_dump()
     with open(log, "w") as handle:
         status = subprocess.run([sys.executable, "-m", "pipeline.launch", "--stage", stage,
-                                 "--config", canonical(cfg), "--entry", canonical(run.to_json()), "--out", str(out)],
+                                 "--config", canonical(stage_cfg), "--entry", canonical(run.to_json()), "--out", str(out)],
                                 cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, timeout=600).returncode
     return status, [line for line in log.read_text().splitlines() if line.strip()]
 
 
-def ddp_run(cfg: dict) -> Run:
-    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "images_per_worker": 2}]
-    return next(iter(runs(cfg).values()))
+def ddp_run(cfg: schema.Config) -> tuple[schema.Config, Run]:
+    """`cfg` with one ddp run of 2 workers as its sweep, and that run."""
+    cfg = schema.replaced(cfg, sweep=[{"strategy": "ddp", "workers": 2, "images_per_worker": 2}])
+    return cfg, next(iter(runs(cfg).values()))
 
 
 def failed_process(tmp_path: Path, rank: int, message: str | None, **kind) -> ProcessFailure:
@@ -83,11 +87,10 @@ def test_a_rank_that_fails_is_named_with_its_own_error(small_dataset, tmp_path):
     rank 1's own error, not torchrun's summary of exit codes."""
     root = tmp_path / "data"
     shutil.copytree(small_dataset, root)
-    cfg = small_config(root)
-    run = ddp_run(cfg)
+    cfg, run = ddp_run(small_config(root))
     dataset = CocoDetection(root, "train", train=True)
     sampler = ShardedBatchSampler(len(dataset), 2, run.seed, 1, 2,
-                                  aspect_ratio_groups(dataset.aspect_ratios(), cfg["data"]["aspect_ratio_groups"]))
+                                  aspect_ratio_groups(dataset.aspect_ratios(), cfg.data.aspect_ratio_groups))
     sampler.set_epoch(0)
     victim = dataset.image_dir / dataset.images[next(iter(sampler))[0]][0]["file_name"]
     victim.write_bytes(victim.read_bytes()[:len(victim.read_bytes()) // 2])
@@ -104,8 +107,7 @@ def test_a_rank_that_fails_is_named_with_its_own_error(small_dataset, tmp_path):
 def test_a_diverged_run_is_recorded_as_failed_and_its_reason_reaches_summary_csv(small_dataset, tmp_path):
     """Divergence is what the settings do: the run is recorded as failed, its job ends well
     (the workflow goes on to the other runs and the report), and every reader says why."""
-    cfg = small_config(small_dataset, base_lr=1e6, warmup_iters=0)
-    run = ddp_run(cfg)
+    cfg, run = ddp_run(small_config(small_dataset, base_lr=1e6, warmup_iters=0))
     out = tmp_path / "run"
     status, lines = launch(cfg, run, out)
     assert status == 0, lines[-10:]

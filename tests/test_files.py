@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.config import schema
 from pipeline.data import coco_fetch, synthetic
 from pipeline.runtime import files
 from pipeline.runtime.files import (
@@ -21,10 +22,10 @@ from pipeline.runtime.files import (
     write_text,
 )
 
-from .conftest import SMALL_DATA
+from .conftest import SMALL_SYNTHETIC
 from .test_coco_fetch import build_archives
 
-TINY_DATA = dict(SMALL_DATA, train_images=2, val_images=1)
+TINY_DATA = schema.replaced(SMALL_SYNTHETIC, train_images=2, val_images=1)
 
 
 @pytest.fixture(params=[0o022, 0o027], ids=["umask022", "umask027"])

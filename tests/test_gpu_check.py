@@ -47,10 +47,10 @@ def test_the_checks_backbone_keeps_its_activations_in_scale(tmp_path):
     ResNet-50's frozen statistics (mean 0, variance 1) let each stage amplify its input, so its
     last stage comes out many times wider than one whose statistics came from the images."""
     cfg = gpu_check.base_config(gpu_check.CPU_SMOKE, 1, tmp_path / "data", tmp_path / "b.pth")
-    synthetic.generate(cfg["data"]["root"], cfg["data"]["synthetic"])
+    synthetic.generate(cfg.data.root, cfg.data.synthetic)
     calibrated = gpu_check.calibrated_backbone(cfg, images=8)
     transform = GeneralizedRCNNTransform(64, 1333, [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
-    dataset = CocoDetection(cfg["data"]["root"], "train", train=True)
+    dataset = CocoDetection(cfg.data.root, "train", train=True)
     held_out = [F.to_dtype(dataset[i][0], torch.float32, scale=True) for i in range(8, 12)]
     images = transform(held_out)[0].tensors  # images the statistics were not gathered on
     # the same weights with a random backbone's statistics, as torchvision initialises them

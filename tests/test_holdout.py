@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from pipeline import whatif
+from pipeline.config import schema
 from pipeline.config.params import ParamsError, load_resolved
 from pipeline.report import holdout
 from pipeline.report.data import ReportData
@@ -34,26 +35,33 @@ from .test_whatif import COMMBENCH, EXAMPLE, finished_preset
 REPO = Path(__file__).resolve().parents[1]
 
 
-def demo() -> dict:
+def demo() -> schema.Config:
     return load_resolved(REPO / "params.yaml", preset="demo")
 
 
 def test_the_flag_is_checked_and_changes_no_run():
-    cfg = demo()
-    before = sweep.runs(cfg)
-    index = next(i for i, e in enumerate(cfg["sweep"]) if e["strategy"] == "zero" and e["workers"] == 2)
-    cfg["sweep"][index] = {**cfg["sweep"][index], "held_out": not cfg["sweep"][index].get("held_out", False)}
+    original = demo()
+    before = sweep.runs(original)
+    index = next(i for i, e in enumerate(original.sweep) if e["strategy"] == "zero" and e["workers"] == 2)
+
+    def with_held_out(value) -> schema.Config:
+        """The demo with its zero-w2 entry's held_out set to `value`."""
+        entries = list(original.sweep)
+        entries[index] = {**entries[index], "held_out": value}
+        return schema.replaced(original, sweep=entries)
+
+    flipped = not original.sweep[index].get("held_out", False)
+    cfg = with_held_out(flipped)
     after = sweep.runs(cfg)
     # the same run ids, and each run the same to the byte of what trains it (its JSON is the
     # training job's Snakemake param and its checkpoint's fingerprint)
     assert list(after) == list(before)
     assert all(after[r].to_json() == before[r].to_json() for r in before)
-    entry = sweep.entry_id(sweep.fill(cfg["sweep"][index], cfg))
-    assert (entry in sweep.held_out(cfg)) == cfg["sweep"][index]["held_out"]
-    cfg["sweep"][index]["held_out"] = "yes"
+    entry = sweep.entry_id(sweep.fill(cfg.sweep[index], cfg))
+    assert (entry in sweep.held_out(cfg)) == cfg.sweep[index]["held_out"] == flipped
     with pytest.raises(ParamsError, match=rf"presets\.demo\.sweep\[{index}\]\.held_out: 'yes' is "
                                           "not of type 'boolean'; write true or false"):
-        sweep.runs(cfg)
+        sweep.runs(with_held_out("yes"))
 
 
 def test_the_demo_holds_out_two_entries_off_its_fitted_batch_or_hook():
@@ -62,7 +70,7 @@ def test_the_demo_holds_out_two_entries_off_its_fitted_batch_or_hook():
     cfg = demo()
     held = sweep.held_out(cfg)
     assert len(held) >= 2
-    filled = [(sweep.fill(e, cfg), e.get("repeats", 1)) for e in cfg["sweep"]]
+    filled = [(sweep.fill(e, cfg), e.get("repeats", 1)) for e in cfg.sweep]
     fitted = [run for run, _ in filled if run.workers > 1 and sweep.entry_id(run) not in held]
     for run, repeats in filled:
         if sweep.entry_id(run) in held:

@@ -18,8 +18,8 @@ def tiny_settings(tmp_path_factory) -> dict:
     sizes = gpu_check.CPU_SMOKE
     settings = gpu_check.overrides(sizes, 1, work / "data", work / "unused-backbone.pth")
     cfg = gpu_check.base_config(sizes, 1, work / "data", work / "unused-backbone.pth")
-    settings["model"] = gpu_check.with_model(cfg, sizes, tiny=True)["model"]
-    synthetic.generate(cfg["data"]["root"], cfg["data"]["synthetic"])
+    settings["model"] = gpu_check.with_model(cfg, sizes, tiny=True).model.model_dump()
+    synthetic.generate(cfg.data.root, cfg.data.synthetic)
     return settings
 
 

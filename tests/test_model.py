@@ -12,6 +12,7 @@ import pytest
 import torch
 from torchvision.models import resnet50
 
+from pipeline.config import schema
 from pipeline.config.params import load_resolved
 from pipeline.detection.model import build_model
 from pipeline.strategies.process import gradient_bytes
@@ -26,8 +27,8 @@ def configs():
 
 def test_tiny_model_trains_and_predicts_at_image_size(configs):
     torch.manual_seed(0)
-    model = build_model(configs["demo"]["model"], num_classes=6)
-    size = configs["demo"]["model"]["min_size"]
+    model = build_model(configs["demo"].model, num_classes=6)
+    size = configs["demo"].model.min_size
     images = [torch.rand(3, size, size) for _ in range(2)]
     targets = [{"boxes": torch.tensor([[10.0, 10.0, 40.0, 50.0]]), "labels": torch.tensor([2])}] * 2
     losses = model(images, targets)
@@ -43,7 +44,7 @@ def test_tiny_model_trains_and_predicts_at_image_size(configs):
 
 
 def test_recipe_model_builds_without_downloading(configs):
-    cfg = dict(configs["coco2017"]["model"], backbone_weights=None)
+    cfg = schema.replaced(configs["coco2017"].model, backbone_weights=None)
     model = build_model(cfg, num_classes=91)
     assert model.roi_heads.box_predictor.cls_score.out_features == 91
     assert model.transform.min_size == (800,) and model.transform.max_size == 1333
@@ -67,13 +68,13 @@ def _assert_loaded(model, state):
 
 def test_backbone_from_local_file(configs, backbone_file):
     path, state = backbone_file
-    cfg = dict(configs["coco2017"]["model"], backbone_weights=str(path))
+    cfg = schema.replaced(configs["coco2017"].model, backbone_weights=str(path))
     model = build_model(cfg, num_classes=91)
     _assert_loaded(model, state)
     trainable = {name.split(".")[0] for name, p in model.backbone.body.named_parameters() if p.requires_grad}
     assert trainable == {"layer2", "layer3", "layer4"}  # trainable_backbone_layers: 3
     # the cost model's M for the predicted scaling is this model's, as coco2017 trains it
-    assumed = load_resolved(REPO / "params.yaml")["report"]["predict"]["compute"]["gradient_bytes"]
+    assumed = load_resolved(REPO / "params.yaml").report.predict.compute.gradient_bytes
     assert gradient_bytes(model) == assumed
 
 
@@ -93,10 +94,10 @@ def test_backbone_from_url_on_local_server(configs, backbone_file, tmp_path, mon
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        model = build_model(dict(configs["coco2017"]["model"], backbone_weights=f"{base}/{good.name}"),
+        model = build_model(schema.replaced(configs["coco2017"].model, backbone_weights=f"{base}/{good.name}"),
                             num_classes=91)
         with pytest.raises(ValueError, match="resnet50-00000000.pth does not hash to the SHA-256 prefix"):
-            build_model(dict(configs["coco2017"]["model"], backbone_weights=f"{base}/{bad.name}"),
+            build_model(schema.replaced(configs["coco2017"].model, backbone_weights=f"{base}/{bad.name}"),
                         num_classes=91)
     finally:
         server.shutdown()
@@ -106,13 +107,13 @@ def test_backbone_from_url_on_local_server(configs, backbone_file, tmp_path, mon
 
 
 def test_wrong_weights_are_refused(configs, tmp_path):
-    missing = dict(configs["coco2017"]["model"], backbone_weights=str(tmp_path / "nope.pth"))
+    missing = schema.replaced(configs["coco2017"].model, backbone_weights=str(tmp_path / "nope.pth"))
     with pytest.raises(FileNotFoundError, match="model.backbone_weights: .*nope.pth is not a file"):
         build_model(missing, num_classes=91)
     wrong = tmp_path / "wrong.pth"
     torch.save({"conv1.weight": torch.zeros(1)}, wrong)
     with pytest.raises(ValueError, match="wrong.pth is not a ResNet-50 state dict"):
-        build_model(dict(configs["coco2017"]["model"], backbone_weights=str(wrong)), num_classes=91)
+        build_model(schema.replaced(configs["coco2017"].model, backbone_weights=str(wrong)), num_classes=91)
 
 
 def gradients(model, images, targets) -> dict[str, torch.Tensor]:
@@ -129,9 +130,9 @@ def test_threaded_roi_align_backward_is_torchvisions_bit_for_bit(configs, monkey
     from pipeline.detection.roi_align import ThreadedRoIPool
 
     torch.manual_seed(0)
-    model = build_model(configs["demo"]["model"], num_classes=6)
+    model = build_model(configs["demo"].model, num_classes=6)
     assert isinstance(model.roi_heads.box_roi_pool, ThreadedRoIPool)
-    size = configs["demo"]["model"]["min_size"]
+    size = configs["demo"].model.min_size
     images = [torch.rand(3, size, size) for _ in range(4)]
     targets = [{"boxes": torch.tensor([[10.0, 12.0, 60.0, 70.0], [70.0, 5.0, 120.0, 40.0]]),
                 "labels": torch.tensor([2, 3])}] * 4

@@ -5,10 +5,9 @@ import copy
 import json
 
 import pytest
-import yaml
 
 from pipeline import strategies
-from pipeline.config import params
+from pipeline.config import params, schema
 from pipeline.strategies import sweep
 
 from .conftest import REPO
@@ -22,27 +21,28 @@ def raw() -> dict:
 def test_both_presets_validate(raw):
     for preset in raw["presets"]:
         cfg = params.resolve(dict(raw, preset=preset))
-        assert set(cfg) == {"preset", "data", "model", "train", "parallel", "eval", "sweep",
-                            "resources", "commbench", "report"}
+        assert isinstance(cfg, schema.Config) and cfg.preset == preset
+        assert set(cfg.model_dump()) == {"preset", "data", "model", "train", "parallel", "eval", "sweep",
+                                         "resources", "commbench", "report"}
 
 
 def test_demo_is_the_default(raw):
     assert raw["preset"] == "demo"
     cfg = params.resolve(raw)
-    assert cfg["data"]["synthetic"] is not None and cfg["model"]["arch"] == "tiny"
+    assert cfg.data.synthetic is not None and cfg.model.arch == "tiny"
     # The model must not silently upsample the small images to 800 px.
-    assert cfg["model"]["min_size"] == cfg["model"]["max_size"] == cfg["data"]["synthetic"]["image_size"]
+    assert cfg.model.min_size == cfg.model.max_size == cfg.data.synthetic.image_size
 
 
 def test_coco2017_is_the_published_recipe(raw):
     cfg = params.resolve(dict(raw, preset="coco2017"))
-    model, train = cfg["model"], cfg["train"]
-    assert model["arch"] == "fasterrcnn_resnet50_fpn" and model["backbone_weights"] == "imagenet"
-    assert train["epochs"] == 26 and train["lr_steps"] == [16, 22]
-    assert train["images_per_worker"] == 2 and train["warmup_iters"] == "auto"  # 1000 on COCO
+    model, train = cfg.model, cfg.train
+    assert model.arch == "fasterrcnn_resnet50_fpn" and model.backbone_weights == "imagenet"
+    assert train.epochs == 26 and train.lr_steps == [16, 22]
+    assert train.images_per_worker == 2 and train.warmup_iters == "auto"  # 1000 on COCO
     assert params.scaled_lr(train, 16) == pytest.approx(0.02)
     assert params.scaled_lr(train, 4) == pytest.approx(0.005)  # 2 GPUs x 2 images
-    assert cfg["data"]["aspect_ratio_groups"] > 0
+    assert cfg.data.aspect_ratio_groups > 0
 
 
 def test_unknown_key_is_named_with_a_suggestion(raw):
@@ -68,8 +68,11 @@ def test_wrong_value_is_named(raw, path, value, expected):
 
 def test_missing_key_is_named(raw):
     del raw["defaults"]["train"]["momentum"]  # no preset sets it: it comes from defaults
-    with pytest.raises(params.ParamsError, match="'momentum' is a required property"):
+    with pytest.raises(params.ParamsError, match="'momentum' is a required property") as err:
         params.resolve(raw)
+    # named once, where it belongs (defaults), not once for each preset that inherits it
+    assert str(err.value).count("'momentum'") == 1
+    assert "params.yaml: defaults.train: 'momentum' is a required property" in str(err.value)
 
 
 def test_unknown_preset(raw):
@@ -96,18 +99,17 @@ def test_malformed_yaml_names_the_file(tmp_path):
 
 
 def test_runs_fill_images_per_worker(raw):
-    cfg = params.resolve(raw)
-    cfg["sweep"] = [{"strategy": "single", "workers": 1},
-                    {"strategy": "single", "workers": 1, "images_per_worker": 2}]
+    cfg = schema.replaced(params.resolve(raw), sweep=[
+        {"strategy": "single", "workers": 1}, {"strategy": "single", "workers": 1, "images_per_worker": 2}])
     runs = sweep.runs(cfg)
-    per_worker = cfg["train"]["images_per_worker"]
+    per_worker = cfg.train.images_per_worker
     assert list(runs) == [f"single-w1-b{per_worker}-s0", "single-w1-b2-s0"]
     assert runs["single-w1-b2-s0"].images_per_worker == 2
 
 
 def test_schema_is_closed_everywhere():
     """Every object in the schema rejects unknown keys (else a typo is silently ignored)."""
-    schema = yaml.safe_load(params.SCHEMA_PATH.read_text())
+    generated = schema.json_schema()  # what params.yaml is validated against
 
     def objects(node):
         if isinstance(node, dict):
@@ -119,7 +121,7 @@ def test_schema_is_closed_everywhere():
             for value in node:
                 yield from objects(value)
 
-    found = list(objects(schema))
+    found = list(objects(generated))
     assert len(found) > 8
     assert all(node.get("additionalProperties") is False for node in found)
 
@@ -212,27 +214,25 @@ def test_a_preset_extends_another_with_only_what_differs(raw):
 
 def test_world_size_is_the_deprecated_name_of_workers(raw):
     cfg = params.resolve(raw)
-    cfg["sweep"] = [{"strategy": "ddp", "world_size": 2}]
     with pytest.warns(FutureWarning, match=r"'world_size' is deprecated; write 'workers: 2'"):
-        old = sweep.runs(cfg)
-    cfg["sweep"] = [{"strategy": "ddp", "workers": 2}]
-    assert old == sweep.runs(cfg)
-    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "world_size": 2}]
+        old = sweep.runs(schema.replaced(cfg, sweep=[{"strategy": "ddp", "world_size": 2}]))
+    assert old == sweep.runs(schema.replaced(cfg, sweep=[{"strategy": "ddp", "workers": 2}]))
     with pytest.raises(params.ParamsError, match="both world_size and workers"):
-        sweep.runs(cfg)
+        sweep.runs(schema.replaced(cfg, sweep=[{"strategy": "ddp", "workers": 2, "world_size": 2}]))
 
 
 def test_sweep_entries_are_closed_by_their_strategy(raw):
     cfg = params.resolve(raw)
-    cfg["sweep"] = [{"strategy": "ddp", "worker": 2}]
+
+    def runs_of(*entries):
+        return sweep.runs(schema.replaced(cfg, sweep=list(entries)))
+
     with pytest.raises(params.ParamsError, match=r"sweep\[0\]: unknown key 'worker' \(did you mean 'workers'\?\)"):
-        sweep.runs(cfg)
-    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "comm_hook": "fp8"}]
+        runs_of({"strategy": "ddp", "worker": 2})
     with pytest.raises(params.ParamsError, match=r"sweep\[0\].comm_hook: 'fp8' is not one of"):
-        sweep.runs(cfg)
-    cfg["sweep"] = [{"strategy": "horovod", "workers": 2}]
+        runs_of({"strategy": "ddp", "workers": 2, "comm_hook": "fp8"})
     with pytest.raises(params.ParamsError, match="unknown strategy 'horovod'"):
-        sweep.runs(cfg)
+        runs_of({"strategy": "horovod", "workers": 2})
     for strategy in strategies.STRATEGIES.values():  # every option is in a closed schema
         assert sweep._entry_schema(strategy)["additionalProperties"] is False
 
@@ -254,7 +254,7 @@ def test_the_demo_sweep_measures_noise_scaling_and_the_loader():
     modes = {(r.strategy, r.workers, r.data_mode) for r in all_runs}
     assert {("single", 1, "real"), ("single", 1, "synthetic"), ("ddp", 2, "real"),
             ("ddp", 2, "synthetic")} <= modes
-    assert cfg["eval"]["every_epochs"] >= 1 and cfg["preset"] in cfg["report"]["target_ap"]
+    assert cfg.eval.every_epochs >= 1 and cfg.preset in cfg.report.target_ap
 
 
 def test_demo_quick_runs_each_strategy_once_on_the_demos_data():
@@ -264,27 +264,28 @@ def test_demo_quick_runs_each_strategy_once_on_the_demos_data():
     quick = params.load_resolved(REPO / "params.yaml", preset="demo-quick")
     runs = list(sweep.runs(quick).values())
     assert sorted(run.strategy for run in runs) == sorted(strategies.STRATEGIES)
-    assert {run.seed for run in runs} == {quick["train"]["seed"]}
-    assert {run.workers * run.images_per_worker for run in runs} == {demo["train"]["images_per_worker"]}
-    assert quick["data"] == demo["data"] and quick["model"] == demo["model"]
-    assert quick["train"]["epochs"] < demo["train"]["epochs"] and quick["eval"]["every_epochs"] >= 1
-    targets = quick["report"]["target_ap"]
+    assert {run.seed for run in runs} == {quick.train.seed}
+    assert {run.workers * run.images_per_worker for run in runs} == {demo.train.images_per_worker}
+    assert quick.data == demo.data and quick.model == demo.model
+    assert quick.train.epochs < demo.train.epochs and quick.eval.every_epochs >= 1
+    targets = quick.report.target_ap
     assert "demo-quick" in targets and targets["demo-quick"] != targets["demo"]
 
 
 def test_more_repeats_add_runs_without_changing_the_others(raw):
     cfg = params.resolve(raw)
-    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "repeats": 2}]
-    two = sweep.runs(cfg)
-    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "repeats": 3}]
-    three = sweep.runs(cfg)
-    per_worker = cfg["train"]["images_per_worker"]
+
+    def runs_of(*entries):
+        return sweep.runs(schema.replaced(cfg, sweep=list(entries)))
+
+    two = runs_of({"strategy": "ddp", "workers": 2, "repeats": 2})
+    three = runs_of({"strategy": "ddp", "workers": 2, "repeats": 3})
+    per_worker = cfg.train.images_per_worker
     assert list(three) == [f"ddp-w2-b{per_worker}-s{seed}" for seed in (0, 1, 2)]
     assert all(three[run_id] == run for run_id, run in two.items())  # same params: no rerun
     assert [run.seed for run in three.values()] == [0, 1, 2] and "repeats" not in three[list(three)[0]].to_json()
-    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "data_mode": "sintetic"}]
     with pytest.raises(params.ParamsError, match="sintetic"):
-        sweep.runs(cfg)
+        runs_of({"strategy": "ddp", "workers": 2, "data_mode": "sintetic"})
 
 
 def test_a_run_is_typed_once_and_crosses_the_launch_boundary_as_its_entry(raw):
@@ -293,8 +294,7 @@ def test_a_run_is_typed_once_and_crosses_the_launch_boundary_as_its_entry(raw):
     from pipeline.runtime.run import Run, RunError
     from pipeline.strategies import FSDP
 
-    cfg = params.resolve(raw)
-    cfg["sweep"] = [{"strategy": "fsdp", "workers": 2, "precision": "bf16"}]
+    cfg = schema.replaced(params.resolve(raw), sweep=[{"strategy": "fsdp", "workers": 2, "precision": "bf16"}])
     run = next(iter(sweep.runs(cfg).values()))
     assert run.option("reshard_after_forward") is True  # its declared default, filled once
     assert Run.from_json(json.loads(json.dumps(run.to_json()))) == run

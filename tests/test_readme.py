@@ -77,7 +77,7 @@ import pytest
 import yaml
 
 from pipeline import strategies
-from pipeline.config import params, stages
+from pipeline.config import params, schema, stages
 
 from .conftest import REPO
 from .workflow import copy_workflow, edit_params, jobs, tiny_params
@@ -104,6 +104,9 @@ RUN_BY = {
         "demo and demo-quick runs, beside ../before/results (tests/test_compare.py builds them)"),
     "presets:": (
         "test_configfile_overlay_plans", "written to the file the overlay command names; the preset validated"),
+    ".venv/bin/snakemake --cores all --config set=": (
+        "test_set_override_plans", "dry run (-n) on a copy of the workflow; the `set=` value resolved as "
+        "the Snakefile resolves it, numbers kept numbers"),
     ".venv/bin/snakemake --cores all --configfile": (
         "test_configfile_overlay_plans", "dry run (-n) on a copy of the workflow with the YAML block as its file; "
         "params.yaml unchanged, every preset kept by Snakemake's merge"),
@@ -336,7 +339,20 @@ def test_configfile_overlay_plans(demo_copy, tmp_path):
     assert all(merged["presets"][p] == raw["presets"][p] for p in raw["presets"])
     cfg = params.resolve(dict(merged, preset=name))  # refused with its message if wrong
     parent = params.resolve(dict(raw, preset=merged["presets"][name]["extends"]))
-    assert cfg["train"]["epochs"] != parent["train"]["epochs"] and cfg["sweep"] == parent["sweep"]
+    assert cfg.train.epochs != parent.train.epochs and cfg.sweep == parent.sweep
+
+
+def test_set_override_plans(demo_copy):
+    """`--config set='train.epochs=4; ...'` plans the demo with the changed values, typed."""
+    (block,) = blocks_run_by("test_set_override_plans")
+    words = argv(command(block.text))
+    result = dry_run(demo_copy, words)
+    counts = jobs(result)
+    assert counts["train"] == counts["evaluate"] > 0, counts
+    overrides = words[words.index("--config") + 1].removeprefix("set=")
+    cfg = params.load_resolved(REPO / "params.yaml", overrides=overrides)
+    plain = params.load_resolved(REPO / "params.yaml")
+    assert cfg.train.epochs == 4 != plain.train.epochs and cfg.train.lr_steps == [3]
 
 
 def test_demo_quick_plans(demo_copy):
@@ -488,7 +504,7 @@ def test_accuracy_seeds_command_parses(monkeypatch, tmp_path):
     with pytest.raises(Parsed) as parsed:
         accuracy_seeds.main(words[2:] + ["--work", str(tmp_path)])
     parity = params.load_resolved(REPO / "params.yaml", preset="demo-parity")
-    assert parsed.value.args[0] == parity["data"]["synthetic"]  # the preset the README names
+    assert parsed.value.args[0] == parity.data.synthetic  # the preset the README names
 
 
 def test_dvc_block_is_run_by_test_coco_fetch():
@@ -570,7 +586,7 @@ def test_printed_data_and_train_commands_run_by_hand(tiny_printed):
 
 # ---- where the knobs come from -----------------------------------------------------------------
 
-def commbench_args(cfg: dict, **given) -> Namespace:
+def commbench_args(cfg: schema.Config, **given) -> Namespace:
     return Namespace(config=json.dumps(stages.config_for(cfg, "commbench")), knobs=given.get("knobs"))
 
 
@@ -587,17 +603,19 @@ def test_knobs_from_the_default_preset_or_a_clear_error(monkeypatch, tmp_path, c
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     got = stages.parsed_config(commbench_args(cfg), "commbench")
     default = params.load_resolved(REPO / "params.yaml")
-    assert got["parallel"]["timeout_s"] == default["parallel"]["timeout_s"]
-    assert got == stages.with_knobs(stages.config_for(cfg, "commbench"), stages.knobs_for(default, "commbench"))
+    assert isinstance(got, schema.CommbenchStage) and got.parallel.timeout_s == default.parallel.timeout_s
+    assert got.model_dump() == stages.with_knobs(stages.config_for(cfg, "commbench"),
+                                                 stages.knobs_for(default, "commbench"))
     assert capsys.readouterr().err.count("\n") == 1
 
     knobs = {"parallel": {"timeout_s": 7, "max_restarts": 3}}  # given: used, nothing said
-    assert stages.parsed_config(commbench_args(cfg, knobs=json.dumps(knobs)), "commbench")["parallel"]["timeout_s"] == 7
+    assert stages.parsed_config(commbench_args(cfg, knobs=json.dumps(knobs)), "commbench").parallel.timeout_s == 7
     monkeypatch.setenv(stages.KNOBS_ENV, json.dumps({"commbench": knobs}))
-    assert stages.parsed_config(commbench_args(cfg), "commbench")["parallel"]["max_restarts"] == 3
+    assert stages.parsed_config(commbench_args(cfg), "commbench").parallel.max_restarts == 3
     monkeypatch.delenv(stages.KNOBS_ENV)
-    whole = dict(cfg, parallel=dict(cfg["parallel"], timeout_s=9))  # a whole preset carries them
-    assert stages.parsed_config(Namespace(config=json.dumps(whole), knobs=None), "commbench") == whole
+    # the stage's whole view (stages.view) carries them
+    whole = stages.view(schema.replaced(cfg, parallel={"timeout_s": 9}), "commbench")
+    assert stages.parsed_config(Namespace(config=json.dumps(whole.model_dump()), knobs=None), "commbench") == whole
     assert capsys.readouterr().err == ""
 
 

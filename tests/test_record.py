@@ -112,13 +112,14 @@ def test_a_skipped_runs_summary_reads_back_as_written():
 
 
 def test_the_launchers_skipped_summary_is_the_record():
+    from pipeline.config import stages
     from pipeline.config.params import load_resolved
     from pipeline.strategies.sweep import unfinished_summary
     from pipeline.strategies import sweep
 
     cfg = load_resolved(REPO / "params.yaml")
     run = next(iter(sweep.runs(cfg).values()))
-    written = unfinished_summary(cfg, run, "skipped", "needs 2 GPUs, found 0")
+    written = unfinished_summary(stages.view(cfg, "train"), run, "skipped", "needs 2 GPUs, found 0")
     assert set(written) == set(SKIPPED)
     assert written["status"] == "skipped" and written["run_id"] == sweep.run_id(run)
     assert RunSummary.from_json(json.loads(json.dumps(written))).to_json() == written
@@ -200,7 +201,7 @@ def test_a_strategys_facts_are_declared_fields():
     from pipeline import strategies
     from pipeline.config.params import load_resolved
 
-    parallel = load_resolved(REPO / "params.yaml")["parallel"]
+    parallel = load_resolved(REPO / "params.yaml").parallel
     ps = strategies.get(strategies.ParameterServer.filled(
         workers=2, images_per_worker=4, placement="dedicated", staleness=1), parallel).runtime()
     facts = ps.summary_facts([rank(0, "server", staleness_histogram={0: 3, 2: 1}), rank(1, "worker")])

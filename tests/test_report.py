@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pipeline.config import schema
 from pipeline.config.params import load_resolved
 from pipeline.report import SUMMARY_COLUMNS, build_report, progress_per_epoch
 from pipeline.report.figures import FIGURES as REGISTERED_FIGURES
@@ -25,18 +26,19 @@ from pipeline.runtime.record import (RecordError, RunSummary, SecondsPerIteratio
 REPO = Path(__file__).resolve().parents[1]
 SLOW = pytest.mark.slow  # another case of a path the fast tier takes (README, Quick start)
 
-REPORT_CFG = {
+REPORT_CFG = schema.Report.model_validate({
     "published": {
-        "source": load_resolved(REPO / "params.yaml")["report"]["published"]["source"],
+        "source": load_resolved(REPO / "params.yaml").report.published.source,
         "dp": {"AP": 0.624, "AP50": 0.758, "AP75": 0.630, "sec_per_iter": 0.6646,
                "progress_per_epoch": 0.035},
         "ddp": {"AP": 0.632, "AP50": 0.744, "AP75": 0.634, "sec_per_iter": 0.6622,
                 "progress_per_epoch": 0.032},
     },
     "figure_formats": ["png", "pdf"],
-    "dpi": 40,  # small figures keep the test fast; the layout code is the same
-    "predict": load_resolved(REPO / "params.yaml")["report"]["predict"],
-}
+    "dpi": 50,  # the schema's least: small figures keep the test fast; the layout code is the same
+    "target_ap": {},  # no time to accuracy (report_data below sets one)
+    "predict": load_resolved(REPO / "params.yaml").report.predict.model_dump(),
+})
 FIGURES = list(REGISTERED_FIGURES)  # before any test adds one
 PAPER_FIGURES = ["loss_vs_time", "loss_vs_epoch", "ap", "time_split"]  # paper/paper.tex includes them
 METRIC_KEYS = ["AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm",
@@ -231,7 +233,7 @@ def test_missing_iterations_names_the_file(tmp_path):
 
 @pytest.mark.slow
 def test_cli(runs, tmp_path):
-    cmd = [sys.executable, "-m", "pipeline.report", "--report-config", json.dumps(REPORT_CFG),
+    cmd = [sys.executable, "-m", "pipeline.report", "--report-config", REPORT_CFG.model_dump_json(),
            "--preset", "demo", "--summary", str(tmp_path / "summary.csv"),
            "--out-dir", str(tmp_path / "report"), *map(str, runs)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -357,7 +359,7 @@ def test_a_new_section_is_one_function(runs, tmp_path, extra_section):
 def test_a_new_figure_is_one_function(runs, tmp_path, extra_figure):
     build_report(runs, REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "report")
     out = tmp_path / "report"
-    for fmt in REPORT_CFG["figure_formats"]:
+    for fmt in REPORT_CFG.figure_formats:
         assert (out / "figures" / f"{extra_figure}.{fmt}").stat().st_size > 1000
     md = (out / "report.md").read_text()
     assert f"![Completed runs per strategy](figures/{extra_figure}.png)" in md
@@ -439,7 +441,7 @@ def test_predicted_scaling_draws_the_measured_runs_beside_the_predictions(report
     from pipeline.report.load import scaling_frame
 
     out, summary = report
-    predict = REPORT_CFG["predict"]
+    predict = REPORT_CFG.predict
     points = prediction_points(predict, gpu_compute(predict, []))
     written = pd.read_csv(out / "report" / "predicted_scaling_points.csv")
     assert len(written) == len(points) and (written["predicted_efficiency"] <= 1.0 + 1e-9).all()
@@ -569,7 +571,7 @@ def report_data(run_dirs) -> ReportData:
     """What build_report hands the figures and sections, from run directories."""
     from pipeline.report import build
 
-    return build.report_data([load_run(d) for d in run_dirs], dict(REPORT_CFG, target_ap={"demo": 0.2}),
+    return build.report_data([load_run(d) for d in run_dirs], schema.replaced(REPORT_CFG, target_ap={"demo": 0.2}),
                              "demo")
 
 
@@ -657,7 +659,7 @@ def test_figure_files_are_the_text_width(report):
     out, _ = report
     for name in FIGURES:  # memory.png was 2603 px wide, its plot in a third of it
         assert Image.open(out / "report" / "figures" / f"{name}.png").size[0] == round(
-            WIDTH_IN * REPORT_CFG["dpi"]), name
+            WIDTH_IN * REPORT_CFG.dpi), name
 
 
 def test_the_report_and_numbers_tex_open_with_the_answer(report):

@@ -3,7 +3,6 @@ and on copies edited to two nodes or to NCCL; and the workflow that wires it in 
 rules/*.smk) lints clean and plans its jobs."""
 from __future__ import annotations
 
-import copy
 import re
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import pytest
 import torch
 
 from pipeline import launch, resources
-from pipeline.config import params
+from pipeline.config import params, schema, stages
 from pipeline.runtime import distributed
 from pipeline.strategies import STRATEGIES, Run, sweep
 
@@ -23,12 +22,11 @@ from .workflow import copy_workflow, jobs
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 
-def preset(name: str, **parallel) -> dict:
+def preset(name: str, **parallel) -> schema.Config:
     """The resolved preset, its parallel section edited (backend gloo unless told: `auto`
     would depend on this machine's GPUs)."""
-    cfg = copy.deepcopy(params.load_resolved(REPO / "params.yaml", preset=name))
-    cfg["parallel"].update({"backend": "gloo", **parallel})
-    return cfg
+    cfg = params.load_resolved(REPO / "params.yaml", preset=name)
+    return schema.replaced(cfg, parallel={"backend": "gloo", **parallel})
 
 
 @pytest.fixture
@@ -46,22 +44,22 @@ def dedicated_servers(run: Run) -> int:
     return run.option("servers") if run.options.get("placement") == "dedicated" else 0
 
 
-def first_run(cfg: dict, strategy: str, workers: int) -> Run:
+def first_run(cfg: schema.Config, strategy: str, workers: int) -> Run:
     runs = [r for r in sweep.runs(cfg).values() if r.strategy == strategy and r.workers == workers
             and r.options.get("placement", "colocated") == "colocated"]
-    assert runs, f"the {cfg['preset']} sweep has no {strategy} run of {workers} workers"
+    assert runs, f"the {cfg.preset} sweep has no {strategy} run of {workers} workers"
     return runs[0]
 
 
 @pytest.mark.parametrize("name", ["demo", "coco2017"])
 def test_a_two_worker_ddp_run_asks_for_one_node_and_two_processes(name):
     cfg = preset(name)
-    per = cfg["resources"]
+    per = cfg.resources
     job = resources.run_resources(cfg, first_run(cfg, "ddp", 2))
-    assert job == {"runtime": per["runtime_minutes"], "slurm_partition": per["partition"],
-                   "slurm_account": per["account"], "nodes": 1, "processes": 2, "tasks": 1,
-                   "cpus_per_task": 2 * per["cpus_per_process"],
-                   "mem_mb": 2 * per["memory_mb_per_process"], "gpu": 0, "tasks_per_gpu": None,
+    assert job == {"runtime": per.runtime_minutes, "slurm_partition": per.partition,
+                   "slurm_account": per.account, "nodes": 1, "processes": 2, "tasks": 1,
+                   "cpus_per_task": 2 * per.cpus_per_process,
+                   "mem_mb": 2 * per.memory_mb_per_process, "gpu": 0, "tasks_per_gpu": None,
                    "mpi": None}
 
 
@@ -86,7 +84,7 @@ def test_at_two_nodes_every_run_starts_on_the_nodes_its_job_asks_for(name, monke
     cfg = preset(name, nnodes=2)
     for run_id, run in sweep.runs(cfg).items():
         nodes = resources.run_resources(cfg, run)["nodes"]
-        argv = launch.multi_node_command(cfg, run, "out")
+        argv = launch.multi_node_command(stages.view(cfg, "train"), run, "out")
         said = capsys.readouterr().err
         assert ("node 1 of 2" in said) == (nodes == 2), (run_id, said)
         assert ("--nnodes=2" in argv) == (nodes == 2), (run_id, argv)
@@ -98,15 +96,15 @@ def test_the_data_report_and_paper_jobs_ask_for_one_process_memory():
     cfg = preset("coco2017")
     job = resources.one_process_resources(cfg)
     assert (job["nodes"], job["tasks"], job["gpu"]) == (1, 1, 0)
-    assert job["mem_mb"] == cfg["resources"]["memory_mb_per_process"] > 0
+    assert job["mem_mb"] == cfg.resources.memory_mb_per_process > 0
 
 
 def test_over_two_nodes_one_task_per_node_and_the_job_starts_its_own_srun():
     cfg = preset("demo", nnodes=2)
     job = resources.run_resources(cfg, first_run(cfg, "ddp", 2))
     assert (job["nodes"], job["processes"], job["tasks"], job["mpi"]) == (2, 1, 2, "srun")
-    assert job["cpus_per_task"] == cfg["resources"]["cpus_per_process"]  # per node
-    assert job["mem_mb"] == cfg["resources"]["memory_mb_per_process"]  # per node, like --mem
+    assert job["cpus_per_task"] == cfg.resources.cpus_per_process  # per node
+    assert job["mem_mb"] == cfg.resources.memory_mb_per_process  # per node, like --mem
 
 
 def test_an_nccl_run_asks_for_its_gpus_and_not_tasks_per_gpu():
@@ -162,7 +160,8 @@ def test_a_commbench_job_is_its_processes_on_one_node_with_a_gpu_each_under_nccl
     nccl = resources.commbench_resources(preset("demo", backend="nccl"), 2)
     assert (nccl["gpu"], nccl["tasks_per_gpu"]) == (2, 0)
     # the launcher starts it where its job asks: one torchrun on this node, no restarts
-    argv = launch.commbench_command(preset("demo", nnodes=2), 3, "out.json", python="python")
+    argv = launch.commbench_command(stages.view(preset("demo", nnodes=2), "commbench"), 3, "out.json",
+                                    python="python")
     assert argv[:7] == ["python", "-m", "pipeline.runtime.elastic", "--nproc-per-node=3",
                         "--nnodes=1", "--max-restarts=0", "--standalone"]
     assert argv[7:9] == ["-m", "pipeline.commbench"] and argv[-2:] == ["--out", "out.json"]
@@ -179,14 +178,14 @@ def test_the_equivalence_job_fits_its_largest_entry_on_one_node(name, parallel):
     assert (job["nodes"], job["tasks"], job["mpi"]) == (1, 1, None)
     largest = max(e.workers + dedicated_servers(e) for e in entries)
     assert job["processes"] == largest
-    assert job["cpus_per_task"] == largest * cfg["resources"]["cpus_per_process"]
+    assert job["cpus_per_task"] == largest * cfg.resources.cpus_per_process
     nccl = parallel.get("backend") == "nccl"
     assert (job["gpu"], job["tasks_per_gpu"]) == ((largest, 0) if nccl else (0, None))
 
 
 def test_scheduler_settings_reach_every_job():
-    cfg = preset("demo")
-    cfg["resources"].update(partition="gpu", account="bench", runtime_minutes=30)
+    cfg = schema.replaced(preset("demo"), resources={"partition": "gpu", "account": "bench",
+                                                     "runtime_minutes": 30})
     expected = {"runtime": 30, "slurm_partition": "gpu", "slurm_account": "bench"}
     assert resources.scheduler(cfg) == expected
     for job in (resources.run_resources(cfg, first_run(cfg, "ddp", 2)),
@@ -256,7 +255,7 @@ def test_the_workflow_plans_every_rule_and_the_other_presets_compute_runs(tmp_pa
     --verbose, as Snakemake lists them: each job's inputs and its reason."""
     root = copy_workflow(tmp_path)
     cfg = params.load_resolved(root / "params.yaml", preset="demo")
-    other = cfg["report"]["predict"]["compute"]["preset"]
+    other = cfg.report.predict.compute.preset
     assert other != "demo"
     for run in ("single-w1-b2-s0", "single-w1-b2-s1", "ddp-w2-b2-s0"):
         (root / "results" / "runs" / other / run).mkdir(parents=True)

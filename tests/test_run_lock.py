@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.config import schema, stages
 from pipeline.config.params import canonical
 from pipeline.runtime import run_lock
 from pipeline.runtime.files import write_json
@@ -101,14 +102,15 @@ def test_a_second_process_is_refused_until_the_first_is_killed(tmp_path, holder,
     assert taken.returncode == 0 and taken.stdout.strip() == "held", taken.stderr
 
 
-def launch(cfg: dict, run: Run, out: Path, stage: str, *args: str) -> subprocess.Popen:
+def launch(cfg: schema.Config, run: Run, out: Path, stage: str, *args: str) -> subprocess.Popen:
+    """The workflow's job for `stage`, with the stage's view of `cfg`."""
     return subprocess.Popen([sys.executable, "-m", "pipeline.launch", "--stage", stage,
-                             "--config", canonical(cfg), "--entry", canonical(run.to_json()), "--out", str(out),
+                             "--config", canonical(stages.view(cfg, stage).model_dump()), "--entry", canonical(run.to_json()), "--out", str(out),
                              *args],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def tiny_run(tmp_path: Path) -> tuple[dict, Run]:
+def tiny_run(tmp_path: Path) -> tuple[schema.Config, Run]:
     cfg = small_config(tmp_path / "data")
     return cfg, next(iter(runs(cfg).values()))
 
@@ -135,7 +137,7 @@ def test_a_launch_holds_the_lock_for_its_job_and_leaves_it_free(tmp_path):
     run; its lock file is no output, and names the job that held it last."""
     cfg, run = tiny_run(tmp_path)
     out = tmp_path / "run"
-    write_json(out / "train_summary.json", unfinished_summary(cfg, run, "skipped", "no GPU here"))
+    write_json(out / "train_summary.json", unfinished_summary(stages.view(cfg, "train"), run, "skipped", "no GPU here"))
     job = launch(cfg, run, out, "evaluate")
     _, stderr = job.communicate(timeout=300)
     assert job.returncode == 0, stderr

@@ -4,10 +4,12 @@ default within float32's rounding, on the demo's tiny model and on R50-FPN at a 
 from __future__ import annotations
 
 
+import functools
+
 import pytest
 import torch
 
-from pipeline.config import params
+from pipeline.config import params, schema
 from pipeline.detection.model import build_model
 from pipeline.training import speed
 from pipeline.training.train import forward_backward
@@ -30,12 +32,15 @@ def backbone(tmp_path_factory) -> str:
     return str(path)
 
 
-def model_cfg(arch: str, backbone: str | None = None) -> dict:
-    cfg = params.load_resolved(REPO / "params.yaml", preset="demo")["model"]
+@functools.cache
+def preset(name: str) -> schema.Config:
+    return params.load_resolved(REPO / "params.yaml", preset=name)
+
+
+def model_cfg(arch: str, backbone: str | None = None) -> schema.Model:
     if arch == "tiny":
-        return dict(cfg, min_size=64, max_size=64)
-    full = params.load_resolved(REPO / "params.yaml", preset="coco2017")["model"]
-    return dict(full, backbone_weights=backbone, min_size=64, max_size=64)
+        return schema.replaced(preset("demo").model, min_size=64, max_size=64)
+    return schema.replaced(preset("coco2017").model, backbone_weights=backbone, min_size=64, max_size=64)
 
 
 def batch(seed: int = 0):
@@ -48,7 +53,7 @@ def batch(seed: int = 0):
 
 def one_step(arch: str, backbone: str | None = None, **knobs) -> dict:
     """The losses, gradients and weights after one SGD step of a freshly seeded model."""
-    train = dict(DEFAULT, **knobs)
+    train = schema.replaced(preset("demo").train, **{**DEFAULT, **knobs})
     torch.manual_seed(0)
     model = speed.apply(build_model(model_cfg(arch, backbone), num_classes=4), train)
     model.train()

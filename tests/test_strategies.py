@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import copy
 import json
 import math
 import os
@@ -25,6 +24,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from pipeline import strategies
+from pipeline.config import schema, stages
 from pipeline.config.params import canonical
 from pipeline.data.dataset import CocoDetection
 from pipeline.launch import command
@@ -34,8 +34,8 @@ from pipeline.training.precision import Precision
 
 from .conftest import REPO, small_config
 
-PARALLEL = {"backend": "gloo", "nnodes": 1, "rdzv_endpoint": "127.0.0.1:29400",
-            "sync_batchnorm": False, "powersgd_rank": 2, "timeout_s": 60, "max_restarts": 0}
+PARALLEL = schema.Parallel(backend="gloo", nnodes=1, rdzv_endpoint="127.0.0.1:29400",
+                           sync_batchnorm=False, powersgd_rank=2, timeout_s=60, max_restarts=0)
 GLOBAL_BATCH = 8
 # Left to the full suite: the fast tier keeps one case of each code path (README).
 SLOW = pytest.mark.slow
@@ -209,7 +209,7 @@ def test_dp_trains_faster_rcnn_on_gpus(small_dataset, tmp_path):
 
     cfg = small_config(small_dataset, epochs=1)
     run = strategies.DataParallel.filled(workers=2, images_per_worker=2)
-    summary = train(cfg, run, tmp_path / "dp")
+    summary = train(stages.view(cfg, "train"), run, tmp_path / "dp")
     assert summary["status"] == "ok" and summary["global_batch"] == 4
     assert summary["epoch_loss"][0] > 0
 
@@ -226,15 +226,20 @@ def test_unavailable_runs_say_why(monkeypatch):
         {"strategy": "ps", "workers": 4, "placement": "dedicated"})
     assert why({"strategy": "ddp", "workers": 3, "comm_hook": "none"}) is None
     assert "NCCL needs GPUs" in why({"strategy": "ddp", "workers": 2, "comm_hook": "none"},
-                                    dict(PARALLEL, backend="nccl"))
+                                    schema.replaced(PARALLEL, backend="nccl"))
     assert "do not split evenly over 2 nodes" in why(
-        {"strategy": "ddp", "workers": 3, "comm_hook": "none"}, dict(PARALLEL, nnodes=2))
+        {"strategy": "ddp", "workers": 3, "comm_hook": "none"}, schema.replaced(PARALLEL, nnodes=2))
 
 
 # ---- Faster R-CNN under the real launcher (torchrun) -------------------------------------
 
-def torchrun_train(cfg, run, out, extra_env=None, launcher=None):
-    argv = launcher or command(cfg, run, str(out))
+def launched(cfg: schema.Config, run, out) -> list[str]:
+    """The training command the launcher execs for `run`, with what the train stage reads."""
+    return command(stages.view(cfg, "train"), run, str(out))
+
+
+def torchrun_train(cfg: schema.Config, run, out, extra_env=None, launcher=None):
+    argv = launcher or launched(cfg, run, out)
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600,
                             env={**os.environ, **(extra_env or {})})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -256,8 +261,7 @@ def trained(detection_cfg, tmp_path_factory):
     def train(entry: dict):
         key = json.dumps(entry, sort_keys=True)
         if key not in done:
-            cfg = copy.deepcopy(detection_cfg)
-            cfg["sweep"] = [entry]
+            cfg = schema.replaced(detection_cfg, sweep=[entry])
             run_dir = out / str(len(done))
             torchrun_train(cfg, next(iter(runs(cfg).values())), run_dir)
             done[key] = run_dir  # a failed run is not shared: the next test trains it again
@@ -272,8 +276,7 @@ def summary_of(run_dir):
 @pytest.fixture(scope="module")
 def detection_cfg(small_dataset):
     cfg = small_config(small_dataset, epochs=1, images_per_worker=5)  # 24 images: uneven shards
-    cfg["parallel"] = dict(PARALLEL, rdzv_endpoint=f"127.0.0.1:{free_port()}")
-    return cfg
+    return schema.replaced(cfg, parallel={**PARALLEL.model_dump(), "rdzv_endpoint": f"127.0.0.1:{free_port()}"})
 
 
 @pytest.mark.parametrize("entry", [
@@ -289,7 +292,7 @@ def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, tr
     summary = summary_of(trained(entry))
     assert summary["status"] == "ok" and summary["replicas_identical"]
     workers = summary["processes"] - (entry.get("servers", 1) if entry.get("placement") == "dedicated" else 0)
-    images = len(CocoDetection(cfg["data"]["root"], "train", train=True))
+    images = len(CocoDetection(cfg.data.root, "train", train=True))
     assert images % (workers * 5)  # shards end in a short batch (dropped): the uneven case
     assert summary["iterations"] == math.ceil(images / workers) // 5
     assert summary["global_batch"] == 5 * workers
@@ -332,8 +335,7 @@ def test_sharded_strategies_count_their_bytes_against_theory(sharded_runs):
 def test_fsdp_in_bf16_gathers_16_bit_weights_beside_fp32_batchnorm(detection_cfg, sharded_runs, tmp_path):
     """MixedPrecisionPolicy on the detector: its BatchNorm layers gathered in fp32 beside the
     16-bit units, the gradients reduce-scattered in fp32."""
-    cfg = copy.deepcopy(detection_cfg)
-    cfg["sweep"] = [{"strategy": "fsdp", "workers": 2, "precision": "bf16"}]
+    cfg = schema.replaced(detection_cfg, sweep=[{"strategy": "fsdp", "workers": 2, "precision": "bf16"}])
     summary = torchrun_train(cfg, next(iter(runs(cfg).values())), tmp_path / "run")
     assert summary["status"] == "ok" and summary["replicas_identical"]
     assert summary["precision"] == "bf16"
@@ -373,9 +375,8 @@ def test_sharded_strategies_at_one_worker_train_faster_rcnn_as_single(detection_
     finals = {}
     for entry in ({"strategy": "single", "workers": 1}, {"strategy": "zero", "workers": 1},
                   {"strategy": "fsdp", "workers": 1}):
-        cfg = copy.deepcopy(detection_cfg)
-        cfg["sweep"] = [dict(entry, images_per_worker=8)]
-        cfg["eval"]["every_epochs"] = 0
+        cfg = schema.replaced(detection_cfg, sweep=[dict(entry, images_per_worker=8)],
+                              eval={"every_epochs": 0})
         torchrun_train(cfg, next(iter(runs(cfg).values())), tmp_path / entry["strategy"])
         finals[entry["strategy"]] = torch.load(tmp_path / entry["strategy"] / "model_final.pt",
                                                weights_only=True)["model"]
@@ -389,13 +390,12 @@ def test_sharded_strategies_at_one_worker_train_faster_rcnn_as_single(detection_
 def test_sharded_strategies_resume_after_kill_to_the_uninterrupted_result(detection_cfg, strategy, tmp_path):
     """kill -9 of the whole job after its first checkpoint (mid-epoch); the rerun resumes from
     the consolidated (zero) or gathered (fsdp) state to the weights of a run never stopped."""
-    cfg = copy.deepcopy(detection_cfg)
-    cfg["train"].update(epochs=2, checkpoint_every=1)
-    cfg["sweep"] = [{"strategy": strategy, "workers": 2}]
+    cfg = schema.replaced(detection_cfg, train={"epochs": 2, "checkpoint_every": 1},
+                          sweep=[{"strategy": strategy, "workers": 2}])
     run = next(iter(runs(cfg).values()))
     whole = torchrun_train(cfg, run, tmp_path / "whole")
     killed = tmp_path / "killed"
-    process = subprocess.Popen(command(cfg, run, str(killed)), cwd=REPO, stdout=subprocess.DEVNULL,
+    process = subprocess.Popen(launched(cfg, run, killed), cwd=REPO, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     checkpoint = killed / "state" / "checkpoint.pt"
     deadline = time.monotonic() + 300
@@ -414,15 +414,13 @@ def test_sharded_strategies_resume_after_kill_to_the_uninterrupted_result(detect
 
 @SLOW
 def test_two_nodes_on_localhost_match_one_node(detection_cfg, trained, tmp_path):
-    cfg = copy.deepcopy(detection_cfg)
-    cfg["sweep"] = [{"strategy": "ddp", "workers": 2}]
+    cfg = schema.replaced(detection_cfg, sweep=[{"strategy": "ddp", "workers": 2}])
     run = next(iter(runs(cfg).values()))
     one_node = trained({"strategy": "ddp", "workers": 2})  # the same run on one node
 
-    two = copy.deepcopy(cfg)
-    two["parallel"].update(nnodes=2, rdzv_endpoint=f"127.0.0.1:{free_port()}")
-    argv = command(two, run, str(tmp_path / "two-nodes"))
-    assert "--nnodes=2" in argv and f"--rdzv-endpoint={two['parallel']['rdzv_endpoint']}" in argv
+    two = schema.replaced(cfg, parallel={"nnodes": 2, "rdzv_endpoint": f"127.0.0.1:{free_port()}"})
+    argv = launched(two, run, tmp_path / "two-nodes")
+    assert "--nnodes=2" in argv and f"--rdzv-endpoint={two.parallel.rdzv_endpoint}" in argv
     nodes = [subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     outputs = [node.communicate(timeout=600) for node in nodes]
@@ -435,9 +433,9 @@ def test_two_nodes_on_localhost_match_one_node(detection_cfg, trained, tmp_path)
 
 
 def test_launch_records_a_skipped_run(detection_cfg, tmp_path):
-    cfg = copy.deepcopy(detection_cfg)
+    cfg = stages.view(detection_cfg, "train")  # what the workflow sends the launcher
     run = {"strategy": "dp", "workers": 2, "images_per_worker": 2, "data_mode": "real", "seed": 0}
-    result = subprocess.run([sys.executable, "-m", "pipeline.launch", "--config", canonical(cfg),
+    result = subprocess.run([sys.executable, "-m", "pipeline.launch", "--config", canonical(cfg.model_dump()),
                              "--entry", canonical(run), "--out", str(tmp_path / "dp")],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -450,9 +448,8 @@ def test_launch_records_a_skipped_run(detection_cfg, tmp_path):
 
 @SLOW
 def test_powersgd_sends_less_and_keeps_replicas_identical(detection_cfg, tmp_path):
-    cfg = copy.deepcopy(detection_cfg)
-    cfg["sweep"] = [{"strategy": "ddp", "workers": 2, "comm_hook": "powersgd"}]
-    cfg["train"]["epochs"] = 2  # PowerSGD compresses from the third iteration on: 2 of 4
+    cfg = schema.replaced(detection_cfg, sweep=[{"strategy": "ddp", "workers": 2, "comm_hook": "powersgd"}],
+                          train={"epochs": 2})  # PowerSGD compresses from the third iteration on: 2 of 4
     run = next(iter(runs(cfg).values()))
     summary = torchrun_train(cfg, run, tmp_path / "run")
     assert summary["replicas_identical"] and summary["iterations"] == 4
@@ -465,16 +462,15 @@ def test_powersgd_sends_less_and_keeps_replicas_identical(detection_cfg, tmp_pat
 @pytest.mark.skipif(torch.cuda.device_count() < 2,
                     reason=f"SyncBatchNorm over NCCL needs 2 GPUs; this machine has {torch.cuda.device_count()}")
 def test_ddp_sync_batchnorm_on_gpus(detection_cfg, tmp_path):
-    cfg = copy.deepcopy(detection_cfg)
-    cfg["parallel"].update(backend="nccl", sync_batchnorm=True)
-    cfg["sweep"] = [{"strategy": "ddp", "workers": 2}]
+    cfg = schema.replaced(detection_cfg, parallel={"backend": "nccl", "sync_batchnorm": True},
+                          sweep=[{"strategy": "ddp", "workers": 2}])
     run = next(iter(runs(cfg).values()))
     summary = torchrun_train(cfg, run, tmp_path / "run")
     assert summary["status"] == "ok" and summary["replicas_identical"] and summary["backend"] == "nccl"
 
 
 def test_what_a_job_asks_for_per_node():
-    two_nodes = dict(PARALLEL, nnodes=2)
+    two_nodes = schema.replaced(PARALLEL, nnodes=2)
     single = strategies.get(strategies.Single.filled(workers=1, images_per_worker=8), two_nodes)
     assert (single.nodes(), single.processes_per_node()) == (1, 1)  # never spread over nodes
     ps = strategies.get(strategies.ParameterServer.filled(workers=3, images_per_worker=2,
@@ -486,14 +482,13 @@ def test_what_a_job_asks_for_per_node():
 def test_sharded_ps_resumes_to_the_uninterrupted_result(detection_cfg, tmp_path):
     """Two shards, each server holding its own parameters' momentum: a checkpoint gathers
     them all, and a run stopped after it and rerun ends with the weights of one that was not."""
-    cfg = copy.deepcopy(detection_cfg)
-    cfg["train"].update(epochs=2, checkpoint_every=1)
-    cfg["sweep"] = [{"strategy": "ps", "workers": 2, "placement": "colocated", "servers": 2}]
+    cfg = schema.replaced(detection_cfg, train={"epochs": 2, "checkpoint_every": 1},
+                          sweep=[{"strategy": "ps", "workers": 2, "placement": "colocated", "servers": 2}])
     run = next(iter(runs(cfg).values()))
     assert run.option("servers") == 2 and run_id(run) == "ps-colocated-k2-w2-b5-s0"
     whole = torchrun_train(cfg, run, tmp_path / "whole")
     interrupted = tmp_path / "interrupted"
-    subprocess.run(command(cfg, run, str(interrupted)) + ["--max-steps", "3"], cwd=REPO,
+    subprocess.run(launched(cfg, run, interrupted) + ["--max-steps", "3"], cwd=REPO,
                    capture_output=True, text=True, timeout=600, check=True)
     assert (interrupted / "state" / "checkpoint.pt").exists()
     resumed = torchrun_train(cfg, run, interrupted)
@@ -527,8 +522,7 @@ def test_bounded_staleness_lets_a_worker_run_ahead_within_the_bound(tmp_path):
 
 @SLOW
 def test_bounded_staleness_trains_faster_rcnn_and_reports_what_it_observed(detection_cfg, tmp_path):
-    cfg = copy.deepcopy(detection_cfg)
-    cfg["sweep"] = [{"strategy": "ps", "workers": 2, "placement": "dedicated", "staleness": 1}]
+    cfg = schema.replaced(detection_cfg, sweep=[{"strategy": "ps", "workers": 2, "placement": "dedicated", "staleness": 1}])
     run = next(iter(runs(cfg).values()))
     assert run_id(run) == "ps-dedicated-ssp1-w2-b5-s0"
     summary = torchrun_train(cfg, run, tmp_path / "run")

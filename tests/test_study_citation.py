@@ -32,7 +32,7 @@ def test_the_study_is_cited_with_its_authors_course_hardware_and_tables():
     for part in ["Wang, Wu and Ha", "EE451", "University of Southern California", "1.8.1",
                  "GTX 1080 Ti", r"Table~1 gives COCO box AP", r"Table~2 gives"]:
         assert part in paper, part
-    source = load_resolved(REPO / "params.yaml")["report"]["published"]["source"]
+    source = load_resolved(REPO / "params.yaml").report.published.source
     for part in ["Yingnan Wang, Jiawei Wu and Zechen Ha", "EE451", "2021", "GTX 1080 Ti"]:
         assert part in source, part
 

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from pipeline.config import params
+from pipeline.config import params, schema
 from pipeline.runtime.record import Bytes, Evaluation, RankReport, RunSummary
 from pipeline.strategies import Context, sweep
 from pipeline.training.precision import Precision
@@ -42,7 +42,7 @@ def summary(records=RECORDS, checksums=("ab", "ab"), communication_timed=True) -
                        checkpoints={"count": 3, "seconds": 0.2},
                        sessions=[{"step": 0, "restart": 0}, {"step": 4, "restart": 1}])
     ctx = Context(rank=0, processes=2, threads=1, backend="gloo", shard=0, shards=2)
-    schedule = dict(cfg["train"], warmup_iters=3, checkpoint_every=4)
+    schedule = schema.replaced(cfg.train, warmup_iters=3, checkpoint_every=4)
     evaluations = [Evaluation(epoch=2, step=10, train_seconds=7.5, AP=0.1, AP50=0.2, AP75=0.05,
                               seconds=1.0)]
     return summary_of(records, run, state, ctx, Precision("fp32", torch.device("cpu")), {},

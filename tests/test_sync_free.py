@@ -24,8 +24,7 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.mark.parametrize("strategy", [cls for cls in REGISTERED], ids=lambda cls: cls.name)
 def test_a_strategy_at_one_process_synchronises_nothing(small_dataset, tmp_path, strategy):
-    cfg = small_config(small_dataset, epochs=1, precision="bf16")
-    cfg["train"]["sync_debug"] = True
+    cfg = small_config(small_dataset, epochs=1, precision="bf16", sync_debug=True)
     run = sweep.fill(dict(one_process_entry(strategy, cfg), images_per_worker=2), cfg)
     summary = train(cfg, run, tmp_path / "run")
     if summary.status == "skipped":

@@ -9,11 +9,12 @@ import json
 import pytest
 from pycocotools.coco import COCO
 
+from pipeline.config import schema
 from pipeline.data import prepare, synthetic
 from pipeline.data.dataset import SPLIT_DIRS, annotation_path
 from pipeline.runtime.files import MARKER, EditedTreeError, ForeignDirectoryError
 
-from .conftest import SMALL_DATA
+from .conftest import SMALL_SYNTHETIC, small_config
 from .test_coco_fetch import snapshot
 
 
@@ -25,10 +26,10 @@ def digest(root) -> dict[str, str]:
 
 def test_same_settings_same_bytes(tmp_path, small_dataset):
     again = tmp_path / "again"
-    synthetic.generate(again, SMALL_DATA)
+    synthetic.generate(again, SMALL_SYNTHETIC)
     assert digest(again) == digest(small_dataset)
     other = tmp_path / "other"
-    synthetic.generate(other, dict(SMALL_DATA, seed=SMALL_DATA["seed"] + 1))
+    synthetic.generate(other, schema.replaced(SMALL_SYNTHETIC, seed=SMALL_SYNTHETIC.seed + 1))
     assert digest(other) != digest(small_dataset)
 
 
@@ -37,10 +38,10 @@ def test_coco_layout_loads_in_pycocotools(small_dataset):
         with contextlib.redirect_stdout(io.StringIO()):
             coco = COCO(str(annotation_path(small_dataset, split)))
         images = coco.loadImgs(coco.getImgIds())
-        assert len(images) == SMALL_DATA[f"{split}_images"]
+        assert len(images) == getattr(SMALL_SYNTHETIC, f"{split}_images")
         assert all((small_dataset / folder / img["file_name"]).is_file() for img in images)
         assert len(coco.getCatIds()) == len(synthetic.CATEGORIES)
-        size = SMALL_DATA["image_size"]
+        size = SMALL_SYNTHETIC.image_size
         for ann in coco.loadAnns(coco.getAnnIds()):
             x, y, w, h = ann["bbox"]
             assert 0 <= x and 0 <= y and x + w <= size and y + h <= size and w > 0 and h > 0
@@ -48,7 +49,7 @@ def test_coco_layout_loads_in_pycocotools(small_dataset):
 
 
 def test_objects_span_coco_size_classes_and_categories(tmp_path):
-    settings = dict(SMALL_DATA, image_size=128, train_images=200, val_images=1)
+    settings = schema.replaced(SMALL_SYNTHETIC, image_size=128, train_images=200, val_images=1)
     synthetic.generate(tmp_path / "d", settings)
     document = json.loads(annotation_path(tmp_path / "d", "train").read_text())
     areas = [a["area"] for a in document["annotations"]]
@@ -64,16 +65,16 @@ def test_objects_span_coco_size_classes_and_categories(tmp_path):
 
 def test_regenerating_replaces_the_whole_directory_it_wrote_and_no_file_of_the_users(tmp_path):
     root = tmp_path / "d"
-    synthetic.generate(root, SMALL_DATA)
-    synthetic.generate(root, dict(SMALL_DATA, train_images=4))
+    synthetic.generate(root, SMALL_SYNTHETIC)
+    synthetic.generate(root, schema.replaced(SMALL_SYNTHETIC, train_images=4))
     assert len(list((root / "train2017").iterdir())) == 4
     stray = root / "train2017" / "mine.jpg"
     stray.write_bytes(b"a user's picture")
     with pytest.raises(EditedTreeError, match="train2017/mine.jpg \\(added\\)"):
-        synthetic.generate(root, dict(SMALL_DATA, train_images=3))
+        synthetic.generate(root, schema.replaced(SMALL_SYNTHETIC, train_images=3))
     assert stray.read_bytes() == b"a user's picture" and len(list((root / "train2017").iterdir())) == 5
     stray.unlink()
-    synthetic.generate(root, dict(SMALL_DATA, train_images=3))
+    synthetic.generate(root, schema.replaced(SMALL_SYNTHETIC, train_images=3))
     assert len(list((root / "train2017").iterdir())) == 3
     assert [p.name for p in tmp_path.iterdir()] == ["d"]  # no staging directories left behind
 
@@ -88,8 +89,8 @@ def test_a_directory_it_did_not_write_is_refused_untouched(tmp_path, small_datas
         before = snapshot(root), snapshot(small_dataset)
         with pytest.raises(ForeignDirectoryError, match=f"{root} already exists and was not made "
                            "by this pipeline .*: move it away, or point data.root at another"):
-            synthetic.generate(root, SMALL_DATA)
-        data_cfg = {"root": str(root), "synthetic": SMALL_DATA, "fetch": None}
+            synthetic.generate(root, SMALL_SYNTHETIC)
+        data_cfg = small_config(root).data.model_dump()  # the data section, as the workflow passes it
         with pytest.raises(SystemExit, match=f"error: {root} already exists"):  # the data stage
             prepare.main(["--config", json.dumps(data_cfg), "--manifest", str(tmp_path / "m.json")])
         assert (snapshot(root), snapshot(small_dataset)) == before

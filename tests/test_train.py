@@ -14,7 +14,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from pipeline import strategies
-from pipeline.config import stages
+from pipeline.config import schema, stages
 from pipeline.config.params import canonical
 from pipeline.runtime.run import Run
 from pipeline.strategies.sweep import runs
@@ -32,18 +32,30 @@ def records(path) -> list[dict]:
             for line in path.read_text().splitlines()]
 
 
-def single_run(cfg) -> Run:
+def single_run(cfg: schema.Config) -> Run:
     return next(iter(runs(cfg).values()))
+
+
+def trained(cfg: schema.Config, out, max_steps: int | None = None) -> dict | None:
+    """The sweep's first run trained in this process, with what the train stage reads."""
+    return train(stages.view(cfg, "train"), single_run(cfg), out, max_steps)
+
+
+def train_command(cfg: schema.Config, run: Run, out) -> list[str]:
+    """The training process's command line, its config as the workflow sends it (knobs in it)."""
+    return [sys.executable, "-m", "pipeline.training.train",
+            "--config", canonical(stages.view(cfg, "train").model_dump()),
+            "--entry", canonical(run.to_json()), "--out", str(out)]
 
 
 def test_training_lowers_the_loss_and_writes_its_outputs(small_dataset, tmp_path):
     cfg = small_config(small_dataset, epochs=4)
-    summary = train(cfg, single_run(cfg), tmp_path / "run")
+    summary = trained(cfg, tmp_path / "run")
     first, last = summary["epoch_loss"][0], summary["epoch_loss"][-1]
     assert last < 0.8 * first, summary["epoch_loss"]
     # 23 usable images (one has no boxes) in full batches of 4: 5 an epoch, the short one dropped
     assert summary["status"] == "ok" and summary["iterations"] == 4 * 5
-    assert summary["warmup_iters"] == cfg["train"]["warmup_iters"] == 4  # the value used
+    assert summary["warmup_iters"] == cfg.train.warmup_iters == 4  # the value used
     assert summary["images_per_second"] > 0 and summary["sec_per_iter"]["p95"] >= summary["sec_per_iter"]["p50"]
     lines = records(tmp_path / "run" / "iterations.jsonl")
     assert [r["step"] for r in lines] == list(range(1, 21))
@@ -51,7 +63,7 @@ def test_training_lowers_the_loss_and_writes_its_outputs(small_dataset, tmp_path
                              "loss_objectness", "loss_rpn_box_reg"}
     saved = json.loads((tmp_path / "run" / "train_summary.json").read_text())
     provenance = saved["provenance"]
-    assert provenance["seed"] == cfg["train"]["seed"] and provenance["workers"] == 1
+    assert provenance["seed"] == cfg.train.seed and provenance["workers"] == 1
     assert provenance["processes"] == 1
     assert provenance["threads"] >= 1 and provenance["packages"]["torch"] == torch.__version__.split("+")[0]  # the torch that ran
     assert provenance["params"]["train"]["epochs"] == 4 and provenance["git_revision"]
@@ -67,15 +79,14 @@ def test_training_lowers_the_loss_and_writes_its_outputs(small_dataset, tmp_path
 
 def test_same_seed_same_losses_on_cpu(small_dataset, tmp_path):
     cfg = small_config(small_dataset, epochs=1)
-    train(cfg, single_run(cfg), tmp_path / "a")
-    train(cfg, single_run(cfg), tmp_path / "b")
+    trained(cfg, tmp_path / "a")
+    trained(cfg, tmp_path / "b")
     assert records(tmp_path / "a" / "iterations.jsonl") == records(tmp_path / "b" / "iterations.jsonl")
     other = small_config(small_dataset, epochs=1, seed=1)
-    train(other, single_run(other), tmp_path / "c")
+    trained(other, tmp_path / "c")
     assert records(tmp_path / "c" / "iterations.jsonl") != records(tmp_path / "a" / "iterations.jsonl")
     # Without the phase split: the same training, only the data wait and iteration time timed
-    cfg["train"]["time_split"] = False
-    summary = train(cfg, single_run(cfg), tmp_path / "d")
+    summary = trained(schema.replaced(cfg, train={"time_split": False}), tmp_path / "d")
     assert records(tmp_path / "d" / "iterations.jsonl") == records(tmp_path / "a" / "iterations.jsonl")
     lines = [json.loads(line) for line in (tmp_path / "d" / "iterations.jsonl").read_text().splitlines()]
     assert all(set(TIMING) - set(line) == {"time_compute", "time_communication", "time_optimizer"}
@@ -90,18 +101,17 @@ def scores(summary: dict) -> list[tuple]:
 
 @pytest.mark.parametrize("loader_workers", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_killed_run_resumes_mid_epoch_to_the_uninterrupted_result(small_dataset, tmp_path, loader_workers):
-    cfg = small_config(small_dataset, epochs=4)
-    cfg["data"]["workers"] = loader_workers  # augmentations drawn in a loader process, or not
-    assert cfg["data"]["horizontal_flip"] > 0
-    cfg["eval"]["every_epochs"] = 1  # an evaluation before every epoch's checkpoint
-    cfg["train"]["checkpoint_every"] = 4  # 6 iterations an epoch: the first lands mid-epoch
+    cfg = schema.replaced(
+        small_config(small_dataset, epochs=4, checkpoint_every=4),  # 6 iterations an epoch: the first lands mid-epoch
+        data={"workers": loader_workers},  # augmentations drawn in a loader process, or not
+        eval={"every_epochs": 1})  # an evaluation before every epoch's checkpoint
+    assert cfg.data.horizontal_flip > 0
     run = single_run(cfg)
-    whole = train(cfg, run, tmp_path / "whole")
+    whole = trained(cfg, tmp_path / "whole")
     assert whole["checkpoints"]["count"] == 4 + 4  # every epoch's end, and steps 4, 8, 16, 20
 
     out = tmp_path / "killed"
-    command = [sys.executable, "-m", "pipeline.training.train", "--config", canonical(cfg),
-               "--entry", canonical(run.to_json()), "--out", str(out)]
+    command = train_command(cfg, run, out)
     process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.DEVNULL)
     checkpoint = out / "state" / "checkpoint.pt"
     deadline = time.monotonic() + 120
@@ -129,22 +139,21 @@ def test_killed_run_resumes_mid_epoch_to_the_uninterrupted_result(small_dataset,
 
 def test_checkpoint_of_other_settings_is_not_resumed(small_dataset, tmp_path, caplog):
     cfg = small_config(small_dataset, epochs=2)
-    train(cfg, single_run(cfg), tmp_path / "run", max_steps=7)  # stops in epoch 1 (6 an epoch)
+    trained(cfg, tmp_path / "run", max_steps=7)  # stops in epoch 1 (6 an epoch)
     assert (tmp_path / "run" / "state" / "checkpoint.pt").exists()
     changed = small_config(small_dataset, epochs=2, base_lr=0.01)
     with caplog.at_level("INFO"):
-        train(changed, single_run(changed), tmp_path / "run")
+        trained(changed, tmp_path / "run")
     assert "written with other settings or code; starting over" in caplog.text
     assert {r["lr"] for r in records(tmp_path / "run" / "iterations.jsonl")} <= {
-        learning_rate(changed["train"], 0.01, s, 0) for s in range(12)}
+        learning_rate(changed.train, 0.01, s, 0) for s in range(12)}
     assert not (tmp_path / "run" / "state").exists()  # a finished run keeps no state
 
 
 def test_checkpoint_identity_covers_parallel_and_code(small_dataset):
     cfg = small_config(small_dataset)
     run = single_run(cfg)
-    other_parallel = small_config(small_dataset)
-    other_parallel["parallel"]["powersgd_rank"] += 1
+    other_parallel = schema.replaced(cfg, parallel={"powersgd_rank": cfg.parallel.powersgd_rank + 1})
     assert fingerprint(other_parallel, run) != fingerprint(cfg, run)
     code = stages.code_files("train")
     assert "pipeline/training/train.py" in code and "pipeline/strategies/ddp.py" in code
@@ -161,12 +170,10 @@ def test_checkpoint_identity_covers_parallel_and_code(small_dataset):
 
 
 def test_diverging_loss_stops_with_a_clear_error_and_records_the_run_as_failed(small_dataset, tmp_path):
-    cfg = small_config(small_dataset, epochs=2, base_lr=1e6, warmup_iters=0)
-    cfg["train"]["checkpoint_every"] = 1  # a loss is checked before the weights after it are saved
+    # checkpoint_every 1: a loss is checked before the weights after it are saved
+    cfg = small_config(small_dataset, epochs=2, base_lr=1e6, warmup_iters=0, checkpoint_every=1)
     out = tmp_path / "run"
-    result = subprocess.run([sys.executable, "-m", "pipeline.training.train", "--config", canonical(cfg),
-                             "--entry", canonical(single_run(cfg).to_json()), "--out", str(out)],
-                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(train_command(cfg, single_run(cfg), out), cwd=REPO, capture_output=True, text=True, timeout=300)
     # the run's own result at these settings: recorded, and the job ends well (the sweep goes on)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "error: non-finite loss" in result.stderr and "Lower train.base_lr" in result.stderr
@@ -181,7 +188,8 @@ def test_diverging_loss_stops_with_a_clear_error_and_records_the_run_as_failed(s
 
 
 def test_learning_rate_schedule():
-    train_cfg = {"warmup_iters": 10, "warmup_factor": 0.001, "lr_steps": [2, 3], "lr_gamma": 0.1}
+    train_cfg = schema.replaced(small_config(Path("data")).train, warmup_iters=10, warmup_factor=0.001,
+                                lr_steps=[2, 3], lr_gamma=0.1)
     assert learning_rate(train_cfg, 1.0, 0, 0) == pytest.approx(0.001)
     assert learning_rate(train_cfg, 1.0, 5, 0) == pytest.approx(0.001 * 0.5 + 0.5)
     assert learning_rate(train_cfg, 1.0, 10, 1) == pytest.approx(1.0)
@@ -190,9 +198,8 @@ def test_learning_rate_schedule():
 
 
 def test_evaluations_during_training_are_kept_out_of_its_time(small_dataset, tmp_path):
-    cfg = small_config(small_dataset, epochs=3)
-    cfg["eval"]["every_epochs"] = 2
-    summary = train(cfg, single_run(cfg), tmp_path / "run")
+    cfg = schema.replaced(small_config(small_dataset, epochs=3), eval={"every_epochs": 2})
+    summary = trained(cfg, tmp_path / "run")
     assert [(e["epoch"], e["step"]) for e in summary["evaluations"]] == [(2, 10)]
     assert all(0 <= e["AP"] <= e["AP50"] <= 1 for e in summary["evaluations"])
     assert summary["evaluation_seconds"] >= summary["evaluations"][0]["seconds"] > 0
@@ -200,17 +207,16 @@ def test_evaluations_during_training_are_kept_out_of_its_time(small_dataset, tmp
     last = json.loads((tmp_path / "run" / "iterations.jsonl").read_text().splitlines()[-1])
     assert summary["train_seconds"] == pytest.approx(last["elapsed"], abs=0.05)
     assert summary["evaluations"][0]["train_seconds"] < summary["train_seconds"]
-    cfg["eval"]["every_epochs"] = 0
-    assert train(cfg, single_run(cfg), tmp_path / "off")["evaluations"] == []
+    off = schema.replaced(cfg, eval={"every_epochs": 0})
+    assert trained(off, tmp_path / "off")["evaluations"] == []
 
 
 def test_synthetic_data_mode_trains_without_the_loader(small_dataset, tmp_path):
-    cfg = small_config(small_dataset, epochs=2)
-    cfg["eval"]["every_epochs"] = 1
-    cfg["sweep"] = [{"strategy": "single", "workers": 1, "data_mode": "synthetic"}]
+    cfg = schema.replaced(small_config(small_dataset, epochs=2), eval={"every_epochs": 1},
+                          sweep=[{"strategy": "single", "workers": 1, "data_mode": "synthetic"}])
     run = single_run(cfg)
     assert run.data_mode == "synthetic"
-    summary = train(cfg, run, tmp_path / "run")
+    summary = trained(cfg, tmp_path / "run")
     assert summary["run_id"].endswith("-synthetic-s0") and summary["data_mode"] == "synthetic"
     assert summary["iterations"] == 2 * 5  # the same iterations as on the real data
     assert summary["evaluations"] == []  # noise pixels: nothing to score
@@ -255,20 +261,24 @@ def test_loader_workers_auto_follow_the_cores_per_process(monkeypatch):
     from pipeline.runtime import distributed
     from pipeline.training.train import loader_workers
 
+    data = small_config(Path("data")).data
+    auto, none = (schema.replaced(data, workers=workers) for workers in ("auto", 0))
     monkeypatch.setattr(distributed, "available_cores", lambda: 16)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    assert loader_workers({"workers": "auto"}) == 3  # 4 cores per process, one of them trains
+    assert loader_workers(auto) == 3  # 4 cores per process, one of them trains
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")
-    assert loader_workers({"workers": "auto"}) == 1
-    assert loader_workers({"workers": 0}) == 0
+    assert loader_workers(auto) == 1
+    assert loader_workers(none) == 0
 
 
 def test_warmup_auto_is_the_reference_trainers():
     from pipeline.training.job import warmup_iterations
 
-    assert warmup_iterations({"warmup_iters": "auto"}, 31) == 30      # the demo: 31 steps an epoch
-    assert warmup_iterations({"warmup_iters": "auto"}, 7329) == 1000  # COCO at 16 images a step
-    assert warmup_iterations({"warmup_iters": 7}, 31) == 7
+    train_cfg = small_config(Path("data")).train
+    auto, seven = (schema.replaced(train_cfg, warmup_iters=value) for value in ("auto", 7))
+    assert warmup_iterations(auto, 31) == 30      # the demo: 31 steps an epoch
+    assert warmup_iterations(auto, 7329) == 1000  # COCO at 16 images a step
+    assert warmup_iterations(seven, 31) == 7
 
 
 def test_checkpoints_no_run_will_resume_are_named_before_anything_runs(small_dataset, tmp_path):
@@ -292,6 +302,6 @@ def test_checkpoints_no_run_will_resume_are_named_before_anything_runs(small_dat
     lines = identity.superseded(cfg, {run_id: run}, tmp_path)
     assert lines == [f"{gone}: an unfinished run that is not in this sweep; it is kept (delete "
                      f"{gone.parent.parent} when you no longer need it)"]
-    changed = dict(cfg, parallel=dict(cfg["parallel"], powersgd_rank=cfg["parallel"]["powersgd_rank"] + 1))
+    changed = schema.replaced(cfg, parallel={"powersgd_rank": cfg.parallel.powersgd_rank + 1})
     lines = identity.superseded(changed, {run_id: run}, tmp_path)
     assert f"{current}: written with other settings, code or data than the run has now" in lines[1]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pipeline.config import schema
 from pipeline.report import build_report
 from pipeline.report.data import ReportData
 from pipeline.report.disturbance import measurement_check
@@ -157,7 +158,7 @@ def built(tmp_path_factory) -> Path:
     runs = seeded_dirs(root / "runs", {"single-w1-b8": [35.6, 35.8, 35.9],
                                        "ddp-w2-b4": [42.1, 42.6, 41.8],
                                        "zero-w2-b4": [41.2, 42.0, 28.3], "fsdp-w1-b8": [32.2]})
-    build_report(runs, dict(REPORT_CFG, figure_formats=["png"]), "demo", root / "summary.csv",
+    build_report(runs, schema.replaced(REPORT_CFG, figure_formats=["png"]), "demo", root / "summary.csv",
                  root / "report")
     return root / "report"
 

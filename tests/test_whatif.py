@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from pipeline import whatif
+from pipeline.config import schema
 from pipeline.config.params import load_resolved
 from pipeline.report.clusters import COLUMNS, gpu_compute, prediction_points
 from pipeline.report.load import load_run
@@ -50,11 +51,11 @@ def run_command(args: list[str], cwd: Path = REPO) -> subprocess.CompletedProces
                           timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
 
 
-def report_points(cluster: dict, runs_dir: Path, compute=None) -> pd.DataFrame:
+def report_points(cluster: schema.Cluster, runs_dir: Path, compute=None) -> pd.DataFrame:
     """The report's predicted_scaling_points for `cluster`: report.predict with that cluster,
     its compute preset the made-up one (report/build.py's two calls)."""
-    predict = load_resolved(REPO / "params.yaml")["report"]["predict"]
-    predict = {**predict, "compute": {**predict["compute"], "preset": runs_dir.name}, "clusters": [cluster]}
+    predict = schema.replaced(load_resolved(REPO / "params.yaml").report.predict,
+                              compute={"preset": runs_dir.name}, clusters=[cluster.model_dump()])
     runs = [load_run(d) for d in sorted(runs_dir.iterdir())]
     return prediction_points(predict, compute or gpu_compute(predict, runs))
 
@@ -105,7 +106,7 @@ def test_a_gpus_compute_given_directly_is_the_reports_assumption(tmp_path, capsy
            "--from not given)" in printed
     compute = whatif.Compute(0.25, 1e8, "given")
     expected = prediction_points(
-        {**load_resolved(REPO / "params.yaml")["report"]["predict"], "clusters": [flags]}, compute)
+        schema.replaced(load_resolved(REPO / "params.yaml").report.predict, clusters=[flags]), compute)
     pd.testing.assert_frame_equal(pd.read_csv(out)[COLUMNS], expected, check_dtype=False, rtol=1e-12)
     # one GPU of ddp communicates nothing: 1 / 0.25 s per image, efficiency 1
     one = pd.read_csv(out).query("gpus == 1 and model.str.startswith('DDP')")
@@ -127,7 +128,7 @@ def test_flags_over_the_file_and_the_gpu_count_ranked(capsys):
 @pytest.mark.parametrize("text, said", [
     ("gpus_per_node: 8\nnodes: 8\n", "no intra_gbit_s, intra_latency_us, inter_gbit_s, inter_latency_us, "
      "spare_cpu_machines_per_node; add them to the file (as in examples/cluster-8x8.yaml) or give --intra-gbit-s"),
-    ("{}: [", "not valid YAML or JSON"),
+    ("{}: [", "cluster.yaml:1:6: not valid YAML: "),  # where, as params.yaml's syntax errors
     ("- 8\n- 8\n", "expected a mapping of the cluster's keys (as in examples/cluster-8x8.yaml), found list"),
     (("inter_gbit_s: 25", "inter_gbit_s: -25"),  # the example with one key broken
      "inter_gbit_s: -25 is less than or equal to the minimum of 0; set it above 0"),

@@ -48,12 +48,12 @@ def in_step_line(terms: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     def body(args):
         cfg = args.cfg
-        settings = cfg["commbench"]
-        member = distributed.init_process_group(cfg["parallel"], threads=0)
-        message_sizes = links.sizes(settings["min_bytes"], settings["max_bytes"])
+        settings = cfg.commbench
+        member = distributed.init_process_group(cfg.parallel.backend, cfg.parallel.timeout_s, threads=0)
+        message_sizes = links.sizes(settings.min_bytes, settings.max_bytes)
         primitives = links.measure(member.device, member.rank, member.processes, message_sizes,
-                                   settings["repeats"], settings["retries"])
-        images, repeats = settings["compute_images"], settings["compute_repeats"]
+                                   settings.repeats, settings.retries)
+        images, repeats = settings.compute_images, settings.compute_repeats
         shared = calibrations = None
         if member.processes > 1:
             expected = bands.expected_factor(member.device.type, member.processes, member.threads,
@@ -61,17 +61,17 @@ def main(argv: list[str] | None = None) -> None:
             shared, check = bands.checked(
                 f"shared compute over {member.processes} processes",
                 lambda: links.with_other_load(lambda: shared_compute.measure(
-                    cfg["model"], images, repeats, member.device, member.rank, member.processes,
+                    cfg.model, images, repeats, member.device, member.rank, member.processes,
                     expected, primitives), member.device, member.rank),
                 bands.shared_verdict,
                 lambda found: {key: found[key] for key in ("alone_s", "together_s", "factor",
                                                            "alone_spread", "together_spread",
                                                            "other_load")},
-                settings["retries"], speak=member.rank == 0)
+                settings.retries, speak=member.rank == 0)
             shared["check"] = check
-            calibrations = shared_compute.calibrations(REGISTERED, cfg["model"], images, repeats,
+            calibrations = shared_compute.calibrations(REGISTERED, cfg.model, images, repeats,
                                                        member.device, member.processes,
-                                                       settings["retries"], shared,
+                                                       settings.retries, shared,
                                                        speak=member.rank == 0, rank=member.rank)
         if member.rank == 0:
             for name, found in (calibrations or {}).get("strategies", {}).items():
@@ -88,9 +88,9 @@ def main(argv: list[str] | None = None) -> None:
                 log.warning("disturbed, kept marked: %s", line)
             write_json(Path(args.out), {
                 "backend": member.backend, "processes": member.processes,
-                "repeats": settings["repeats"], "primitives": primitives, "shared_compute": shared,
+                "repeats": settings.repeats, "primitives": primitives, "shared_compute": shared,
                 "calibrations": calibrations, "bands": bands.BANDS_TEXT, "disturbed": disturbed,
-                "provenance": provenance.collect(cfg, processes=member.processes,
+                "provenance": provenance.collect(cfg.model_dump(), processes=member.processes,
                                                  backend=member.backend, device=str(member.device),
                                                  threads=member.threads)})
         distributed.destroy_process_group()

@@ -18,6 +18,7 @@ import statistics
 import torch
 import torch.distributed as dist
 
+from ..config import schema
 from ..costmodel import bands
 from ..detection.model import build_model
 from . import in_step
@@ -29,16 +30,16 @@ NUM_CLASSES = 2  # the box predictor's last layer, negligible beside the rest of
 WARMUPS = 3
 
 
-def step_of(model_cfg: dict, images: int, device: torch.device, wrap=None):
+def step_of(model_cfg: schema.Model, images: int, device: torch.device, wrap=None):
     """One training forward + backward of the run's detector (built without downloaded weights)
     on `images` square images of the model's min_size, one box each, as a callable; the model
     wrapped by `wrap(model)` where given (a strategy's)."""
     torch.manual_seed(0)
-    model = build_model(dict(model_cfg, backbone_weights=None), num_classes=NUM_CLASSES)
+    model = build_model(model_cfg.model_copy(update={"backbone_weights": None}), num_classes=NUM_CLASSES)
     model.to(device).train()
     if wrap is not None:
         model = wrap(model)
-    side = model_cfg["min_size"]
+    side = model_cfg.min_size
     batch = [torch.rand(3, side, side, device=device) for _ in range(images)]
     box = torch.tensor([[side * 0.2, side * 0.2, side * 0.6, side * 0.7]], device=device)
     targets = [{"boxes": box, "labels": torch.ones(1, dtype=torch.int64, device=device)}
@@ -51,7 +52,7 @@ def step_of(model_cfg: dict, images: int, device: torch.device, wrap=None):
     return step
 
 
-def measure(model_cfg: dict, images: int, repeats: int, device: torch.device, rank: int,
+def measure(model_cfg: schema.Model, images: int, repeats: int, device: torch.device, rank: int,
             processes: int, expected: float = 1.0, primitives: dict | None = None) -> dict:
     """{alone_s, together_s, factor, images, repeats, alone_spread, together_spread, expected}:
     the medians (seconds per step), their ratio, the relative spreads of their repeats
@@ -108,7 +109,7 @@ def together_timed(step, repeats: int, device: torch.device, processes: int,
     return mean, spread
 
 
-def calibrations(strategies, model_cfg: dict, images: int, repeats: int, device: torch.device,
+def calibrations(strategies, model_cfg: schema.Model, images: int, repeats: int, device: torch.device,
                  processes: int, retries: int, shared: dict | None = None, speak: bool = True,
                  rank: int = 0) -> dict:
     """{images, repeats, strategies: name -> its timings, checks: name -> its check} for each

@@ -1,8 +1,10 @@
-"""params.yaml: load, resolve the presets (each extends `defaults` or another preset), validate.
+"""params.yaml: load (strictly), resolve the presets (each extends `defaults` or another preset),
+validate, apply the command line's overrides, and build the typed config (schema.Config).
 
 Everything that runs (the Snakefile, the stage CLIs, the tests) goes through `resolve`, so a
-wrong key or value is reported once, before any job starts, naming the key and the remedy.
-The sweep's entries belong to the strategies and are filled and checked by pipeline/strategies/sweep.py.
+wrong key or value is reported once, before any job starts, naming the file (or the command
+line), the key where the mistake was made, and the remedy. The sweep's entries belong to the
+strategies and are filled and checked by pipeline/strategies/sweep.py.
 """
 from __future__ import annotations
 
@@ -14,11 +16,52 @@ from typing import Any
 import jsonschema
 import yaml
 
-SCHEMA_PATH = Path(__file__).with_name("params.schema.yaml")
+from . import schema
+from .schema import merged
+
+OVERRIDE_FORM = "--config set='SECTION.KEY=VALUE; ...' (e.g. set='train.epochs=2; eval.every_epochs=0')"
 
 
 class ParamsError(ValueError):
     """params.yaml is malformed; the message names the file, the key and what to do."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader that refuses a key given twice in one mapping (PyYAML keeps the last
+    silently: a second `presets:` would drop every preset of the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            mark = key_node.start_mark
+            if key in seen:
+                first = seen[key]
+                raise ParamsError(
+                    f"{mark.name}:{mark.line + 1}:{mark.column + 1}: the key '{key}' is given a second "
+                    f"time in this mapping (first at line {first.line + 1}, column {first.column + 1}); "
+                    f"YAML would keep only the last and silently drop the first's values: merge the "
+                    f"two into one '{key}:'")
+            seen[key] = mark
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """`text` as YAML, refusing duplicate keys; a syntax error names source:line:column."""
+    loader = _StrictLoader(text)
+    loader.name = source
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        what = " ".join(part for part in (err.context, err.problem) if part)
+        raise ParamsError(f"{where}: not valid YAML: {what}; check the indentation and the quotes "
+                          f"there (or the line before)") from None
+    except yaml.YAMLError as err:
+        raise ParamsError(f"{source}: not valid YAML: {err}") from None
+    finally:
+        loader.dispose()
 
 
 def load(path: str | Path) -> dict:
@@ -27,17 +70,14 @@ def load(path: str | Path) -> dict:
         text = path.read_text()
     except OSError as err:
         raise ParamsError(f"{path}: cannot read the parameter file ({err.strerror})") from err
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ParamsError(f"{path}: not valid YAML: {err}") from err
+    raw = parse_yaml(text, str(path))
     if not isinstance(raw, dict):
         raise ParamsError(f"{path}: expected a mapping of parameter groups at the top level")
     return raw
 
 
-def _key_path(error: jsonschema.ValidationError) -> str:
-    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+def _key_path(path) -> str:
+    return ".".join(str(p) for p in path) or "(top level)"
 
 
 # How the schema's types read in a remedy.
@@ -47,7 +87,7 @@ LIMIT_REMEDIES = {"minimum": "set it to {} or more", "exclusiveMinimum": "set it
                   "maximum": "set it to {} or less", "exclusiveMaximum": "set it below {}",
                   "minItems": "give it at least {} item(s)",
                   "minLength": "give it at least {} character(s)", "const": "set it to {!r}"}
-SCHEMA_HINT = "see the comment beside the key in params.yaml, or pipeline/config/params.schema.yaml"
+SCHEMA_HINT = "see the comment beside the key in params.yaml, or pipeline/config/schema.py"
 
 
 def _kinds(error: jsonschema.ValidationError) -> list[str]:
@@ -94,8 +134,7 @@ def _innermost(error: jsonschema.ValidationError) -> list[jsonschema.ValidationE
     return [inner for e in specific for inner in _innermost(e)] or [error]
 
 
-def _describe(error: jsonschema.ValidationError, source: str) -> str:
-    where = _key_path(error)
+def _describe(error: jsonschema.ValidationError, source: str, where: str) -> str:
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
@@ -116,22 +155,38 @@ def _describe(error: jsonschema.ValidationError, source: str) -> str:
     return f"{source}: {where}: {error.message}; {remedy(error)}"
 
 
-def schema_errors(document, schema: dict, source: str) -> list[str]:
+def _offending_key(error: jsonschema.ValidationError) -> tuple:
+    """Where the mistake sits: the value's path, or for a key too many or too few, that key's."""
+    path = tuple(error.absolute_path)
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        return path + tuple(extra[:1])
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [key for key in error.validator_value if key not in error.instance]
+        return path + tuple(missing[:1])
+    return path
+
+
+def schema_errors(document, schema: dict, source: str, locate=None) -> list[str]:
     """Each way `document` breaks `schema`, said as params.yaml's errors are (the file, the
-    key, the remedy): for files checked against a part of this schema (a what-if cluster)."""
+    key, the remedy), each once: `locate(path)` names where the value at `path` was written
+    (a preset's value inherited from `defaults` is named there, once, not in every preset)."""
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted((inner for e in validator.iter_errors(document) for inner in _innermost(e)),
                     key=lambda e: list(map(str, e.absolute_path)))
-    return [_describe(e, source) for e in errors]
-
-
-def merged(base: dict, override: dict) -> dict:
-    """`override` on top of `base`: mappings merge key by key; lists and values replace."""
-    out = dict(base)
-    for key, value in override.items():
-        both_mappings = isinstance(value, dict) and isinstance(base.get(key), dict)
-        out[key] = merged(base[key], value) if both_mappings else value
-    return out
+    messages: list[str] = []
+    for error in errors:
+        path = tuple(error.absolute_path)
+        if locate is not None:
+            offending = _offending_key(error)
+            # a key too many or too few: found where it is written (or belongs), named by its mapping
+            where = _key_path(locate(offending)[:-1] if len(offending) > len(path) else locate(path))
+        else:
+            where = _key_path(path)
+        message = _describe(error, source, where)
+        if message not in messages:
+            messages.append(message)
+    return messages
 
 
 def resolve_presets(raw: dict, source: str = "params.yaml") -> dict[str, dict]:
@@ -164,6 +219,37 @@ def resolve_presets(raw: dict, source: str = "params.yaml") -> dict[str, dict]:
     return resolved
 
 
+def _sets(body: Any, path: tuple) -> bool:
+    """Whether the mapping `body` writes a value at `path`."""
+    for part in path:
+        if isinstance(body, dict) and part in body:
+            body = body[part]
+        elif isinstance(body, list) and isinstance(part, int) and part < len(body):
+            body = body[part]
+        else:
+            return False
+    return True
+
+
+def _locator(raw: dict):
+    """path in the resolved document -> path where params.yaml writes it: a preset's own value,
+    else the nearest preset it extends that sets it, else `defaults` (where a key every preset
+    lacks belongs)."""
+    presets = raw.get("presets") or {}
+
+    def locate(path: tuple) -> tuple:
+        if len(path) < 2 or path[0] != "presets" or path[1] not in presets:
+            return path
+        name, rest = path[1], path[2:]
+        while name is not None:
+            if _sets(presets[name], rest):
+                return ("presets", name) + rest
+            name = presets[name].get("extends")
+        return ("defaults",) + rest
+
+    return locate
+
+
 def validate(raw: dict, source: str = "params.yaml") -> dict[str, dict]:
     """Check the file and return its presets, each resolved in full."""
     extra = sorted(set(raw) - {"preset", "defaults", "presets", "report"})
@@ -172,65 +258,131 @@ def validate(raw: dict, source: str = "params.yaml") -> dict[str, dict]:
                           "preset, defaults, presets, report")
     presets = resolve_presets(raw, source)
     document = {k: v for k, v in raw.items() if k != "defaults"} | {"presets": presets}
-    errors = schema_errors(document, yaml.safe_load(SCHEMA_PATH.read_text()), source)
+    errors = schema_errors(document, schema.json_schema(), source, _locator(raw))
     if errors:
         raise ParamsError("invalid parameters:\n  " + "\n  ".join(errors))
     if raw["preset"] not in presets:
         raise ParamsError(f"{source}: preset: '{raw['preset']}' is not one of the presets "
                           f"({', '.join(presets)}); use --config preset=NAME with one of them")
     for name, preset in presets.items():
-        _check_consistency(preset, f"{source}: presets.{name}")
+        _check_consistency(schema.Preset.model_validate(preset), f"{source}: presets.{name}")
     return presets
 
 
-def _check_consistency(preset: dict, where: str) -> None:
+def _check_consistency(preset: schema.Preset, where: str) -> None:
     """Rules the schema cannot express."""
-    data, model, train = preset["data"], preset["model"], preset["train"]
-    if data["synthetic"] is not None and data["fetch"] is not None:
+    data, model, train = preset.data, preset.model, preset.train
+    if data.synthetic is not None and data.fetch is not None:
         raise ParamsError(f"{where}.data: synthetic and fetch are alternatives; set one to null")
-    if data["name"] == "synthetic" and data["synthetic"] is None:
+    if data.name == "synthetic" and data.synthetic is None:
         raise ParamsError(f"{where}.data.synthetic: the synthetic dataset needs its generator "
                           "settings (seed, image_size, ...); see the demo preset")
-    if model["arch"] == "tiny":
+    if model.arch == "tiny":
         for key in ("anchor_sizes", "channels", "representation_size"):
-            if model[key] is None:
+            if getattr(model, key) is None:
                 raise ParamsError(f"{where}.model.{key}: required for arch 'tiny'")
-        if model["backbone_weights"] is not None:
+        if model.backbone_weights is not None:
             raise ParamsError(f"{where}.model.backbone_weights: arch 'tiny' has no pretrained "
                               "backbone; set it to null")
-    if model["max_size"] < model["min_size"]:
-        raise ParamsError(f"{where}.model.max_size ({model['max_size']}) is smaller than "
-                          f"min_size ({model['min_size']})")
-    steps = train["lr_steps"]
+    if model.max_size < model.min_size:
+        raise ParamsError(f"{where}.model.max_size ({model.max_size}) is smaller than "
+                          f"min_size ({model.min_size})")
+    steps = train.lr_steps
     if steps != sorted(steps) or len(set(steps)) != len(steps):
         raise ParamsError(f"{where}.train.lr_steps: {steps} must be strictly increasing epochs; "
                           f"list each once, in order: {sorted(set(steps))}")
     # Epochs count from 0 and a step N lowers the lr from epoch N on, so a step at or past
     # `epochs` never fires: usually a preset that shortened epochs and kept its parent's steps.
-    late = [step for step in steps if step >= train["epochs"]]
+    late = [step for step in steps if step >= train.epochs]
     if late:
         raise ParamsError(f"{where}.train.lr_steps: {late} reach past the last epoch (epochs: "
-                          f"{train['epochs']}) and would never lower the lr; keep every step "
-                          f"below {train['epochs']} (lr_steps: [] for no decay) or raise epochs")
+                          f"{train.epochs}) and would never lower the lr; keep every step "
+                          f"below {train.epochs} (lr_steps: [] for no decay) or raise epochs")
 
 
-def resolve(raw: dict, source: str = "params.yaml") -> dict:
-    """Validate and return the chosen preset as one flat config: data, model, train, parallel,
-    eval, sweep, report, plus `preset` (its name)."""
+def parse_overrides(text: str) -> dict[str, Any]:
+    """`--config set='train.epochs=2; model.channels=32'` -> {"train.epochs": 2, ...}, each value
+    read as YAML (2 is a number, [4, 5] a list, null nothing, 'x' text)."""
+    overrides: dict[str, Any] = {}
+    for item in (part.strip() for part in str(text).split(";")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ParamsError(f"--config set: '{item}' is not KEY=VALUE; write {OVERRIDE_FORM}")
+        overrides[key] = parse_yaml(value.strip(), f"--config set ({key})")
+    return overrides
+
+
+def _overridden(config: dict, overrides: dict[str, Any]) -> dict:
+    """`config` with each dotted key replaced, every key checked to exist (one error each)."""
+    errors = []
+    for key in overrides:
+        node, parts = config, key.split(".")
+        for depth, part in enumerate(parts):
+            if not isinstance(node, dict) or part not in node:
+                known = sorted(node) if isinstance(node, dict) else []
+                close = difflib.get_close_matches(part, known, n=1)
+                where = ".".join(parts[:depth]) or "(top level)"
+                errors.append(f"--config set: {key}: {where} has no key '{part}'"
+                              + (f" (did you mean '{close[0]}'?)" if close else "")
+                              + (f"; its keys: {', '.join(known)}" if known else
+                                 f"; {'.'.join(parts[:depth])} is a value, not a mapping"))
+                break
+            node = node[part]
+    if errors:
+        raise ParamsError("invalid overrides:\n  " + "\n  ".join(errors))
+    return merged(config, schema.nested(overrides))
+
+
+def resolve(raw: dict, source: str = "params.yaml") -> schema.Config:
+    """Validate and return the chosen preset as the typed config: data, model, train, parallel,
+    eval, sweep, resources, commbench, report, and `preset` (its name). A `set` key (the
+    command line's `--config set=...`) overrides single values of it, checked in turn."""
+    raw = dict(raw)
+    overrides = parse_overrides(raw.pop("set")) if raw.get("set") not in (None, "") else {}
+    raw.pop("set", None)
     presets = validate(raw, source)
-    return {"preset": raw["preset"], **presets[raw["preset"]], "report": raw["report"]}
+    config = {"preset": raw["preset"], **presets[raw["preset"]], "report": raw["report"]}
+    if overrides:
+        config = _overridden(config, overrides)
+        errors = schema_errors(config, schema.json_schema(schema.Config), "--config set")
+        if errors:
+            raise ParamsError("invalid overrides:\n  " + "\n  ".join(errors))
+        _check_consistency(schema.Preset.model_validate({k: v for k, v in config.items()
+                                                         if k not in ("preset", "report")}),
+                           "--config set: the result")
+    return schema.Config.model_validate(config)
 
 
-def load_resolved(path: str | Path = "params.yaml", preset: str | None = None) -> dict:
+def load_resolved(path: str | Path = "params.yaml", preset: str | None = None,
+                  overrides: str | None = None) -> schema.Config:
     raw = load(path)
     if preset is not None:
         raw["preset"] = preset
+    if overrides:
+        raw["set"] = overrides
     return resolve(raw, str(path))
 
 
-def scaled_lr(train: dict, global_batch: int) -> float:
+COMMAND_LINE_KEYS = {"preset": "preset=NAME", "set": "set='SECTION.KEY=VALUE; ...'"}
+
+
+def check_command_line(entries: dict[str, Any]) -> None:
+    """The workflow's `--config` entries: only `preset` and `set` (Snakemake reads every other
+    value as text, so a number would arrive as a string)."""
+    extra = sorted(set(entries) - set(COMMAND_LINE_KEYS))
+    if extra:
+        raise ParamsError(f"--config {extra[0]}=...: the command line sets "
+                          f"{' and '.join(COMMAND_LINE_KEYS.values())} only; change a value with "
+                          f"{OVERRIDE_FORM}, or write the presets you want into a file and pass "
+                          f"--configfile FILE (docs/presets.md)")
+
+
+def scaled_lr(train: schema.Train, global_batch: int) -> float:
     """Linear scaling rule (Goyal et al. 2017): lr grows with the total batch."""
-    return train["base_lr"] * global_batch / train["base_batch"]
+    return train.base_lr * global_batch / train.base_batch
 
 
 def canonical(obj: Any) -> str:

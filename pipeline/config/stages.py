@@ -1,11 +1,14 @@
 """The workflow's stages in one table: which config sections each reads, which module it runs,
 and, derived from that module's imports, which source files it executes.
 
+What a stage reads is its typed view of the config (schema.TrainStage, ...): its fields are the
+sections it reads, a narrower class (schema.EvalSchedule) the keys of a section it reads.
 The Snakefile declares `code_files(stage)` as each rule's inputs (so editing any module a stage
 executes reruns that stage and what follows; a run's training and evaluation, only its own
 strategy's modules), passes `config_for(cfg, stage)` as its params, and training fingerprints its
 checkpoints with `code_digest("train", ...)`: the rerun decision and the resume decision
-read the same list, so they cannot disagree.
+read the same list, so they cannot disagree. A stage's process rebuilds its view from its
+command line (`parsed_config`).
 """
 from __future__ import annotations
 
@@ -16,10 +19,13 @@ import json
 import os
 import sys
 from dataclasses import dataclass
+from typing import Any
 from functools import lru_cache
 from pathlib import Path
 
-from . import params
+import pydantic
+
+from . import params, schema
 
 PACKAGE = "pipeline"
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds pipeline/
@@ -27,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the directory that holds pipeline/
 
 @dataclass(frozen=True)
 class Stage:
-    sections: tuple[str, ...]  # the parts of the resolved preset the stage reads (section.key: one key)
+    config: type[pydantic.BaseModel]  # what it reads of the resolved preset (schema.py)
     modules: tuple[str, ...]   # what it runs with `python -m` (a launcher and what it execs)
     # Settings (section.key) that shape how the stage runs, not what it computes: they reach
     # the stage, but are neither a rerun trigger nor part of a checkpoint's identity, so raising
@@ -37,6 +43,19 @@ class Stage:
     # another stage): left out of its code, so editing them reruns nothing of this stage.
     other_paths: tuple[str, ...] = ()
 
+    @property
+    def sections(self) -> tuple[str, ...]:
+        """The parts of the resolved preset it reads: `section`, or `section.key` for each key
+        of a section it reads in part (its field's class is narrower than the preset's)."""
+        picked: list[str] = []
+        for name, field in self.config.model_fields.items():
+            whole = schema.Config.model_fields[name].annotation
+            if field.annotation is whole:
+                picked.append(name)
+            else:
+                picked += [f"{name}.{key}" for key in field.annotation.model_fields]  # type: ignore[union-attr]
+        return tuple(picked)
+
 
 FAULT_KNOBS = ("parallel.timeout_s", "parallel.max_restarts")  # how a job outlives a fault
 # How a training job runs, not what it computes: checkpoints, the sync check, and the speed
@@ -44,52 +63,55 @@ FAULT_KNOBS = ("parallel.timeout_s", "parallel.max_restarts")  # how a job outli
 SPEED_KNOBS = ("train.checkpoint_every", "train.sync_debug", "train.compile", "train.optimizer")
 COMMBENCH_LAUNCH = ("pipeline.commbench", "pipeline.commbench.job")  # pipeline.launch's commbench path
 STAGES = {
-    "data": Stage(("data",), ("pipeline.data.prepare",)),
+    "data": Stage(schema.DataStage, ("pipeline.data.prepare",)),
     # Training evaluates as it goes (time-to-accuracy) with COCO's standard settings, so of
     # `eval` it reads only how often and in batches of how many: the final evaluation's other
     # knobs do not retrain anything.
-    "train": Stage(("data", "model", "train", "parallel", "eval.every_epochs", "eval.batch_size"),
-                   ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.training.train"),
+    "train": Stage(schema.TrainStage, ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.training.train"),
                    FAULT_KNOBS + SPEED_KNOBS, COMMBENCH_LAUNCH),
-    "evaluate": Stage(("data", "model", "parallel", "eval"),
-                      ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.detection.evaluate"), FAULT_KNOBS,
+    "evaluate": Stage(schema.EvaluateStage, ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.detection.evaluate"), FAULT_KNOBS,
                       COMMBENCH_LAUNCH),
-    "equivalence": Stage(("data", "model", "train", "parallel"),
-                         ("pipeline.equivalence", "pipeline.runtime.elastic", "pipeline.training.train"),
+    "equivalence": Stage(schema.EquivalenceStage, ("pipeline.equivalence", "pipeline.runtime.elastic", "pipeline.training.train"),
                          FAULT_KNOBS + SPEED_KNOBS),
     # The machine's links for the cost model, and how much its processes slow each other's
     # compute (with the run's model): one job per process count the sweep runs
-    "commbench": Stage(("parallel", "commbench", "model"),
-                       ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.commbench"), FAULT_KNOBS),
-    "report": Stage(("report",), ("pipeline.report",)),
-    "paper": Stage((), ("pipeline.report.paper",)),
+    "commbench": Stage(schema.CommbenchStage, ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.commbench"), FAULT_KNOBS),
+    "report": Stage(schema.ReportStage, ("pipeline.report",)),
+    "paper": Stage(schema.PaperStage, ("pipeline.report.paper",)),
 }
 FETCH_MODULES = ("pipeline.data.coco_fetch",)  # what dvc.yaml's COCO stages run for the data stage
 
 
-def config_for(cfg: dict, stage: str) -> dict:
-    """The sections (or single keys) of the resolved preset that `stage` reads, its knobs left
-    out: what its results depend on (its Snakemake params, its checkpoints' identity)."""
-    picked: dict = {}
+def config_for(cfg: pydantic.BaseModel, stage: str) -> dict:
+    """The sections (or single keys) of the resolved preset (or of a stage's view of it, one
+    that holds them) that `stage` reads, its knobs left out, as plain data: what its results
+    depend on (its Snakemake params, its checkpoints' identity)."""
+    dumped, picked = cfg.model_dump(), {}
     for name in STAGES[stage].sections:
         section, _, key = name.partition(".")
         if key:
-            picked.setdefault(section, {})[key] = cfg[section][key]
+            picked.setdefault(section, {})[key] = dumped[section][key]
         else:
-            picked[section] = dict(cfg[section])
+            picked[section] = dumped[section]
     for name in STAGES[stage].knobs:
         section, _, key = name.partition(".")
         picked.get(section, {}).pop(key, None)
     return picked
 
 
-def knobs_for(cfg: dict, stage: str) -> dict:
+def knobs_for(cfg: pydantic.BaseModel, stage: str) -> dict:
     """The stage's knobs, as {section: {key: value}}."""
     picked: dict = {}
     for name in STAGES[stage].knobs:
         section, _, key = name.partition(".")
-        picked.setdefault(section, {})[key] = cfg[section][key]
+        picked.setdefault(section, {})[key] = getattr(getattr(cfg, section), key)
     return picked
+
+
+def view(cfg: schema.Config, stage: str) -> Any:
+    """What `stage` reads of the resolved preset, with its knobs: the typed config its process
+    runs with (schema.TrainStage, ...)."""
+    return STAGES[stage].config.model_validate(with_knobs(config_for(cfg, stage), knobs_for(cfg, stage)))
 
 
 def with_knobs(config: dict, knobs: dict) -> dict:
@@ -104,7 +126,7 @@ def with_knobs(config: dict, knobs: dict) -> dict:
 KNOBS_ENV = "FRCNN_BENCH_KNOBS"  # every stage's knobs, as JSON, set by the Snakefile
 
 
-def knobs_environment(cfg: dict) -> str:
+def knobs_environment(cfg: schema.Config) -> str:
     return json.dumps({stage: knobs_for(cfg, stage) for stage in STAGES}, sort_keys=True)
 
 
@@ -116,21 +138,31 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                                         f"--config, else params.yaml's default preset's")
 
 
-def parsed_config(args: argparse.Namespace, stage: str) -> dict:
-    """The stage's config with its knobs: --knobs, else the workflow's environment, else those
-    already in --config (a whole resolved preset carries them), else, for a command copied from
-    `snakemake -p` into a shell that lacks the workflow's environment, those of params.yaml's
-    default preset in the working directory (`default_knobs`)."""
-    config = json.loads(args.config)
+def parsed_config(args: argparse.Namespace, stage: str) -> Any:
+    """The stage's typed config (schema.TrainStage, ...) with its knobs: --knobs, else the
+    workflow's environment, else those already in --config (a whole resolved preset carries
+    them), else, for a command copied from `snakemake -p` into a shell that lacks the
+    workflow's environment, those of params.yaml's default preset in the working directory
+    (`default_knobs`)."""
+    try:
+        config = json.loads(args.config)
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"error: --config is not valid JSON ({err}); pass the stage's config as "
+                         "`snakemake -p` prints it") from None
     if args.knobs:
-        return with_knobs(config, json.loads(args.knobs))
-    if KNOBS_ENV in os.environ:
-        return with_knobs(config, json.loads(os.environ[KNOBS_ENV]).get(stage, {}))
-    missing = [name for name in STAGES[stage].knobs
-               if name.partition(".")[2] not in config.get(name.partition(".")[0], {})]
-    if not missing:
-        return config
-    return with_knobs(config, default_knobs(stage, missing))
+        config = with_knobs(config, json.loads(args.knobs))
+    elif KNOBS_ENV in os.environ:
+        config = with_knobs(config, json.loads(os.environ[KNOBS_ENV]).get(stage, {}))
+    else:
+        missing = [name for name in STAGES[stage].knobs
+                   if name.partition(".")[2] not in config.get(name.partition(".")[0], {})]
+        if missing:
+            config = with_knobs(config, default_knobs(stage, missing))
+    try:
+        return STAGES[stage].config.model_validate(config)
+    except pydantic.ValidationError as err:
+        raise SystemExit(f"error: --config ({stage} stage): {schema.first_error(err)}; pass the "
+                         "stage's config as `snakemake -p` prints it") from None
 
 
 def default_knobs(stage: str, names: list[str], path: str | Path = "params.yaml") -> dict:
@@ -153,10 +185,10 @@ def default_knobs(stage: str, names: list[str], path: str | Path = "params.yaml"
     knobs: dict = {}
     for name in names:
         section, _, key = name.partition(".")
-        knobs.setdefault(section, {})[key] = cfg[section][key]
+        knobs.setdefault(section, {})[key] = getattr(getattr(cfg, section), key)
     if os.environ.get("RANK", "0") == "0":
         print(f"{KNOBS_ENV} is not set and no --knobs given: the {stage} stage takes its knobs "
-              f"from {path}'s default preset ({cfg['preset']}): {json.dumps(knobs, sort_keys=True)}",
+              f"from {path}'s default preset ({cfg.preset}): {json.dumps(knobs, sort_keys=True)}",
               file=sys.stderr, flush=True)
     return knobs
 

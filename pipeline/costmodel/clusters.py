@@ -8,9 +8,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from ..config.params import SCHEMA_PATH, schema_errors
+from ..config import schema
+from ..config.params import ParamsError, parse_yaml, schema_errors
 from .network import Link, Network
 
 EXAMPLE = "examples/cluster-8x8.yaml"  # a cluster file to copy (README's what-if section)
@@ -43,11 +42,11 @@ class Cluster:
     spare_cpu_machines_per_node: int
 
     @classmethod
-    def of(cls, cfg: dict) -> "Cluster":
-        return cls(cfg["name"], cfg["gpus_per_node"], cfg["nodes"],
-                   Link.from_bandwidth(cfg["intra_gbit_s"], cfg["intra_latency_us"]),
-                   Link.from_bandwidth(cfg["inter_gbit_s"], cfg["inter_latency_us"]),
-                   cfg["spare_cpu_machines_per_node"])
+    def of(cls, spec: schema.Cluster) -> "Cluster":
+        return cls(spec.name, spec.gpus_per_node, spec.nodes,
+                   Link.from_bandwidth(spec.intra_gbit_s, spec.intra_latency_us),
+                   Link.from_bandwidth(spec.inter_gbit_s, spec.inter_latency_us),
+                   spec.spare_cpu_machines_per_node)
 
     def gpu_counts(self) -> list[int]:
         """1, 2, 4 .. one node's GPUs, then whole nodes doubling up to all of them."""
@@ -73,14 +72,7 @@ class ClusterError(ValueError):
     """A cluster description is malformed; the message names the file, the key and the remedy."""
 
 
-def cluster_schema() -> dict:
-    """The schema of one cluster: report.predict's `clusters` item in params.schema.yaml."""
-    schema = yaml.safe_load(SCHEMA_PATH.read_text())
-    predict = schema["properties"]["report"]["properties"]["predict"]
-    return {**predict["properties"]["clusters"]["items"], "$defs": schema["$defs"]}
-
-
-def read_cluster(path: str | Path | None, given: dict) -> dict:
+def read_cluster(path: str | Path | None, given: dict) -> schema.Cluster:
     """One cluster as report.predict states one: the YAML or JSON file at `path` (None: none),
     with the values `given` (flags, None where not given) over it, checked. The name defaults
     to the file's stem."""
@@ -88,24 +80,24 @@ def read_cluster(path: str | Path | None, given: dict) -> dict:
     if path is not None:
         source = str(path)
         try:
-            found = yaml.safe_load(Path(path).read_text())  # JSON is YAML too
+            found = parse_yaml(Path(path).read_text(), str(path))  # JSON is YAML too
         except OSError as err:
             raise ClusterError(f"{path}: cannot read the cluster file ({err.strerror}); give the "
                                f"path of a YAML or JSON file such as {EXAMPLE}") from err
-        except yaml.YAMLError as err:
-            raise ClusterError(f"{path}: not valid YAML or JSON: {err}") from err
+        except ParamsError as err:
+            raise ClusterError(str(err)) from None
         if not isinstance(found, dict):
             raise ClusterError(f"{path}: expected a mapping of the cluster's keys (as in {EXAMPLE}), "
                                f"found {type(found).__name__}")
     cluster = {**found, **{k: v for k, v in given.items() if v is not None}}
     cluster.setdefault("name", Path(path).stem if path is not None else "your cluster")
-    schema = cluster_schema()
+    wanted = schema.json_schema(schema.Cluster)
     # a misspelt key is named as such first, not only as the key it leaves missing
-    errors = schema_errors(cluster, {**schema, "required": []}, source)
-    missing = [key for key in schema["required"] if key not in cluster]
+    errors = schema_errors(cluster, {**wanted, "required": []}, source)
+    missing = [key for key in wanted["required"] if key not in cluster]
     if missing:
         errors.append(f"{source}: no {', '.join(missing)}; add " + ("them" if len(missing) > 1 else "it")
                       + f" to the file (as in {EXAMPLE}) or give --{missing[0].replace('_', '-')}")
     if errors:
         raise ClusterError("invalid cluster:\n  " + "\n  ".join(errors))
-    return cluster
+    return schema.Cluster.model_validate(cluster)

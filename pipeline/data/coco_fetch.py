@@ -32,7 +32,7 @@ import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from ..config import cli
+from ..config import cli, schema
 from ..config.params import ParamsError, load_resolved
 from ..runtime.files import ForeignDirectoryError, replacing_dir, write_json
 
@@ -51,9 +51,9 @@ class FetchError(RuntimeError):
     """The data cannot be fetched or prepared; the message says what and what to do."""
 
 
-def archive_names(fetch: dict) -> list[str]:
+def archive_names(fetch: schema.Fetch) -> list[str]:
     """The archive keys this configuration needs: annotations always, images per split."""
-    return [ANNOTATIONS] + [SPLIT_ARCHIVES[s] for s in fetch["splits"]]
+    return [ANNOTATIONS] + [SPLIT_ARCHIVES[s] for s in fetch.splits]
 
 
 def check_free_space(path: str | Path, needed: int, what: str) -> None:
@@ -244,11 +244,11 @@ def _subset(document: dict, n: int) -> dict:
             "annotations": [a for a in document["annotations"] if a["image_id"] in ids]}
 
 
-def fetch_config(params_path: str, preset: str | None) -> dict:
-    data = load_resolved(params_path, preset)["data"]
-    if not data.get("fetch"):
+def fetch_config(params_path: str, preset: str | None) -> schema.Fetch:
+    fetch = load_resolved(params_path, preset).data.fetch
+    if fetch is None:
         raise FetchError(f"{params_path}: preset {preset or '(default)'} has no data.fetch settings")
-    return data
+    return fetch
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -260,20 +260,20 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument("--out", required=True)
 
     def body(args):
-        fetch = fetch_config(args.params, args.preset)["fetch"]
+        fetch = fetch_config(args.params, args.preset)
         names = archive_names(fetch)
         if args.action == "download":
             Path(args.out).mkdir(parents=True, exist_ok=True)
             for name in names:
-                archive = fetch["archives"][name]
-                download(f"{fetch['base_url'].rstrip('/')}/{archive['path']}",
-                         Path(args.out) / Path(archive["path"]).name, archive.get("md5"),
-                         archive.get("size"), retries=fetch["retries"])
+                archive = getattr(fetch.archives, name)
+                download(f"{fetch.base_url.rstrip('/')}/{archive.path}",
+                         Path(args.out) / Path(archive.path).name, archive.md5,
+                         archive.size, retries=fetch.retries)
         else:
-            archives = {name: Path(args.archives) / Path(fetch["archives"][name]["path"]).name
+            archives = {name: Path(args.archives) / Path(getattr(fetch.archives, name).path).name
                         for name in names}
-            md5s = {name: fetch["archives"][name].get("md5") for name in names}
-            counts = extract(archives, args.out, fetch["subset"], md5s)
+            md5s = {name: getattr(fetch.archives, name).md5 for name in names}
+            counts = extract(archives, args.out, fetch.subset, md5s)
             print(json.dumps(counts))
 
     cli.run_stage("Fetch and extract COCO 2017 (see module docstring).", body, arguments=arguments,

@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..config import cli, params
+from ..config import cli, params, schema
 from ..runtime.files import ForeignDirectoryError, made_by_pipeline, refuse_edited, write_json
 from . import synthetic, tree
 from .dataset import SPLIT_DIRS, DatasetError, annotation_path, build_manifest
@@ -59,12 +59,12 @@ def dvc(*args: str, cwd: str | Path | None = None, shown: bool = False) -> subpr
 DOWNLOAD_STAGE = "coco_download"  # dvc.yaml's stage whose output, the archives, DVC caches
 
 
-def fetch_with_dvc(name: str, root: str | Path, fetch: dict) -> str:
+def fetch_with_dvc(name: str, root: str | Path, fetch: schema.Fetch) -> str:
     """Extract the dataset from the verified archives: pulled from the team remote when it has
     them, else downloaded; then shared. Only the archives go through DVC's cache and remote:
     dvc.yaml leaves data/<name> uncached, so no `dvc pull` or `dvc checkout` ever writes over
     it, and the extract command replaces only a tree it made."""
-    remote, stage = fetch["remote"], extract_stage(name)
+    remote, stage = fetch.remote, extract_stage(name)
     if Path(root) != Path("data") / name:
         raise DatasetError(f"data.root is {root}, but dvc.yaml's {stage} extracts into data/{name}: "
                            f"set data.root to data/{name}, or put a COCO 2017 copy at {root} to "
@@ -118,14 +118,14 @@ def missing_coco_layout(root: str | Path, splits) -> list[str]:
     return [str(path.relative_to(root)) for path in needed if not path.exists()]
 
 
-def fetch_unless_present(name: str, root: str | Path, fetch: dict) -> str:
+def fetch_unless_present(name: str, root: str | Path, fetch: schema.Fetch) -> str:
     """Fetch through DVC into an absent or pipeline-made data.root; use a user's COCO as it is;
     refuse anything else at data.root before DVC can delete it."""
     root = Path(root)
     if not (root.exists() or root.is_symlink()) or made_by_pipeline(root):
         refuse_edited(root)  # before DVC: its extract stage would refuse it too, less plainly
         return fetch_with_dvc(name, root, fetch)
-    missing = missing_coco_layout(root, fetch["splits"])
+    missing = missing_coco_layout(root, fetch.splits)
     if missing:
         raise DatasetError(
             f"{root} already exists, was not made by this pipeline and is not a COCO 2017 layout "
@@ -135,23 +135,23 @@ def fetch_unless_present(name: str, root: str | Path, fetch: dict) -> str:
             "without downloading")
 
 
-def prepare(data_cfg: dict, manifest_path: str, tree_state: str = "") -> dict:
-    small = data_cfg["synthetic"] is not None
+def prepare(data_cfg: schema.Data, manifest_path: str, tree_state: str = "") -> dict:
+    small = data_cfg.synthetic is not None
     splits = ("train", "val")
     if small:
-        counts = synthetic.generate(data_cfg["root"], data_cfg["synthetic"])
-        logging.info("generated %s: %s", data_cfg["root"], counts)
-    elif data_cfg["fetch"] is not None:
-        how = fetch_unless_present(data_cfg["name"], data_cfg["root"], data_cfg["fetch"])
-        logging.info("%s %s", data_cfg["root"], how)
-        splits = tuple(data_cfg["fetch"]["splits"])
+        counts = synthetic.generate(data_cfg.root, data_cfg.synthetic)
+        logging.info("generated %s: %s", data_cfg.root, counts)
+    elif data_cfg.fetch is not None:
+        how = fetch_unless_present(data_cfg.name, data_cfg.root, data_cfg.fetch)
+        logging.info("%s %s", data_cfg.root, how)
+        splits = tuple(data_cfg.fetch.splits)
     if not small:
-        refuse_missing_splits(data_cfg["root"], splits)
-    manifest = build_manifest(data_cfg["root"], splits, data_cfg["exif_orientation"],
-                              data_cfg["category_mismatch"])
+        refuse_missing_splits(data_cfg.root, splits)
+    manifest = build_manifest(data_cfg.root, splits, data_cfg.exif_orientation,
+                              data_cfg.category_mismatch)
     # What the workflow compares with the tree each time it plans (rules/data.smk), and the
     # data's identity in every checkpoint trained on it (pipeline/data/tree.py).
-    manifest["files"] = tree.signature(data_cfg["root"])
+    manifest["files"] = tree.signature(data_cfg.root)
     manifest["identity"] = tree.identity(manifest["files"])
     manifest["tree_state"] = tree_state  # the planner's, returned while the tree is unchanged
     write_json(manifest_path, manifest)
@@ -180,9 +180,9 @@ def main(argv: list[str] | None = None) -> None:
 
     def body(args):
         if args.params:
-            data_cfg = params.load_resolved(args.params, args.preset)["data"]
+            data_cfg = params.load_resolved(args.params, args.preset).data
         else:
-            data_cfg = json.loads(args.config)
+            data_cfg = schema.DataStage.model_validate({"data": json.loads(args.config)}).data
         manifest = prepare(data_cfg, args.manifest, args.tree_state)
         print(json.dumps(manifest["splits"], indent=1))
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ..config import cli
+from ..config import cli, schema
 from ..runtime.files import ForeignDirectoryError, replacing_dir, write_json
 
 CATEGORIES = ["circle", "square", "triangle", "cross", "ring"]
@@ -130,26 +130,26 @@ def render_image(seed: int, split_index: int, index: int, size: int, max_objects
     return image, annotations
 
 
-def generate(root: str | Path, settings: dict) -> dict:
+def generate(root: str | Path, settings: schema.Synthetic) -> dict:
     """Write the dataset to `root` (replacing it whole, atomically) and return counts per split.
     `root` must be absent or a dataset written here before: anything else is refused, untouched."""
-    with replacing_dir(root, {"made_by": "pipeline.data.synthetic", "settings": settings},
+    with replacing_dir(root, {"made_by": "pipeline.data.synthetic", "settings": settings.model_dump()},
                        remedy=FOREIGN_ROOT_REMEDY) as staging:
         (staging / "annotations").mkdir()
-        sizes = {"train2017": settings["train_images"], "val2017": settings["val_images"]}
+        sizes = {"train2017": settings.train_images, "val2017": settings.val_images}
         return {split: _write_split(staging, split, n_images, settings)
                 for split, n_images in sizes.items()}
 
 
-def _write_split(root: Path, split: str, n_images: int, settings: dict) -> dict:
+def _write_split(root: Path, split: str, n_images: int, settings: schema.Synthetic) -> dict:
     (root / split).mkdir()
-    size = settings["image_size"]
+    size = settings.image_size
     images, annotations = [], []
     for index in range(n_images):
         image_id = index + 1
         file_name = f"{image_id:012d}.jpg"
-        image, objects = render_image(settings["seed"], SPLITS[split], index, size,
-                                      settings["max_objects"], settings["clutter"])
+        image, objects = render_image(settings.seed, SPLITS[split], index, size,
+                                      settings.max_objects, settings.clutter)
         image.save(root / split / file_name, format="JPEG", quality=92)
         images.append({"id": image_id, "file_name": file_name, "width": size, "height": size,
                        "license": 0, "date_captured": "2017-01-01 00:00:00"})
@@ -164,7 +164,7 @@ def _write_split(root: Path, split: str, n_images: int, settings: dict) -> dict:
     document = {
         "info": {"description": "Synthetic shapes in COCO 2017 layout (pipeline.data.synthetic)",
                  "version": "1.0", "year": 2017, "contributor": "frcnn-dp-bench",
-                 "date_created": "2017-01-01", "generator_settings": settings},
+                 "date_created": "2017-01-01", "generator_settings": settings.model_dump()},
         "licenses": [{"id": 0, "name": "CC0", "url": ""}],
         "images": images, "annotations": annotations,
         "categories": [{"id": i + 1, "name": name, "supercategory": "shape"}
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument("--config", required=True, help="data.synthetic settings as JSON")
 
     def body(args):
-        counts = generate(args.root, json.loads(args.config))
+        counts = generate(args.root, schema.Synthetic.model_validate(json.loads(args.config)))
         print(f"wrote synthetic dataset to {args.root}: {json.dumps(counts)}")
 
     cli.run_stage(__doc__.split("\n\n")[0], body, arguments=arguments,

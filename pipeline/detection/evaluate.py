@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import cli, stages
+from ..config import cli, schema, stages
 from ..data.dataset import CocoDetection, DatasetError, annotation_path
 from ..runtime import distributed, lifetime, provenance
 from ..runtime.files import write_json
@@ -25,26 +25,26 @@ from .scoring import CHATTER, coco_metrics, not_evaluated, predict, record_not_e
 log = logging.getLogger("evaluate")
 
 
-def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
+def evaluate(cfg: schema.EvaluateStage, run_dir: str | Path) -> dict | None:
     """Predict and score. Under torchrun (a ddp run) every rank predicts its share of the
     validation images and rank 0 scores the gathered predictions in one COCO evaluation."""
     run_dir = Path(run_dir)
     rank, world, device = 0, 1, distributed.default_device()
     if distributed.launched_by_torchrun():
-        member = distributed.init_process_group(cfg["parallel"], 0)
+        member = distributed.init_process_group(cfg.parallel.backend, cfg.parallel.timeout_s, 0)
         rank, world, device = member.rank, member.processes, member.device
     checkpoint = torch.load(run_dir / "model_final.pt", map_location="cpu", weights_only=True)
-    model_cfg = dict(cfg["model"], backbone_weights=None)  # the trained weights replace them
+    model_cfg = cfg.model.model_copy(update={"backbone_weights": None})  # the trained weights replace them
     model = build_model(model_cfg, checkpoint["num_classes"])
     model.load_state_dict(checkpoint["model"])
-    model.roi_heads.detections_per_img = cfg["eval"]["max_detections"]
+    model.roi_heads.detections_per_img = cfg.eval.max_detections
     model.to(device)
-    dataset = CocoDetection(cfg["data"]["root"], "val", train=False,
-                            exif_orientation=cfg["data"]["exif_orientation"])
+    dataset = CocoDetection(cfg.data.root, "val", train=False,
+                            exif_orientation=cfg.data.exif_orientation)
     start = time.perf_counter()
     share = torch.utils.data.Subset(dataset, range(rank, len(dataset), world))
-    detections = predict(model, share, cfg["eval"]["batch_size"], device,
-                         cfg["eval"]["score_threshold"])
+    detections = predict(model, share, cfg.eval.batch_size, device,
+                         cfg.eval.score_threshold)
     if world > 1:
         gathered = distributed.all_gather(detections)
         distributed.destroy_process_group()
@@ -54,13 +54,13 @@ def evaluate(cfg: dict, run_dir: str | Path) -> dict | None:
     seconds = time.perf_counter() - start
     write_json(run_dir / "predictions.json", detections)
     scoring_start = time.perf_counter()
-    metrics = coco_metrics(annotation_path(cfg["data"]["root"], "val"), detections,
-                           dataset.image_ids(), cfg["eval"]["backend"], chatter=run_dir / CHATTER)
+    metrics = coco_metrics(annotation_path(cfg.data.root, "val"), detections,
+                           dataset.image_ids(), cfg.eval.backend, chatter=run_dir / CHATTER)
     scoring_seconds = time.perf_counter() - scoring_start
     record = {"run_id": run_dir.name, **metrics, "images": len(dataset),
-              "batch_size": cfg["eval"]["batch_size"],
+              "batch_size": cfg.eval.batch_size,
               "detections": len(detections), "inference_seconds": seconds, "processes": world,
-              "scoring_seconds": scoring_seconds, "eval_backend": cfg["eval"]["backend"],
+              "scoring_seconds": scoring_seconds, "eval_backend": cfg.eval.backend,
               "provenance": provenance.collect(stages.config_for(cfg, "evaluate"),
                                                device=str(device), threads=torch.get_num_threads())}
     write_json(run_dir / "metrics.json", record)

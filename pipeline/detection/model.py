@@ -34,6 +34,7 @@ from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
 from torchvision.models.detection.faster_rcnn import FastRCNNPredictor, TwoMLPHead
 from torchvision.ops import FrozenBatchNorm2d
 
+from ..config import schema
 from ..runtime.run import NORMS
 from .roi_align import ThreadedRoIPool
 
@@ -74,17 +75,17 @@ def declare_fsdp_units(model: FasterRCNN, body: str, *blocks: str) -> FasterRCNN
     return model
 
 
-def build_tiny(cfg: dict, num_classes: int) -> FasterRCNN:
-    backbone = TinyBackbone(cfg["channels"], cfg["norm"])
-    sizes = tuple(cfg["anchor_sizes"])
+def build_tiny(cfg: schema.Model, num_classes: int) -> FasterRCNN:
+    backbone = TinyBackbone(cfg.channels, cfg.norm)
+    sizes = tuple(cfg.anchor_sizes)
     anchors = AnchorGenerator(sizes=(sizes,), aspect_ratios=((0.5, 1.0, 2.0),))
     roi_pool = ThreadedRoIPool(featmap_names=["0"], output_size=7, sampling_ratio=2)
-    rep = cfg["representation_size"]
+    rep = cfg.representation_size
     model = FasterRCNN(
         backbone, num_classes=None, rpn_anchor_generator=anchors, box_roi_pool=roi_pool,
         box_head=TwoMLPHead(backbone.out_channels * 7 * 7, rep),
         box_predictor=FastRCNNPredictor(rep, num_classes),
-        min_size=cfg["min_size"], max_size=cfg["max_size"],
+        min_size=cfg.min_size, max_size=cfg.max_size,
         rpn_pre_nms_top_n_train=600, rpn_post_nms_top_n_train=300,
         rpn_pre_nms_top_n_test=300, rpn_post_nms_top_n_test=150,
         box_batch_size_per_image=128,
@@ -115,18 +116,18 @@ def load_backbone_state(source: str) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def build_resnet50_fpn(cfg: dict, num_classes: int) -> FasterRCNN:
-    if cfg["norm"] != "batchnorm":
-        raise ValueError(f"model.norm: {cfg['norm']} is for the tiny model; "
+def build_resnet50_fpn(cfg: schema.Model, num_classes: int) -> FasterRCNN:
+    if cfg.norm != "batchnorm":
+        raise ValueError(f"model.norm: {cfg.norm} is for the tiny model; "
                          "fasterrcnn_resnet50_fpn keeps torchvision's BatchNorm (frozen with "
                          "pretrained weights): set model.norm: batchnorm")
-    pretrained = cfg["backbone_weights"] is not None
-    trainable = cfg["trainable_backbone_layers"] if pretrained else 5
+    pretrained = cfg.backbone_weights is not None
+    trainable = cfg.trainable_backbone_layers if pretrained else 5
     # Frozen BatchNorm with pretrained weights, as torchvision does; plain BatchNorm from scratch.
     norm = FrozenBatchNorm2d if pretrained else nn.BatchNorm2d
     body = resnet50(weights=None, norm_layer=norm)
     if pretrained:
-        source = cfg["backbone_weights"]
+        source = cfg.backbone_weights
         try:
             missing, unexpected = body.load_state_dict(load_backbone_state(source), strict=False)
         except RuntimeError as err:  # shape mismatches
@@ -138,14 +139,14 @@ def build_resnet50_fpn(cfg: dict, num_classes: int) -> FasterRCNN:
                              f"(mismatched keys such as {wrong[:3]})")
     backbone = _resnet_fpn_extractor(body, trainable)
     model = FasterRCNN(backbone, num_classes=num_classes,
-                       min_size=cfg["min_size"], max_size=cfg["max_size"])
+                       min_size=cfg.min_size, max_size=cfg.max_size)
     return declare_fsdp_units(model, "backbone.body", "backbone.fpn")
 
 
-def build_model(cfg: dict, num_classes: int) -> FasterRCNN:
-    if cfg["arch"] == "tiny":
+def build_model(cfg: schema.Model, num_classes: int) -> FasterRCNN:
+    if cfg.arch == "tiny":
         return build_tiny(cfg, num_classes)
-    if cfg["arch"] == "fasterrcnn_resnet50_fpn":
+    if cfg.arch == "fasterrcnn_resnet50_fpn":
         return build_resnet50_fpn(cfg, num_classes)
-    raise ValueError(f"model.arch: unknown architecture {cfg['arch']!r}")
+    raise ValueError(f"model.arch: unknown architecture {cfg.arch!r}")
 

@@ -19,6 +19,7 @@ import copy
 
 import torch
 
+from ..config import schema
 from ..data.dataset import CocoDetection, collate, to_model_input
 from ..runtime.record import SplitDistance
 from .model import build_model
@@ -42,17 +43,17 @@ def distance(moved: torch.Tensor, reference: torch.Tensor) -> float:
     return ((moved - reference).norm() / reference.norm()).item()
 
 
-def measure(cfg: dict, norm: str) -> SplitDistance:
+def measure(cfg: schema.TrainStage, norm: str) -> SplitDistance:
     """The two distances (SplitDistance's `split` and `resample`: 2 x 4 images each with its
     own sampling seed, and the 8 again with another) of the preset `cfg`'s model under `norm`,
     at train.seed's initial weights."""
-    dataset = CocoDetection(cfg["data"]["root"], "train", train=True, horizontal_flip=0.0,
-                            exif_orientation=cfg["data"]["exif_orientation"])
+    dataset = CocoDetection(cfg.data.root, "train", train=True, horizontal_flip=0.0,
+                            exif_orientation=cfg.data.exif_orientation)
     images, targets = collate([dataset[i] for i in range(IMAGES)])
     images = [to_model_input(image, "cpu") for image in images]
-    seed = cfg["train"]["seed"]
+    seed = cfg.train.seed
     torch.manual_seed(seed)
-    model = build_model(dict(cfg["model"], norm=norm, backbone_weights=None), dataset.num_classes)
+    model = build_model(cfg.model.model_copy(update={"norm": norm, "backbone_weights": None}), dataset.num_classes)
     model.train()
     whole = gradient(model, images, targets, seed)
     half = IMAGES // 2

@@ -6,9 +6,10 @@
 """
 from __future__ import annotations
 
-import json
 
-from ..config import cli
+import pydantic
+
+from ..config import cli, schema
 from .build import build_report
 
 
@@ -31,9 +32,9 @@ def main(argv: list[str] | None = None) -> None:
 
     def body(args):
         try:
-            report_cfg = json.loads(args.report_config)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"--report-config is not valid JSON ({err.msg}); pass the report "
+            report_cfg = schema.Report.model_validate_json(args.report_config)
+        except pydantic.ValidationError as err:
+            raise ValueError(f"--report-config: {schema.first_error(err)}; pass the report "
                              "section of params.yaml as JSON") from None
         build_report(args.run_dirs, report_cfg, args.preset, args.summary, args.out_dir,
                      args.equivalence, args.commbench, args.compute_run, args.held_out)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..config import schema
 from ..runtime.files import atomic_path, write_text
 from ..runtime.record import CommbenchRecord, EquivalenceRecord
 from . import causes, clusters, holdout, prediction
@@ -78,11 +79,11 @@ def figures_tex(figure_ext: str = "pdf") -> str:
         "\\end{figure}\n" for name, entry in FIGURES.items())
 
 
-def figure_formats(report_cfg: dict) -> list[str]:
-    return list(report_cfg.get("figure_formats") or ["png"])
+def figure_formats(report_cfg: schema.Report) -> list[str]:
+    return list(report_cfg.figure_formats)
 
 
-def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
+def report_data(runs: list[RunDir], report_cfg: schema.Report, preset: str,
                 links: dict[int, CommbenchRecord] | None = None,
                 equivalence: EquivalenceRecord | None = None,
                 compute_runs: list[RunDir] | None = None,
@@ -97,8 +98,8 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
     links = links or {}
     every_run = runs
     runs, ablated = causes.split_by_norm(runs)  # the ablation's runs: their own section only
-    summary = summary_frame(runs, preset, (report_cfg.get("target_ap") or {}).get(preset))
-    published = report_cfg.get("published") or {}
+    summary = summary_frame(runs, preset, report_cfg.target_ap.get(preset))
+    published = report_cfg.published.model_dump()  # the study's values: rows of tables 1 and 2
     n_published = sum(isinstance(v, dict) for v in published.values())
     dataset = dataset_of(runs)
     table1 = comparison_table(summary, published, AP_TABLE, preset, dataset)
@@ -106,7 +107,7 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
     every_prediction = prediction.prediction_frame(runs, links, held_out)
     predicted = holdout.fitted(every_prediction, held_out)
     out_of_sample = holdout.HeldOut.of(every_prediction, runs, held_out)
-    predict = report_cfg["predict"]
+    predict = report_cfg.predict
     fitted_runs = [run for run in runs if run.entry not in held_out]
     compute = clusters.gpu_compute(predict, fitted_runs if compute_runs is None else compute_runs)
     points = clusters.prediction_points(predict, compute)
@@ -150,7 +151,7 @@ def report_data(runs: list[RunDir], report_cfg: dict, preset: str,
         figure_ext="png" if "png" in formats else formats[0])
 
 
-def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
+def build_report(run_dirs, report_cfg: schema.Report, preset: str, summary_path, out_dir,
                  equivalence=None, commbench=(), compute_runs=(), held_out=()) -> pd.DataFrame:
     """Read every run directory (and the commbench stage's files, the one-step check's, and
     the run directories of report.predict's compute preset when that is another preset), write
@@ -161,7 +162,7 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
     links = {found.processes: found for found in map(CommbenchRecord.read, commbench)}
     steps = (EquivalenceRecord.from_json(read_input(Path(equivalence)), str(equivalence))
              if equivalence else None)
-    same_preset = report_cfg["predict"]["compute"]["preset"] == preset
+    same_preset = report_cfg.predict.compute.preset == preset
     data = report_data(runs, report_cfg, preset, links, steps,
                        None if same_preset else [load_run(d) for d in compute_runs],
                        held_out=tuple(held_out))
@@ -177,7 +178,7 @@ def build_report(run_dirs, report_cfg: dict, preset: str, summary_path, out_dir,
     write_text(out_dir / "numbers.tex", numbers_tex(data) + data.checked.tex_macro())
     formats = figure_formats(report_cfg)
     write_text(out_dir / "figures.tex", figures_tex("pdf" if "pdf" in formats else formats[0]))
-    pngs = write_figures(data, out_dir, formats, int(report_cfg.get("dpi", 150)))
+    pngs = write_figures(data, out_dir, formats, report_cfg.dpi)
 
     sections = report_sections(data)
     write_text(out_dir / "report.md", render_markdown(sections))

@@ -15,6 +15,7 @@ import math
 
 import pandas as pd
 
+from ..config import schema
 from ..costmodel.clusters import Cluster, Compute
 from ..costmodel.predict import BACKWARD_SHARE, predict_point, saturation
 from ..strategies import DDP, REGISTERED, DataParallel, ParameterServer, lookup
@@ -27,38 +28,38 @@ COLUMNS = ["cluster", "model", "gpus", "nodes", "predicted_images_per_second",
 SHOWN_GPUS = (1, 8, 64, 256)  # the compact table's columns (where a cluster reaches them)
 
 
-def models(predict: dict) -> dict[str, dict]:
+def models(predict: schema.Predict) -> dict[str, dict]:
     """label -> the sweep entry (without workers) whose strategy's cost model draws the curve:
     each registered strategy's own curves (Strategy.predicted_curves), in registry order. The
     sharded server's K follows the cluster (`Cluster.servers`)."""
     return {label: entry for cls in REGISTERED for label, entry in cls.predicted_curves(predict).items()}
 
 
-def gpu_compute(predict: dict, runs: list[RunDir]) -> Compute:
+def gpu_compute(predict: schema.Predict, runs: list[RunDir]) -> Compute:
     """The first measured single-GPU baseline run among `runs` (those of report.predict's
     compute preset) where there is one, else the assumption of params."""
-    wanted = predict["compute"]
+    wanted = predict.compute
     for single in single_inputs(runs):
         if single["baseline"] and single["device"].startswith("cuda"):
-            return Compute.measured(single, f"measured: {single['run_id']} of the {wanted['preset']} "
+            return Compute.measured(single, f"measured: {single['run_id']} of the {wanted.preset} "
                                             f"preset on {single['device']}")
-    return Compute(wanted["assumed_seconds_per_image"], wanted["gradient_bytes"],
-                   f"assumed: {wanted['assumed_source']}")
+    return Compute(wanted.assumed_seconds_per_image, wanted.gradient_bytes,
+                   f"assumed: {wanted.assumed_source}")
 
 
-def prediction_points(predict: dict, compute: Compute) -> pd.DataFrame:
+def prediction_points(predict: schema.Predict, compute: Compute) -> pd.DataFrame:
     """One row per cluster, model and GPU count: predicted images/s, scaling efficiency
     (images/s over GPUs times one GPU's), exposed communication seconds per iteration and the
     bytes each way over the busiest link."""
     rows = []
-    for cluster in map(Cluster.of, predict["clusters"]):
+    for cluster in map(Cluster.of, predict.clusters):
         for label, entry in models(predict).items():
             for gpus in cluster.gpu_counts():
                 shards = {"servers": cluster.servers(gpus)} if entry.get("servers") == "K" else {}
                 strategy = lookup(entry["strategy"])
                 run = strategy.filled(**{**entry, **shards}, workers=gpus,
-                                      images_per_worker=predict["images_per_gpu"])
-                point = predict_point(strategy, run, compute, predict["images_per_gpu"],
+                                      images_per_worker=predict.images_per_gpu)
+                point = predict_point(strategy, run, compute, predict.images_per_gpu,
                                       cluster.network(gpus))
                 if point:
                     rows.append({"cluster": cluster.name, "model": label, "gpus": gpus,
@@ -79,13 +80,13 @@ def compact_table(points: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, axis=1).reset_index()
 
 
-def findings(points: pd.DataFrame, predict: dict, compute: Compute) -> list[str]:
+def findings(points: pd.DataFrame, predict: schema.Predict, compute: Compute) -> list[str]:
     """Generated sentences per cluster: where, by the model, the sharded parameter server
     overtakes ring all-reduce in bytes over the busiest link and in images/s, and where
     DataParallel's device 0 saturates."""
     ring, sharded = DDP.RING, ParameterServer.SHARDED
     sentences = []
-    for cluster in map(Cluster.of, predict["clusters"]):
+    for cluster in map(Cluster.of, predict.clusters):
         frame = points[points["cluster"] == cluster.name]
         rate, load = (frame.pivot_table(index="gpus", columns="model", values=column)[[ring, sharded]]
                       for column in ("predicted_images_per_second", "busiest_link_bytes"))
@@ -109,7 +110,7 @@ def findings(points: pd.DataFrame, predict: dict, compute: Compute) -> list[str]
                f"against {rate.loc[top, ring]:.0f}): its gradients leave only after the backward "
                "pass and its weights return only after the update, while DDP's buckets overlap "
                "the backward pass."))
-        saturated = saturation(DataParallel, cluster, compute, predict["images_per_gpu"])
+        saturated = saturation(DataParallel, cluster, compute, predict.images_per_gpu)
         within = frame[frame["model"] == DataParallel.DEVICE_0]
         widest = within.loc[within["gpus"].idxmax()]
         sentences.append(
@@ -123,12 +124,12 @@ def findings(points: pd.DataFrame, predict: dict, compute: Compute) -> list[str]
     return sentences
 
 
-def section(shown: pd.DataFrame, points: pd.DataFrame, predict: dict, compute: Compute) -> dict:
+def section(shown: pd.DataFrame, points: pd.DataFrame, predict: schema.Predict, compute: Compute) -> dict:
     """The report's section: inputs, the generated findings and the compact table."""
     return {"title": "Predicted scaling past this machine (cost model)", "text": [
         "Predictions, not measurements: each strategy's cost model on the hypothetical clusters "
         "of report.predict, at "
-        f"{predict['images_per_gpu']} images per GPU. One GPU's time per image: "
+        f"{predict.images_per_gpu} images per GPU. One GPU's time per image: "
         f"{compute.seconds_per_image:.4g} s; gradient bytes M: {compute.gradient_bytes / 1e6:.1f} "
         f"MB ({compute.source}). Backward, which DDP's buckets overlap, is {BACKWARD_SHARE:.2f} of "
         "it. A synchronous step waits for its slowest GPU: "
@@ -142,9 +143,9 @@ def section(shown: pd.DataFrame, points: pd.DataFrame, predict: dict, compute: C
         "strategy's analysis. The figures predicted_throughput and "
         "predicted_efficiency draw every point (predicted_scaling_points.csv) and mark this "
         "preset's measured runs beside them.",
-        *(f"{c['name']}: {c['gpus_per_node']} GPU(s) per node, up to {c['nodes']} nodes; "
-          f"within a node {c['intra_gbit_s']:g} Gbit/s, {c['intra_latency_us']:g} us; between "
-          f"nodes {c['inter_gbit_s']:g} Gbit/s, {c['inter_latency_us']:g} us; "
-          f"{c['spare_cpu_machines_per_node']} spare CPU machine(s) per node."
-          for c in predict["clusters"])],
+        *(f"{c.name}: {c.gpus_per_node} GPU(s) per node, up to {c.nodes} nodes; "
+          f"within a node {c.intra_gbit_s:g} Gbit/s, {c.intra_latency_us:g} us; between "
+          f"nodes {c.inter_gbit_s:g} Gbit/s, {c.inter_latency_us:g} us; "
+          f"{c.spare_cpu_machines_per_node} spare CPU machine(s) per node."
+          for c in predict.clusters)],
         "table": shown, "bullets": findings(points, predict, compute)}

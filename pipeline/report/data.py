@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from ..config import schema
 from ..runtime.record import CommbenchRecord, EquivalenceRecord
 from .load import RunDir
 from .tables import Table
@@ -44,7 +45,7 @@ class ReportData:
     tables: dict[str, Table] = field(default_factory=dict)  # every table written, by file name
     links: dict[int, CommbenchRecord] = field(default_factory=dict)  # process count -> commbench
     equivalence: EquivalenceRecord | None = None  # the one-step check, where it ran
-    predict: dict = field(default_factory=dict)  # report.predict: the clusters to predict
+    predict: schema.Predict | None = None  # report.predict: the clusters to predict
     compute: Compute | None = None  # one GPU's time per image, measured or assumed
     checked: MeasurementCheck | None = None  # noisy machine, disturbed commbench inputs
     answer: Answer | None = None  # what the results say (findings.answer)

@@ -186,13 +186,21 @@ def reader_names(summary: pd.DataFrame, workers: bool = True) -> dict[str, str]:
     firsts = summary.groupby("entry", sort=False).first()
     names = {e: reader_name(r["strategy"], r["variant"], r["data_mode"],
                             r["workers"] if workers else None) for e, r in firsts.iterrows()}
-    for name in {n for n in names.values() if list(names.values()).count(n) > 1}:
-        same = [e for e, n in names.items() if n == name]
-        for column, unit in (("global_batch", "images a step"), ("threads", "threads")):
+    # Without the worker count, entries of different worker counts share a name harmlessly: the
+    # sentence that names them states the count. Within one count they are told apart.
+    groups: dict[tuple, list[str]] = {}
+    for e, n in names.items():
+        groups.setdefault((n, firsts.loc[e, "workers"]), []).append(e)
+    for (name, _), same in groups.items():
+        if len(same) < 2:
+            continue
+        for column, unit in (("global_batch", "image"), ("threads", "thread")):
             if firsts.loc[same, column].nunique(dropna=False) > 1:
                 for e in same:
                     value = firsts.loc[e, column]
-                    names[e] = f"{name} ({'?' if value != value else int(value)} {unit})"
+                    count = "?" if value != value else int(value)
+                    names[e] = f"{name} ({count} {unit}{'' if count == 1 else 's'}" + (
+                        " a step)" if column == "global_batch" else ")")
                 break
     return names
 

@@ -88,8 +88,9 @@ def launched_by_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", 1)) > 1
 
 
-def init_process_group(parallel: dict, threads: int) -> Membership:
-    """Join the job described in the environment; threads 0 means cores / local processes."""
+def init_process_group(backend: str, timeout_s: float, threads: int) -> Membership:
+    """Join the job described in the environment with parallel.backend (`auto`: nccl on GPUs)
+    and parallel.timeout_s; threads 0 means cores / local processes."""
     import torch
     import torch.distributed as dist
     rank, processes = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -98,7 +99,6 @@ def init_process_group(parallel: dict, threads: int) -> Membership:
     device = default_device(local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    backend = parallel["backend"]
     if backend == "auto":
         backend = "nccl" if device.type == "cuda" else "gloo"
     # NCCL's own watchdog aborts a collective that outlives the timeout and tears the process
@@ -107,7 +107,7 @@ def init_process_group(parallel: dict, threads: int) -> Membership:
     threads = threads or max(1, available_cores() // local_processes)
     torch.set_num_threads(threads)
     if not dist.is_initialized():
-        timeout = datetime.timedelta(seconds=parallel["timeout_s"])
+        timeout = datetime.timedelta(seconds=timeout_s)
         dist.init_process_group(backend, store=attempt_store(rank, processes, timeout),
                                 rank=rank, world_size=processes, timeout=timeout,
                                 device_id=device if device.type == "cuda" else None)

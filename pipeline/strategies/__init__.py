@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 
-from ..config import stages
+from ..config import schema, stages
 from ..runtime.run import Run
 from .base import Option, Strategy
 from .ddp import DDP
@@ -58,7 +58,7 @@ def not_run_by(name: str) -> frozenset[str]:
     return frozenset(cls.__module__ for cls in REGISTERED) - set(own)
 
 
-def get(run: Run, parallel: dict) -> Strategy:
+def get(run: Run, parallel: schema.Parallel) -> Strategy:
     """The spec of one run's strategy; `.runtime()` builds it in a training process."""
     return lookup(run.strategy)(run, parallel)
 

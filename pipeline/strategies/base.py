@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..config import schema
 from ..costmodel.network import Flow, Link, Network
 from ..runtime.run import RUN_FIELDS, Run
 from .process import Runtime
@@ -60,7 +61,7 @@ class Strategy:
         return False
 
     @classmethod
-    def predicted_curves(cls, predict: dict) -> dict[str, dict]:
+    def predicted_curves(cls, predict: schema.Predict) -> dict[str, dict]:
         """The predicted-scaling curves it draws (pipeline/report/clusters.py): label -> its
         sweep entry without workers; `predict` is the report.predict section."""
         return {}
@@ -78,7 +79,7 @@ class Strategy:
         return Run.from_json({**{k: o.default for k, o in cls.options.items()}, **given,
                               "strategy": cls.name})
 
-    def __init__(self, run: Run, parallel: dict):
+    def __init__(self, run: Run, parallel: schema.Parallel):
         self.run, self.parallel = run, parallel
 
     # ---- what the sweep and the report need (no process is started) -----------------------

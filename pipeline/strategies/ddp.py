@@ -16,6 +16,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
+from ..config import schema
 from ..costmodel.network import Flow, Network
 from ..runtime import compat, distributed
 from ..runtime.run import Run
@@ -90,12 +91,12 @@ def counting_hook(kind: str, processes: int, traffic: Traffic):
     return hook
 
 
-def wrapped_in_ddp(model: torch.nn.Module, ctx: Context, parallel: dict, hook: str, traffic: Traffic):
+def wrapped_in_ddp(model: torch.nn.Module, ctx: Context, parallel: schema.Parallel, hook: str, traffic: Traffic):
     """The model in DistributedDataParallel, its all-reduce through the gradient hook `hook`
     (a `comm_hook` value), counted into `traffic`: ddp's wrapping, and zero's."""
     import torch
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
-    if parallel["sync_batchnorm"]:
+    if parallel.sync_batchnorm:
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     # Rank 0's BatchNorm statistics at every forward, where the model has any that change;
     # the gradients are views of DDP's buckets (not copied out of them after each all-reduce).
@@ -107,14 +108,14 @@ def wrapped_in_ddp(model: torch.nn.Module, ctx: Context, parallel: dict, hook: s
         # Compress from the third iteration on (the fewest PowerSGD's error feedback
         # allows): the demo is too short for the default 1000 of plain all-reduce.
         state = powerSGD_hook.PowerSGDState(
-            process_group=None, matrix_approximation_rank=parallel["powersgd_rank"],
+            process_group=None, matrix_approximation_rank=parallel.powersgd_rank,
             start_powerSGD_iter=2)
     wrapped.register_comm_hook(state, counting_hook(hook, ctx.processes, traffic))
     return wrapped
 
 
-def sync_batchnorm_unavailable(parallel: dict) -> str | None:
-    if parallel["sync_batchnorm"] and not distributed.gpu_count():
+def sync_batchnorm_unavailable(parallel: schema.Parallel) -> str | None:
+    if parallel.sync_batchnorm and not distributed.gpu_count():
         return "SyncBatchNorm needs GPUs (set parallel.sync_batchnorm: false on CPU)"
     return None
 
@@ -177,8 +178,8 @@ class DDP(TorchrunStrategy):
     RING = "DDP (ring all-reduce)"  # the curve the report's sentences compare with
 
     @classmethod
-    def predicted_curves(cls, predict: dict) -> dict[str, dict]:
-        hook = predict["ddp_comm_hook"]
+    def predicted_curves(cls, predict: schema.Predict) -> dict[str, dict]:
+        hook = predict.ddp_comm_hook
         return {cls.RING: {"strategy": cls.name, "comm_hook": "none"},
                 f"DDP + {hook} compression": {"strategy": cls.name, "comm_hook": hook}}
 

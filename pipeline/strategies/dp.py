@@ -16,6 +16,7 @@ import functools
 import math
 from typing import TYPE_CHECKING
 
+from ..config import schema
 from ..costmodel.network import Flow, Network
 from ..runtime import distributed
 from ..runtime.run import Run
@@ -98,7 +99,7 @@ class DataParallel(Strategy):
     DEVICE_0 = "DataParallel (device 0)"  # the curve the report's sentences compare with
 
     @classmethod
-    def predicted_curves(cls, predict: dict) -> dict[str, dict]:
+    def predicted_curves(cls, predict: schema.Predict) -> dict[str, dict]:
         return {cls.DEVICE_0: {"strategy": cls.name}}
 
     def gpus(self) -> int:
@@ -108,7 +109,7 @@ class DataParallel(Strategy):
         gpus, needed = distributed.gpu_count(), max(2, self.run.workers)
         if gpus < needed:
             return f"DataParallel needs at least {needed} GPUs in one process; found {gpus}"
-        if self.parallel["nnodes"] != 1:
+        if self.parallel.nnodes != 1:
             return "DataParallel runs in one process on one machine (parallel.nnodes must be 1)"
         return None
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import copy
 from typing import NamedTuple
 
+from ..config import schema
 from ..costmodel.network import Flow
 from ..runtime import compat
 from ..runtime.run import Run
@@ -110,7 +111,7 @@ class FSDP(TorchrunStrategy):
                      "it reduces its gradients.")
 
     @classmethod
-    def predicted_curves(cls, predict: dict) -> dict[str, dict]:
+    def predicted_curves(cls, predict: schema.Predict) -> dict[str, dict]:
         return {"FSDP (ZeRO-3, reshard)": {"strategy": cls.name, "reshard_after_forward": True},
                 "FSDP (keep gathered)": {"strategy": cls.name, "reshard_after_forward": False}}
 
@@ -119,7 +120,7 @@ class FSDP(TorchrunStrategy):
         return "" if run.option("reshard_after_forward") else "keep"
 
     def unavailable(self) -> str | None:
-        if self.parallel["sync_batchnorm"]:
+        if self.parallel.sync_batchnorm:
             return "sync_batchnorm is implemented for ddp only"
         return super().unavailable()
 

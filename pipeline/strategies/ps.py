@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..config import schema
 from ..costmodel.network import Flow
 from ..runtime import distributed
 from ..runtime.record import RankReport, Record, RunSummary, declare_facts
@@ -105,13 +106,13 @@ class ParameterServer(TorchrunStrategy):
     SHARDED = "PS, K servers (dedicated, spare CPU machines)"  # compared in the report's sentences
 
     @classmethod
-    def predicted_curves(cls, predict: dict) -> dict[str, dict]:
+    def predicted_curves(cls, predict: schema.Predict) -> dict[str, dict]:
         """One server beside the first worker, and K dedicated shards (K follows the cluster:
         costmodel/clusters.py Cluster.servers)."""
         return {"PS, 1 server (colocated)": {"strategy": cls.name, "placement": "colocated", "servers": 1},
                 cls.SHARDED: {"strategy": cls.name, "placement": "dedicated", "servers": "K"}}
 
-    def __init__(self, run: Run, parallel: dict):
+    def __init__(self, run: Run, parallel: schema.Parallel):
         super().__init__(run, parallel)
         # a dedicated server is a process of its own, beside the workers
         self.extra_processes = run.option("servers") if run.option("placement") == "dedicated" else 0
@@ -139,7 +140,7 @@ class ParameterServer(TorchrunStrategy):
         return super().invalid(run)
 
     def unavailable(self) -> str | None:
-        if self.parallel["sync_batchnorm"]:
+        if self.parallel.sync_batchnorm:
             return "sync_batchnorm is implemented for ddp only; ps takes the first worker's buffers"
         return super().unavailable()
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import jsonschema
 
 from .. import strategies
-from ..config import stages
+from ..config import schema, stages
 from ..config.params import ParamsError, remedy
 from ..runtime import provenance
 from ..runtime.record import RunSummary
@@ -40,6 +40,7 @@ COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "precisi
                "repeats", "held_out")
 DATA_MODES = ("real", "synthetic")
 PRECISIONS = ("fp32", "bf16", "fp16")
+RunSections = schema.Config | schema.TrainStage  # what filling an entry reads: train, data, model
 DEPRECATED = {"world_size": "workers"}  # old name -> new name
 
 
@@ -89,13 +90,13 @@ class Entry:
     held_out: bool  # the cost model is fitted without it, then predicts it
 
 
-def fill(entry: dict, cfg: dict, where: str = "sweep entry") -> Run:
+def fill(entry: dict, cfg: RunSections, where: str = "sweep entry") -> Run:
     """One sweep entry of the resolved preset `cfg` as the run of its first repeat: every key
     present, checked against its strategy's schema."""
     return _filled(entry, cfg, where).run
 
 
-def _filled(entry: dict, cfg: dict, where: str) -> Entry:
+def _filled(entry: dict, cfg: RunSections, where: str) -> Entry:
     """The run of an entry's first repeat, its number of repeats and whether it is held out."""
     entry = _renamed(entry, where)
     try:
@@ -105,9 +106,9 @@ def _filled(entry: dict, cfg: dict, where: str) -> Entry:
     extra = sorted(set(entry) - set(COMMON_KEYS) - set(strategy.options))
     if extra:
         raise ParamsError(_unknown_key_message(strategy, extra[0], where))
-    filled = {"images_per_worker": cfg["train"]["images_per_worker"],
-              "data_mode": cfg["data"]["mode"], "precision": cfg["train"]["precision"],
-              "norm": cfg["model"]["norm"], "repeats": 1, "held_out": False, **entry}
+    filled = {"images_per_worker": cfg.train.images_per_worker,
+              "data_mode": cfg.data.mode, "precision": cfg.train.precision,
+              "norm": cfg.model.norm, "repeats": 1, "held_out": False, **entry}
     try:  # the options' defaults are valid by their declaration: the entry's own are checked
         jsonschema.validate(filled, _entry_schema(strategy))
     except jsonschema.ValidationError as err:
@@ -115,7 +116,7 @@ def _filled(entry: dict, cfg: dict, where: str) -> Entry:
         raise ParamsError(f"{where}{'.' + path if path else ''}: {err.message}; "
                           f"{remedy(err)}") from None
     repeats, held_out = filled.pop("repeats"), filled.pop("held_out")
-    run = strategy.filled(**filled, seed=cfg["train"]["seed"])
+    run = strategy.filled(**filled, seed=cfg.train.seed)
     why = strategy.invalid(run)
     if why:
         raise ParamsError(f"{where} ({entry_id(run)}): {why}")
@@ -123,15 +124,15 @@ def _filled(entry: dict, cfg: dict, where: str) -> Entry:
     return Entry(run, repeats, held_out)
 
 
-def _check_fits_the_data(run: Run, entry: dict, cfg: dict, where: str) -> None:
+def _check_fits_the_data(run: Run, entry: dict, cfg: RunSections, where: str) -> None:
     """A synthetic dataset's size is in params, so an entry it cannot feed is refused before
     any job starts (a real dataset's size is known only once the data stage has run). The
     sampler would pad by repeating images: every step would run a smaller batch than the
     one the lr was scaled for, with some images twice."""
-    synthetic = cfg["data"]["synthetic"]
+    synthetic = cfg.data.synthetic
     if synthetic is None:
         return
-    images, workers, per_worker = synthetic["train_images"], run.workers, run.images_per_worker
+    images, workers, per_worker = synthetic.train_images, run.workers, run.images_per_worker
     name = entry_id(run)
     if workers > images:
         raise ParamsError(f"{where}.workers ({name}): {workers} workers but "
@@ -175,7 +176,7 @@ def identity(run: Run) -> dict:
             "precision": run.precision, "seed": run.seed, "run": run}
 
 
-def unfinished_summary(cfg: dict, run: Run, status: str, reason: str) -> dict:
+def unfinished_summary(cfg: schema.TrainStage, run: Run, status: str, reason: str) -> dict:
     """The train_summary.json of a run that did not finish: `skipped` (this machine cannot run
     it) or `failed` (its training diverged); identity, status, reason and provenance."""
     return RunSummary(**identity(run), status=status, reason=reason,
@@ -190,11 +191,11 @@ def repeated(run: Run, repeats: int) -> list[Run]:
     return [dataclasses.replace(run, seed=run.seed + i) for i in range(repeats)]
 
 
-def runs(cfg: dict, source: str = "params.yaml") -> dict[str, Run]:
+def runs(cfg: schema.Config, source: str = "params.yaml") -> dict[str, Run]:
     """run id -> run (a filled sweep entry with its seed), for the resolved preset `cfg`;
     duplicates are an error, and so is no run at all (nothing to measure)."""
-    where = f"{source}: presets.{cfg.get('preset', '?')}.sweep"
-    if not cfg["sweep"]:  # the schema refuses this in params.yaml; a config edited in code too
+    where = f"{source}: presets.{cfg.preset}.sweep"
+    if not cfg.sweep:  # the schema refuses this in params.yaml; a config edited in code too
         raise ParamsError(f"{where}: empty; list at least one run, e.g. - {{strategy: single, "
                           "workers: 1}")
     entries = _entries(cfg, where)
@@ -206,36 +207,38 @@ def runs(cfg: dict, source: str = "params.yaml") -> dict[str, Run]:
     return {run_id(run): run for e in entries for run in repeated(e.run, e.repeats)}
 
 
-def _entries(cfg: dict, where: str) -> list[Entry]:
-    return [_filled(entry, cfg, f"{where}[{i}]") for i, entry in enumerate(cfg["sweep"])]
+def _entries(cfg: schema.Config, where: str) -> list[Entry]:
+    return [_filled(entry, cfg, f"{where}[{i}]") for i, entry in enumerate(cfg.sweep)]
 
 
-def held_out(cfg: dict, source: str = "params.yaml") -> list[str]:
+def held_out(cfg: schema.Config, source: str = "params.yaml") -> list[str]:
     """The ids of the preset's held-out entries (`held_out: true`), in sweep order: what the
     cost model is fitted without and then predicts (pipeline/report/holdout.py)."""
-    where = f"{source}: presets.{cfg.get('preset', '?')}.sweep"
+    where = f"{source}: presets.{cfg.preset}.sweep"
     return [entry_id(e.run) for e in _entries(cfg, where) if e.held_out]
 
 
-def swept(cfg: dict) -> list[str]:
+def swept(cfg: schema.Config) -> list[str]:
     """The strategies the preset's sweep runs, in registry order."""
-    names = {entry["strategy"] for entry in cfg["sweep"]}
+    names = {entry["strategy"] for entry in cfg.sweep}
     return [cls.name for cls in strategies.REGISTERED if cls.name in names]
 
 
-def swept_norms(cfg: dict) -> list[str]:
+def swept_norms(cfg: schema.Config) -> list[str]:
     """The tiny model's norms the preset's sweep trains with, in NORMS order."""
-    names = {entry.get("norm", cfg["model"]["norm"]) for entry in cfg["sweep"]}
+    names = {entry.get("norm", cfg.model.norm) for entry in cfg.sweep}
     return [norm for norm in NORMS if norm in names]
 
 
-def equivalence_runs(cfg: dict, compared: list[str] | None = None) -> list[Run]:
+def equivalence_runs(cfg: RunSections, compared: list[str] | None = None) -> list[Run]:
     """The filled entries of the one-step equivalence check (pipeline/equivalence.py): the
     `equivalence_entry` of each strategy `compared` (default: those the preset's sweep runs;
     the stage is given them, not the sweep, so that new seeds do not rerun it), the baseline
     first (the reference, checked always), then in registry order. A strategy the sweep does
     not run is not checked: its step would answer a question the preset does not ask."""
-    compared = swept(cfg) if compared is None else compared
+    if compared is None:
+        assert isinstance(cfg, schema.Config), "without `compared`, the whole preset's sweep says"
+        compared = swept(cfg)
     checked = [cls for cls in strategies.REGISTERED if cls.equivalence_entry is not None
                and (cls.name in compared or cls.is_baseline(""))]
     checked.sort(key=lambda cls: not cls.is_baseline(""))

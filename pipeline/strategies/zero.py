@@ -20,6 +20,7 @@ strategy (`single` included), and into `zero` at any world size.
 """
 from __future__ import annotations
 
+from ..config import schema
 from ..costmodel.network import Flow, Network
 from ..runtime.run import Run
 from .process import Context
@@ -55,7 +56,7 @@ class Zero(TorchrunStrategy):
                      "broadcasts after each step, read from the optimizer's own partition.")
 
     @classmethod
-    def predicted_curves(cls, predict: dict) -> dict[str, dict]:
+    def predicted_curves(cls, predict: schema.Predict) -> dict[str, dict]:
         return {"ZeRO-1 (all-reduce + broadcast)": {"strategy": cls.name}}
 
     def unavailable(self) -> str | None:

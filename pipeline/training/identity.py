@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from .. import strategies
-from ..config import stages
+from ..config import schema, stages
 from ..config.params import canonical
 from ..data import tree
 from ..runtime.run import Run
@@ -23,10 +23,10 @@ from ..runtime.run import Run
 SIDECAR = "checkpoint.json"  # beside state/checkpoint.pt: its fingerprint and position
 
 
-def fingerprint(cfg: dict, run: Run, known_files: dict | None = None) -> str:
+def fingerprint(cfg: schema.TrainStage | schema.Config, run: Run, known_files: dict | None = None) -> str:
     """The identical run: its config, entry, code and data. `known_files`: the manifest's
     signature of the data, whose hashes are reused where the files are unchanged."""
-    data = tree.identity(tree.signature(cfg["data"]["root"], known=known_files))
+    data = tree.identity(tree.signature(cfg.data.root, known=known_files))
     identity = {"config": stages.config_for(cfg, "train"), "run": run.to_json(),
                 "code": stages.code_digest("train", strategies.not_run_by(run.strategy)), "data": data}
     return hashlib.sha256(canonical(identity).encode()).hexdigest()[:16]
@@ -39,7 +39,7 @@ def recorded_fingerprint(state_dir: Path) -> str | None:
         return None
 
 
-def superseded(cfg: dict, runs: dict[str, Run], runs_dir: str | Path,
+def superseded(cfg: schema.Config, runs: dict[str, Run], runs_dir: str | Path,
                known_files: dict | None = None) -> list[str]:
     """A line for each checkpoint under `runs_dir` (results/runs/<preset>) that no run of this
     sweep will resume: it is kept where it is (a run left the sweep) or replaced when its run

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from ..config import schema
 from .. import strategies
 from ..data.dataset import CocoDetection
 from ..data.sampler import ShardedBatchSampler
@@ -19,11 +20,11 @@ from .state import Moved, RandomState, TrainState
 from .timing import IterationClock, SyncCheck
 
 
-def warmup_iterations(train: dict, iterations_per_epoch: int) -> int:
+def warmup_iterations(train: schema.Train, iterations_per_epoch: int) -> int:
     """train.warmup_iters, or for `auto` what torchvision's reference trainer takes:
     min(1000, iterations of the first epoch - 1)."""
-    if train["warmup_iters"] != "auto":
-        return train["warmup_iters"]
+    if train.warmup_iters != "auto":
+        return train.warmup_iters
     return min(1000, iterations_per_epoch - 1)
 
 
@@ -31,7 +32,7 @@ def warmup_iterations(train: dict, iterations_per_epoch: int) -> int:
 class Job:
     """One training process's run."""
 
-    cfg: dict
+    cfg: schema.TrainStage
     run: Run
     out_dir: Path
     runtime: strategies.Runtime  # the strategy in this process (pipeline/strategies/process.py)
@@ -63,9 +64,10 @@ class Job:
             rank_parts={"moved": self.moved, "rng": RandomState(self.ctx.device)})
 
     @functools.cached_property
-    def schedule(self) -> dict:
+    def schedule(self) -> schema.Train:
         """The train section with its warm-up resolved (`auto` -> iterations)."""
-        return dict(self.cfg["train"], warmup_iters=warmup_iterations(self.cfg["train"], len(self.sampler)))
+        return self.cfg.train.model_copy(
+            update={"warmup_iters": warmup_iterations(self.cfg.train, len(self.sampler))})
 
     @property
     def state_dir(self) -> Path:
@@ -77,4 +79,4 @@ class Job:
 
     @property
     def total_steps(self) -> int:
-        return self.cfg["train"]["epochs"] * len(self.sampler)
+        return self.cfg.train.epochs * len(self.sampler)

@@ -22,6 +22,8 @@ import logging
 
 import torch
 
+from ..config import schema
+
 log = logging.getLogger("train")
 COMPILE = ("backbone",)              # train.compile: false, or what is compiled
 OPTIMIZERS = ("default", "foreach", "fused")
@@ -42,13 +44,13 @@ def is_compile_error(err: BaseException) -> bool:
     return type(err).__module__.startswith(("torch._dynamo", "torch._inductor", "torch._functorch"))
 
 
-def apply(model: torch.nn.Module, train: dict) -> torch.nn.Module:
+def apply(model: torch.nn.Module, train: schema.Train) -> torch.nn.Module:
     """The model laid out and compiled as train.channels_last and train.compile say, before the
     strategy wraps it (its parameters and state dict keep their names: the backbone is compiled
     in place)."""
-    if train["channels_last"]:
+    if train.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    if train["compile"]:
+    if train.compile:
         # In place (nn.Module.compile): no `_orig_mod.` in the names that checkpoints, FSDP's
         # units and the equivalence check read.
         model.backbone.compile(dynamic=None)
@@ -56,7 +58,7 @@ def apply(model: torch.nn.Module, train: dict) -> torch.nn.Module:
     return model
 
 
-def sgd_options(train: dict) -> dict:
+def sgd_options(train: schema.Train) -> dict:
     """train.optimizer as SGD's keywords: {} leaves the implementation to torch."""
-    choice = train["optimizer"]
+    choice = train.optimizer
     return {} if choice == "default" else {choice: True}

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 import numpy as np
 
-from ..config import stages
+from ..config import schema, stages
 from ..runtime.record import (STRATEGY_REMEDY, Bytes, Checkpoints, Evaluation, Memory, RankReport,
                               RunSummary, SecondsPerIteration, StateBytes, TimeSplit, Utilisation)
 from ..runtime import distributed, failure, provenance
@@ -65,7 +65,7 @@ def summarise(job: Job, live_log: Path) -> dict | None:
                         communication_timed=runtime.spec.communication_timed is not None)
     write_text(job.out_dir / "utilisation.jsonl", "".join(json.dumps(s) + "\n" for s in samples))
     save_torch({"model": runtime.model_state(job.model),
-                "num_classes": job.dataset.num_classes, "model_cfg": cfg["model"]},
+                "num_classes": job.dataset.num_classes, "model_cfg": cfg.model.model_dump()},
                job.out_dir / "model_final.pt")
     with atomic_path(job.out_dir / "iterations.jsonl") as tmp:
         shutil.copyfile(live_log, tmp)
@@ -109,7 +109,7 @@ def rank_report(job: Job) -> list[RankReport]:
 
 
 def summary_of(records: list[dict], run: Run, state: TrainState, ctx: Context,
-               precision: Precision, facts: dict, *, ranks: list[RankReport], schedule: dict,
+               precision: Precision, facts: dict, *, ranks: list[RankReport], schedule: schema.Train,
                global_batch: int, lr: float, evaluations: list[Evaluation],
                communication_timed: bool) -> RunSummary:
     """Throughput, time per iteration and its split, losses, and the ranks' reports. `facts`
@@ -130,13 +130,13 @@ def summary_of(records: list[dict], run: Run, state: TrainState, ctx: Context,
         processes=ctx.processes, status="ok", reason="",
         epochs=len(epochs), iterations=len(records), train_seconds=state.train_seconds,
         evaluation_seconds=state.evaluation_seconds, evaluations=evaluations,
-        checkpoints=Checkpoints(**state.checkpoints, every=schedule["checkpoint_every"]),
+        checkpoints=Checkpoints(**state.checkpoints, every=schedule.checkpoint_every),
         # Each session after the first resumed from a checkpoint (a rerun, or torchrun's
         # restart after a worker died; `restart` is torchrun's count then).
         resumed_at_steps=[s["step"] for s in state.sessions[1:]],
         restarts=sum(1 for s in state.sessions if s["restart"] > 0),
-        channels_last=schedule["channels_last"],
-        warmup_iters=schedule["warmup_iters"],  # `auto` resolved
+        channels_last=schedule.channels_last,
+        warmup_iters=schedule.warmup_iters,  # `auto` resolved
         skipped_steps=precision.skipped_steps,  # fp16 overflows the scaler skipped
         images_per_second=float(sum(r["images"] for r in steady) / times.sum()),
         sec_per_iter=SecondsPerIteration(mean=float(times.mean()),

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from .. import strategies
-from ..config import cli
+from ..config import cli, schema
 from ..config.params import scaled_lr
 from ..data.dataset import CocoDetection, DatasetError, InMemory, collate, to_model_input
 from ..data.sampler import ShardedBatchSampler, aspect_ratio_groups
@@ -75,14 +75,14 @@ class Diverged(TrainingError):
     outcome: dict | None = None
 
 
-def learning_rate(train: dict, base_lr: float, step: int, epoch: int) -> float:
+def learning_rate(train: schema.Train, base_lr: float, step: int, epoch: int) -> float:
     """Linear warm-up over the first iterations, then multi-step decay at epoch boundaries."""
     warmup = 1.0
-    if step < train["warmup_iters"]:
-        alpha = step / train["warmup_iters"]
-        warmup = train["warmup_factor"] * (1 - alpha) + alpha
-    decays = sum(1 for milestone in train["lr_steps"] if epoch >= milestone)
-    return base_lr * warmup * train["lr_gamma"] ** decays
+    if step < train.warmup_iters:
+        alpha = step / train.warmup_iters
+        warmup = train.warmup_factor * (1 - alpha) + alpha
+    decays = sum(1 for milestone in train.lr_steps if epoch >= milestone)
+    return base_lr * warmup * train.lr_gamma ** decays
 
 
 def seed_everything(seed: int) -> None:
@@ -188,39 +188,39 @@ class IterationLog:
             self.progress.update(record, self.total_steps)
 
 
-def loader_workers(data_cfg: dict) -> int:
+def loader_workers(data_cfg: schema.Data) -> int:
     """data.workers, or for `auto` the cores of one training process on this node less the
     one it trains on: decoding then keeps up without taking the training's cores."""
-    if data_cfg["workers"] != "auto":
-        return data_cfg["workers"]
+    if data_cfg.workers != "auto":
+        return data_cfg.workers
     local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     return max(1, distributed.available_cores() // local_processes - 1)
 
 
-def setup(cfg: dict, run: Run, out_dir: Path) -> Job:
+def setup(cfg: schema.TrainStage, run: Run, out_dir: Path) -> Job:
     """Start this process's part of the job: data, model, wrapped by the strategy, optimizer,
     and the state of an interrupted run with the same fingerprint."""
-    train_cfg, data_cfg = cfg["train"], cfg["data"]
-    spec = strategies.get(run, cfg["parallel"])
+    train_cfg, data_cfg = cfg.train, cfg.data
+    spec = strategies.get(run, cfg.parallel)
     runtime = spec.runtime()
-    ctx = runtime.start(train_cfg["threads"])
+    ctx = runtime.start(train_cfg.threads)
     per_process = spec.batch_per_process()
     global_batch = per_process * ctx.shards
     if ctx.device.type == "cpu":
         torch.use_deterministic_algorithms(True)
     seed_everything(run.seed)  # the same initial weights in every process
-    dataset = CocoDetection(data_cfg["root"], "train", train=True,
-                            horizontal_flip=data_cfg["horizontal_flip"],
-                            exif_orientation=data_cfg["exif_orientation"])
+    dataset = CocoDetection(data_cfg.root, "train", train=True,
+                            horizontal_flip=data_cfg.horizontal_flip,
+                            exif_orientation=data_cfg.exif_orientation)
     in_memory = run.data_mode == "synthetic"
     if in_memory:
         dataset = InMemory(dataset, per_process, run.seed + 1000 * (ctx.shard or 0))
-    groups = aspect_ratio_groups(dataset.aspect_ratios(), data_cfg["aspect_ratio_groups"])
+    groups = aspect_ratio_groups(dataset.aspect_ratios(), data_cfg.aspect_ratio_groups)
     try:
         sampler = ShardedBatchSampler(len(dataset), per_process, run.seed, ctx.shard or 0,
                                       ctx.shards, groups)
     except ValueError as err:
-        raise TrainingError(f"{data_cfg['root']}: {err}") from None
+        raise TrainingError(f"{data_cfg.root}: {err}") from None
     workers = 0 if in_memory else loader_workers(data_cfg)
     log.info("loader: %d images in %d aspect-ratio group(s), %d worker process(es) per process",
              len(dataset), len(set(groups)), workers)
@@ -231,20 +231,20 @@ def setup(cfg: dict, run: Run, out_dir: Path) -> Job:
                                          num_workers=workers,
                                          generator=loader_seed,
                                          pin_memory=ctx.device.type == "cuda")
-    model = speed.apply(build_model(cfg["model"], dataset.num_classes).to(ctx.device), train_cfg)
+    model = speed.apply(build_model(cfg.model, dataset.num_classes).to(ctx.device), train_cfg)
     model = runtime.wrap(model, ctx)
     base_lr = scaled_lr(train_cfg, global_batch)
     optimizer = runtime.optimizer([p for p in model.parameters() if p.requires_grad], lr=base_lr,
-                                  momentum=train_cfg["momentum"], weight_decay=train_cfg["weight_decay"],
+                                  momentum=train_cfg.momentum, weight_decay=train_cfg.weight_decay,
                                   **speed.sgd_options(train_cfg))
     job = Job(cfg, run, out_dir, runtime, ctx, dataset, sampler, loader, loader_seed, model,
               optimizer, base_lr, global_batch, fingerprint(cfg, run),
               Precision(run.precision, ctx.device, runtime.grad_scaler),
-              IterationClock(ctx.device, train_cfg["time_split"]))
+              IterationClock(ctx.device, train_cfg.time_split))
     job.checkpointer.restore(ctx.rank, ctx.reports)
     job.state.begin_session(int(os.environ.get(RESTART_COUNT, 0)))
     job.sync_check = SyncCheck(runtime.unwrap(model), SYNC_CHECK_AFTER,
-                               enabled=train_cfg["sync_debug"] and ctx.device.type == "cuda")
+                               enabled=train_cfg.sync_debug and ctx.device.type == "cuda")
     log.info("rank %d (%s): %d images, %d per process x %d shards, lr %.4g, %d threads, %s, %s",
              ctx.rank, ctx.role, len(dataset), per_process, ctx.shards, base_lr, ctx.threads,
              ctx.device, ctx.backend)
@@ -303,7 +303,7 @@ def run_epoch(job: Job, log: IterationLog, max_steps: int | None) -> None:
     """The rest of one pass over this process's shard (all of it unless resumed mid-epoch).
     Checkpoints every train.checkpoint_every iterations; their seconds are kept out of the
     training time."""
-    state, every = job.state, job.schedule["checkpoint_every"]
+    state, every = job.state, job.schedule.checkpoint_every
     begin_epoch(job)
     batches = (job.loader if job.ctx.shard is not None
                else itertools.repeat(None, len(job.sampler) - state.batch))
@@ -333,21 +333,21 @@ def save_checkpoint(job: Job) -> None:
     job.state.checkpoints["seconds"] += time.perf_counter() - start
 
 
-def train(cfg: dict, run: Run, out_dir: str | Path, max_steps: int | None = None) -> dict | None:
+def train(cfg: schema.TrainStage, run: Run, out_dir: str | Path, max_steps: int | None = None) -> dict | None:
     """Train one sweep entry; `max_steps` stops early (the equivalence check's single step).
     Returns the run summary in the process that writes it, None in the others."""
     job = setup(cfg, run, Path(out_dir))
-    job.monitor = Monitor(job.ctx.rank, cfg["train"]["monitor_interval_s"],
+    job.monitor = Monitor(job.ctx.rank, cfg.train.monitor_interval_s,
                           job.runtime.gpus_in_use(job.ctx)).start()
     state = job.state
-    progress = Progress(job.total_steps, state.step, cfg["train"]["print_every"], job.ctx.reports,
+    progress = Progress(job.total_steps, state.step, cfg.train.print_every, job.ctx.reports,
                         job.global_batch)
     job.model.train()
     live_log = job.state_dir / "iterations.jsonl"
     try:
         with open(live_log, "a") if job.ctx.reports else contextlib.nullcontext() as log_file:
             log = IterationLog(log_file, progress, job.precision, job.total_steps)
-            while state.epoch < cfg["train"]["epochs"] and state.step != max_steps:
+            while state.epoch < cfg.train.epochs and state.step != max_steps:
                 run_epoch(job, log, max_steps)
                 if state.step == max_steps:
                     break
@@ -370,15 +370,15 @@ def evaluate_during_training(job: Job) -> None:
     """After every eval.every_epochs-th epoch of a run on real data, the first worker scores
     the weights on the validation split, as one record of AP against training seconds; the
     other processes wait, and the whole pause is kept out of the training time."""
-    every = job.cfg["eval"]["every_epochs"]
+    every = job.cfg.eval.every_epochs
     if not every or (job.state.epoch + 1) % every or job.run.data_mode != "real":
         return
     start = time.perf_counter()
     model = job.runtime.scoring_model(job.model, job.ctx)  # gathered, where it is sharded
     if model is not None:
-        val = CocoDetection(job.cfg["data"]["root"], "val", train=False,
-                            exif_orientation=job.cfg["data"]["exif_orientation"])
-        metrics = scoring.score(model, val, job.cfg["eval"]["batch_size"], job.ctx.device,
+        val = CocoDetection(job.cfg.data.root, "val", train=False,
+                            exif_orientation=job.cfg.data.exif_orientation)
+        metrics = scoring.score(model, val, job.cfg.eval.batch_size, job.ctx.device,
                                 chatter=job.out_dir / scoring.CHATTER)
         record = {"epoch": job.state.epoch + 1, "step": job.state.step, "train_seconds": job.state.train_seconds,
                   **{k: metrics[k] for k in ("AP", "AP50", "AP75")},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from ..config import schema
 from ..costmodel.network import Flow
 from ..runtime.record import RankReport, declare_facts
 from ..runtime.run import Run
@@ -28,7 +29,7 @@ class AllGather(TorchrunStrategy):
     bytes_counted = "The gradient all-gather counts the bytes of the tensors it gathers."
 
     @classmethod
-    def predicted_curves(cls, predict: dict) -> dict[str, dict]:
+    def predicted_curves(cls, predict: schema.Predict) -> dict[str, dict]:
         return {"gradient all-gather": {"strategy": cls.name}}
 
     @classmethod

@@ -14,7 +14,7 @@ from pipeline.report.numbers import numbers_tex, parse_numbers
 from pipeline.report.load import SUMMARY_COLUMNS, scaling_frame
 from pipeline.report.noise import comparisons
 from pipeline.report.tables import data_mode_table
-from pipeline.runtime.record import EquivalenceRecord
+from pipeline.runtime.records.equivalence import EquivalenceRecord
 
 COMPARED = {"images_per_second": 2, "AP": 3}  # as pipeline/report/build.py compares
 EQUIVALENCE = EquivalenceRecord.from_json({

@@ -24,7 +24,7 @@ from pipeline.report.prediction import prediction_frame
 from pipeline.report.sections import answer as answer_section
 from pipeline.report.sections import held_out as held_out_section
 from pipeline.report.verdict import Verdict
-from pipeline.runtime.record import CommbenchRecord
+from pipeline.runtime.records.commbench import CommbenchRecord
 from pipeline.strategies import sweep
 
 from .test_answer import COMPARED, summary_of

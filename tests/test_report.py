@@ -19,8 +19,9 @@ from pipeline.report.data import ReportData
 from pipeline.report.figures import figure
 from pipeline.report.load import load_run, summary_frame
 from pipeline.report.sections import SECTIONS, Section, provenance_table, section
-from pipeline.runtime.record import (RecordError, RunSummary, SecondsPerIteration, TimeSplit,
-                                      Utilisation)
+from pipeline.runtime.records.base import RecordError
+from pipeline.runtime.records.training import (RunSummary, SecondsPerIteration, TimeSplit,
+                                               Utilisation)
 
 REPO = Path(__file__).resolve().parents[1]
 SLOW = pytest.mark.slow  # another case of a path the fast tier takes (README, Quick start)

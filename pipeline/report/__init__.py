@@ -2,7 +2,7 @@
 
 Data flow, one module per step:
     load.py     RUN_DIR/{train_summary.json, metrics.json, iterations.jsonl} -> RunDir (the
-                records of pipeline/runtime/record.py), the summary frame
+                records of pipeline/runtime/records/), the summary frame
     tables.py   summary -> table1 (AP) and table2 (time, progress): published rows, then ours;
                 every table's Table (frame, decimals) written as .csv, .md and .tex
     noise.py    entries compared pair by pair: beyond the noise or within it

@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..runtime.files import atomic_path, write_text
-from ..runtime.record import CommbenchRecord, EquivalenceRecord
+from ..runtime.records.commbench import CommbenchRecord
+from ..runtime.records.equivalence import EquivalenceRecord
 from . import causes, clusters, holdout, prediction
 from .data import ReportData
 from .disturbance import measurement_check

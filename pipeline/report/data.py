@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ..runtime.record import CommbenchRecord, EquivalenceRecord
+from ..runtime.records.commbench import CommbenchRecord
+from ..runtime.records.equivalence import EquivalenceRecord
 from .load import RunDir
 from .tables import Table
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..runtime.record import EquivalenceRecord
+from ..runtime.records.equivalence import EquivalenceRecord
 from ..strategies import REGISTERED, STRATEGIES
 from .load import RunDir, baseline_mask
 from .noise import Difference, Spread, difference

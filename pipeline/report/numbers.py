@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 
-from ..runtime.record import Hardware
+from ..runtime.records.provenance import Hardware
 from .data import ReportData
 from .findings import (MACRO_COLUMNS, TORCHVISION_BOX_AP, answer, bytes_sentences,
                        communication_definition, data_mode_findings, inference_seconds, macro,

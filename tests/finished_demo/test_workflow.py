@@ -25,7 +25,7 @@ from pipeline.report.figures import FIGURES
 from pipeline.report.findings import MACRO_COLUMNS
 from pipeline.report.numbers import parse_numbers
 from pipeline.report.render import answer_sentence
-from pipeline.runtime.record import CommbenchRecord
+from pipeline.runtime.records.commbench import CommbenchRecord
 from pipeline.runtime.distributed import available_cores
 
 from ..conftest import REPO, SMALL_DATA

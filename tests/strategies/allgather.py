@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 
 from ..costmodel.network import Flow
-from ..runtime.record import RankReport, declare_facts
+from ..runtime.records.base import declare_facts
+from ..runtime.records.training import RankReport
 from ..runtime.run import Run
 from .base import Option
 from .process import Context

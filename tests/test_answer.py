@@ -1,4 +1,4 @@
-"""The answer the paper and the report open with (pipeline/report/findings.answer): generated
+"""The answer the paper and the report open with (pipeline/report/answer.answer): generated
 from the results fed in, so that other results give another answer. Frames only: no run
 directory, no figure, well under a second."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 import pandas as pd
 import pytest
 
+from pipeline.report.answer import answer
 from pipeline.report.data import ReportData
-from pipeline.report.findings import answer
 from pipeline.report.numbers import numbers_tex, parse_numbers
 from pipeline.report.load import SUMMARY_COLUMNS, scaling_frame
 from pipeline.report.noise import comparisons

@@ -16,8 +16,8 @@ import yaml
 from pipeline import whatif
 from pipeline.config.params import ParamsError, load_resolved
 from pipeline.report import holdout
+from pipeline.report.answer import answer
 from pipeline.report.data import ReportData
-from pipeline.report.findings import answer
 from pipeline.report.load import load_run
 from pipeline.report.noise import comparisons
 from pipeline.report.prediction import prediction_frame

@@ -662,7 +662,7 @@ def test_figure_files_are_the_text_width(report):
 
 
 def test_the_report_and_numbers_tex_open_with_the_answer(report):
-    """The answer (findings.answer) from the fake runs: a section of the report before the
+    """The answer (answer.answer) from the fake runs: a section of the report before the
     results, and numbers.tex's macros for the paper; the skipped run named once, with its reason."""
     out, _ = report
     md = (out / "report" / "report.md").read_text()

@@ -15,7 +15,7 @@ from . import causes, clusters, holdout, prediction
 from .data import ReportData
 from .disturbance import measurement_check
 from .figures import FIGURES, write_figures
-from .findings import answer, inference_seconds
+from .answer import answer, inference_seconds
 from .numbers import numbers_tex
 from .load import RunDir, dataset_of, load_run, read_input, scaling_frame, summary_frame, traffic_frame
 from .noise import comparisons

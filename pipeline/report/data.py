@@ -17,10 +17,10 @@ from .load import RunDir
 from .tables import Table
 
 if TYPE_CHECKING:  # each of these imports the report's modules that import this one
+    from .answer import Answer
     from .causes import CauseTest
     from .clusters import Compute
     from .disturbance import MeasurementCheck
-    from .findings import Answer
     from .holdout import HeldOut
     from .verdict import Verdict
 

@@ -1,5 +1,5 @@
 """What the benchmark scripts share: training one run the way the workflow does, and its summary
-and metrics as the report reads them (pipeline/runtime/record.py); the entries that run every
+and metrics as the report reads them (pipeline/runtime/records/); the entries that run every
 registered strategy (the registry decides, nothing here lists them)."""
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ sys.path.insert(0, str(REPO))
 
 from pipeline.config import params, schema, stages  # noqa: E402
 from pipeline.launch import command, evaluation_command  # noqa: E402
-from pipeline.runtime.record import Metrics, RunSummary  # noqa: E402
+from pipeline.runtime.records.evaluation import Metrics  # noqa: E402
+from pipeline.runtime.records.training import RunSummary  # noqa: E402
 from pipeline.runtime.run import Run  # noqa: E402
 from pipeline.strategies import REGISTERED, sweep  # noqa: E402
 

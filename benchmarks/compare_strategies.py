@@ -25,7 +25,7 @@ from pipeline.config import params, schema, stages
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.launch import command  # noqa: E402
 from pipeline.report.load import busiest_rank_bytes  # noqa: E402
-from pipeline.runtime.record import RunSummary  # noqa: E402
+from pipeline.runtime.records.training import RunSummary  # noqa: E402
 from pipeline.strategies import sweep
 
 GLOBAL_BATCH = 8

@@ -114,7 +114,7 @@ from pipeline.launch import command, commbench_command, evaluation_command  # no
 from pipeline.measure import profile as profiles  # noqa: E402
 from pipeline.runtime import distributed, provenance  # noqa: E402
 from pipeline.runtime.files import write_json, write_text  # noqa: E402
-from pipeline.runtime.record import RunSummary  # noqa: E402
+from pipeline.runtime.records.training import RunSummary  # noqa: E402
 from pipeline.strategies import REGISTERED, sweep  # noqa: E402
 
 PRECISIONS = ("fp32", "bf16", "fp16")

@@ -33,7 +33,7 @@ from .report.holdout import fitted, modelled
 from .report.load import RunDir, load_run
 from .report.prediction import BOUND, prediction_frame, single_inputs
 from .runtime.files import atomic_path
-from .runtime.record import CommbenchRecord
+from .runtime.records.commbench import CommbenchRecord
 from .strategies import sweep
 
 LABEL = "PREDICTION (cost model, not measured)"

@@ -19,7 +19,9 @@ from pipeline.report import causes
 from pipeline.report.load import RunDir
 from pipeline.report.noise import comparisons
 from pipeline.report.verdict import VerdictInput, verdict
-from pipeline.runtime.record import EquivalenceRecord, Metrics, RunSummary
+from pipeline.runtime.records.equivalence import EquivalenceRecord
+from pipeline.runtime.records.evaluation import Metrics
+from pipeline.runtime.records.training import RunSummary
 from pipeline.runtime.run import NORMS, Run
 from pipeline.strategies import sweep
 

@@ -1,4 +1,4 @@
-"""The answer the paper and the report open with (pipeline/report/findings.answer): generated
+"""The answer the paper and the report open with (pipeline/report/answer.answer): generated
 from the results fed in, so that other results give another answer. Frames only: no run
 directory, no figure, well under a second."""
 from __future__ import annotations
@@ -8,13 +8,13 @@ import re
 import pandas as pd
 import pytest
 
+from pipeline.report.answer import answer
 from pipeline.report.data import ReportData
-from pipeline.report.findings import answer
 from pipeline.report.numbers import numbers_tex, parse_numbers
 from pipeline.report.load import SUMMARY_COLUMNS, scaling_frame
 from pipeline.report.noise import comparisons
 from pipeline.report.tables import data_mode_table
-from pipeline.runtime.record import EquivalenceRecord
+from pipeline.runtime.records.equivalence import EquivalenceRecord
 
 COMPARED = {"images_per_second": 2, "AP": 3}  # as pipeline/report/build.py compares
 EQUIVALENCE = EquivalenceRecord.from_json({

@@ -18,7 +18,7 @@ from pipeline.config.params import load_resolved
 from pipeline.costmodel import bands
 from pipeline.costmodel import in_step as in_step_fit
 from pipeline.costmodel.network import measured_network
-from pipeline.runtime.record import CommbenchRecord
+from pipeline.runtime.records.commbench import CommbenchRecord
 
 from .conftest import REPO
 from .test_strategies import PARALLEL

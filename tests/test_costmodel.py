@@ -9,7 +9,8 @@ import torch
 from pipeline.costmodel.network import Link, Network, fit
 from pipeline.costmodel.predict import Iteration
 from pipeline.report.load import RunDir
-from pipeline.runtime.record import CommbenchRecord, RunSummary
+from pipeline.runtime.records.commbench import CommbenchRecord
+from pipeline.runtime.records.training import RunSummary
 from pipeline.strategies import STRATEGIES, Run
 
 M = 100e6  # bytes of gradients

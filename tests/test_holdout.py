@@ -17,15 +17,15 @@ from pipeline import whatif
 from pipeline.config import schema
 from pipeline.config.params import ParamsError, load_resolved
 from pipeline.report import holdout
+from pipeline.report.answer import answer
 from pipeline.report.data import ReportData
-from pipeline.report.findings import answer
 from pipeline.report.load import load_run
 from pipeline.report.noise import comparisons
 from pipeline.report.prediction import prediction_frame
 from pipeline.report.sections import answer as answer_section
 from pipeline.report.sections import held_out as held_out_section
 from pipeline.report.verdict import Verdict
-from pipeline.runtime.record import CommbenchRecord
+from pipeline.runtime.records.commbench import CommbenchRecord
 from pipeline.strategies import sweep
 
 from .test_answer import COMPARED, summary_of

@@ -1,4 +1,4 @@
-"""The run records (pipeline/runtime/record.py): train_summary.json and the files beside it as
+"""The run records (pipeline/runtime/records/): train_summary.json and the files beside it as
 types, read back as written, older run folders upgraded, a misspelt key refused where it is
 read. No training: the files are written here by hand, key for key as the stages write them."""
 from __future__ import annotations
@@ -14,18 +14,12 @@ from pathlib import Path
 import pytest
 
 import pipeline.strategies  # noqa: F401  the strategies declare their facts (ps: staleness)
-from pipeline.runtime.record import (
-    STRATEGY_REMEDY,
-    CommbenchRecord,
-    EquivalenceRecord,
-    Evaluation,
-    Metrics,
-    Provenance,
-    RankReport,
-    RecordError,
-    RunSummary,
-    upgrade,
-)
+from pipeline.runtime.records.base import STRATEGY_REMEDY, RecordError
+from pipeline.runtime.records.commbench import CommbenchRecord
+from pipeline.runtime.records.equivalence import EquivalenceRecord
+from pipeline.runtime.records.evaluation import Evaluation, Metrics
+from pipeline.runtime.records.provenance import Provenance
+from pipeline.runtime.records.training import RankReport, RunSummary, upgrade
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -231,8 +225,9 @@ def test_nan_and_missing_values_survive():
     assert math.isnan(again.final_loss) and again.epoch_loss == []
 
 
-def test_the_record_imports_no_torch():
-    code = ("import sys, pipeline.runtime.record; "
+def test_the_records_import_no_torch():
+    code = ("import sys, pipeline.runtime.records.training, pipeline.runtime.records.commbench, "
+            "pipeline.runtime.records.equivalence; "
             "print(sorted({'torch', 'numpy', 'pandas'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=REPO)

@@ -20,8 +20,9 @@ from pipeline.report.data import ReportData
 from pipeline.report.figures import figure
 from pipeline.report.load import load_run, summary_frame
 from pipeline.report.sections import SECTIONS, Section, provenance_table, section
-from pipeline.runtime.record import (RecordError, RunSummary, SecondsPerIteration, TimeSplit,
-                                      Utilisation)
+from pipeline.runtime.records.base import RecordError
+from pipeline.runtime.records.training import (RunSummary, SecondsPerIteration, TimeSplit,
+                                               Utilisation)
 
 REPO = Path(__file__).resolve().parents[1]
 SLOW = pytest.mark.slow  # another case of a path the fast tier takes (README, Quick start)
@@ -663,7 +664,7 @@ def test_figure_files_are_the_text_width(report):
 
 
 def test_the_report_and_numbers_tex_open_with_the_answer(report):
-    """The answer (findings.answer) from the fake runs: a section of the report before the
+    """The answer (answer.answer) from the fake runs: a section of the report before the
     results, and numbers.tex's macros for the paper; the skipped run named once, with its reason."""
     out, _ = report
     md = (out / "report" / "report.md").read_text()

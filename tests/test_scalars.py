@@ -8,7 +8,7 @@ import sys
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from pipeline.runtime.record import Evaluation
+from pipeline.runtime.records.evaluation import Evaluation
 from pipeline.training import scalars
 
 LOSS_TERMS = ("loss_classifier", "loss_box_reg", "loss_objectness", "loss_rpn_box_reg")

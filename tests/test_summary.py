@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from pipeline.config import params, schema
-from pipeline.runtime.record import Bytes, Evaluation, RankReport, RunSummary
+from pipeline.runtime.records.evaluation import Evaluation
+from pipeline.runtime.records.training import Bytes, RankReport, RunSummary
 from pipeline.strategies import Context, sweep
 from pipeline.training.precision import Precision
 from pipeline.training.state import TrainState

@@ -17,7 +17,7 @@ from pipeline.config.params import load_resolved
 from pipeline.report.clusters import COLUMNS, gpu_compute, prediction_points
 from pipeline.report.load import load_run
 from pipeline.report.prediction import prediction_frame
-from pipeline.runtime.record import CommbenchRecord
+from pipeline.runtime.records.commbench import CommbenchRecord
 
 from .test_report import make_ok_run
 

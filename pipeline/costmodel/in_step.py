@@ -45,7 +45,7 @@ class InStepTerms:
 
     @classmethod
     def of(cls, record) -> "InStepTerms":
-        """The terms of a commbench JSON's `in_step` (runtime/record.py InStep)."""
+        """The terms of a commbench JSON's `in_step` (runtime/records/commbench.py InStep)."""
         return cls(record.processes, record.images, record.wait_s, record.variance_s2,
                    record.alone_variance_s2, record.contention, record.bucket_s, record.message_s,
                    list(record.buckets), dict(record.hook_s_per_byte))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime.record import CommbenchRecord
+from ..runtime.records.commbench import CommbenchRecord
 from .in_step import InStepTerms
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .. import strategies  # noqa: F401  declares each strategy's facts, keys of a run summary
 from ..runtime.files import read_json, write_json
-from ..runtime.record import RunSummary
+from ..runtime.records.training import RunSummary
 
 if TYPE_CHECKING:
     import torch

@@ -21,7 +21,7 @@ import torch
 
 from ..config import schema
 from ..data.dataset import CocoDetection, collate, to_model_input
-from ..runtime.record import SplitDistance
+from ..runtime.records.equivalence import SplitDistance
 from .model import build_model
 
 IMAGES = 8  # single's batch in the demo; split into two halves

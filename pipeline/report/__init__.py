@@ -2,7 +2,7 @@
 
 Data flow, one module per step:
     load.py     RUN_DIR/{train_summary.json, metrics.json, iterations.jsonl} -> RunDir (the
-                records of pipeline/runtime/record.py), the summary frame
+                records of pipeline/runtime/records/), the summary frame
     tables.py   summary -> table1 (AP) and table2 (time, progress): published rows, then ours;
                 every table's Table (frame, decimals) written as .csv, .md and .tex
     noise.py    entries compared pair by pair: beyond the noise or within it
@@ -13,7 +13,16 @@ Data flow, one module per step:
                 named), the one-process strategies' overheads over single, commbench inputs
                 outside their bands -> the report's measurement check, \\MachineNoise in
                 numbers.tex, the cost model's verdict
-    findings.py the answer in full and every generated sentence
+    ranking.py  the entries of one worker count and data mode ranked by images/s or AP, each
+                pair by the noise rule, in sentences: in full and in one
+    ranking_why.py  why a throughput ranking is what it is: the time split, the communication
+                share, bytes, memory per worker, the cost model's reading
+    baseline_gap.py  the baseline's AP against the multi-worker entries at its global batch, and
+                why they differ (the one-step equivalence check)
+    answer.py   the answer in full, from the above: the counts, the rankings and their why, the
+                gaps, the runs that did not complete, the time it took -> Answer
+    findings.py every other generated sentence: each table's findings and the definitions
+    wording.py  how those sentences say a number, a ratio, a size, a duration, a list
     verdict.py  the answer in at most five sentences, in a reader's words: the report's first
                 lines (its figure under them) and the paper's abstract's
     causes.py   the accuracy ablation: single against ddp-w2 with and without batch statistics,

@@ -10,12 +10,13 @@ import pandas as pd
 
 from ..config import schema
 from ..runtime.files import atomic_path, write_text
-from ..runtime.record import CommbenchRecord, EquivalenceRecord
+from ..runtime.records.commbench import CommbenchRecord
+from ..runtime.records.equivalence import EquivalenceRecord
 from . import causes, clusters, holdout, prediction
 from .data import ReportData
 from .disturbance import measurement_check
 from .figures import FIGURES, write_figures
-from .findings import answer, inference_seconds
+from .answer import answer, inference_seconds
 from .numbers import numbers_tex
 from .load import RunDir, dataset_of, load_run, read_input, scaling_frame, summary_frame, traffic_frame
 from .noise import comparisons
@@ -144,7 +145,7 @@ def report_data(runs: list[RunDir], report_cfg: schema.Report, preset: str,
         # The verdict (verdict.verdict): the report's first lines and the abstract's
         verdict=verdict(VerdictInput(summary, compared, checked,
                                      accuracy_cause or causes.finding(tested))),
-        # The answer (findings.answer): the paper's and the report's first words
+        # The answer (answer.answer): the paper's and the report's first words
         answer=answer(summary, compared, predicted, equivalence, dataset, inference_seconds(runs),
                       out_of_sample.sentence()),
         ablated=ablated, causes=tested,

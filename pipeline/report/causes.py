@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..measure.stats import Difference, Spread, difference
-from ..runtime.record import EquivalenceRecord
+from ..runtime.records.equivalence import EquivalenceRecord
 from ..runtime.run import NORMS
 from .load import RunDir, is_baseline
 from .render import Section

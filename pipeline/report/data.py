@@ -12,15 +12,16 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ..config import schema
-from ..runtime.record import CommbenchRecord, EquivalenceRecord
+from ..runtime.records.commbench import CommbenchRecord
+from ..runtime.records.equivalence import EquivalenceRecord
 from .load import RunDir
 from .tables import Table
 
 if TYPE_CHECKING:  # each of these imports the report's modules that import this one
+    from .answer import Answer
     from .causes import CauseTest
     from .clusters import Compute
     from .disturbance import MeasurementCheck
-    from .findings import Answer
     from .holdout import HeldOut
     from .verdict import Verdict
 
@@ -48,7 +49,7 @@ class ReportData:
     predict: schema.Predict | None = None  # report.predict: the clusters to predict
     compute: Compute | None = None  # one GPU's time per image, measured or assumed
     checked: MeasurementCheck | None = None  # noisy machine, disturbed commbench inputs
-    answer: Answer | None = None  # what the results say (findings.answer)
+    answer: Answer | None = None  # what the results say (answer.answer)
     verdict: Verdict | None = None  # the answer in at most five sentences (verdict.verdict)
     # The accuracy ablation (causes.py): its runs under the other norm, out of `runs`, and what
     # they say of the accuracy gap's cause

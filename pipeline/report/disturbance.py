@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from ..costmodel.bands import BANDS_TEXT
 from ..measure.stats import Gap, Repeats, gap
-from ..runtime.record import Check, CommbenchRecord, RunSummary
+from ..runtime.records.commbench import Check, CommbenchRecord
+from ..runtime.records.training import RunSummary
 from .load import RunDir, reader_name
 from .render import Section
 from .tables import signed, significant, tex_escape

@@ -9,7 +9,7 @@ labelled as predictions, apart from the runs the model was fitted beside: per ru
 measured images/s and their ratio, the mean bias (the mean of log(predicted / measured); above 0
 the model is optimistic) and the mean |log(predicted / measured)|, against the goal: every
 held-out run within GOAL_RATIO, and a mean |log| of at most GOAL_LOG. Whether the goal is met is
-said in the answer too (findings.py, and after the verdict where it is missed), never only here.
+said in the answer too (answer.py, and after the verdict where it is missed), never only here.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .findings import _join
 from .load import RunDir
 from .tables import formatted
+from .wording import joined
 
 GOAL_RATIO = 0.15  # every held-out run's predicted / measured images/s within 1 +- this
 GOAL_LOG = 0.05    # and their mean |log(predicted / measured)| at most this
@@ -128,7 +128,7 @@ class HeldOut:
         span = f"x{ratios.min():.2f}" + (f"-{ratios.max():.2f}" if len(ratios) > 1 else "")
         lean = "optimistic" if self.bias > 0 else "pessimistic" if self.bias < 0 else "unbiased"
         within = (f"each within {GOAL_RATIO:.0%}" if outside.empty else
-                  _join([f"{row.run_id} (x{row.ratio:.2f})" for row in outside.itertuples()])
+                  joined([f"{row.run_id} (x{row.ratio:.2f})" for row in outside.itertuples()])
                   + f" outside {GOAL_RATIO:.0%}")
         runs = f"{len(ratios)} held-out run" + ("s" if len(ratios) > 1 else "")
         return (f"its {runs} at predicted/measured {span}, {within}, with a mean bias of "
@@ -143,7 +143,7 @@ class HeldOut:
             return (f"The cost model is not checked out of sample: none of its {len(self.entries)} "
                     "held-out entries has a run it could predict ("
                     + "; ".join(f"{e}: {why}" for e, why in self.not_judged.items()) + ").")
-        unmodelled = "; it has no prediction for " + _join(
+        unmodelled = "; it has no prediction for " + joined(
             [f"{e} ({why})" for e, why in self.unmodelled.items()]) if self.unmodelled else ""
         if not len(self.rows):
             return f"Out of sample the cost model misses its goal{unmodelled}."

@@ -16,7 +16,8 @@ from typing import Any, Callable
 import pandas as pd
 
 from ..runtime.files import read_json
-from ..runtime.record import Evaluation, Metrics, RankReport, RunSummary
+from ..runtime.records.evaluation import Evaluation, Metrics
+from ..runtime.records.training import RankReport, RunSummary
 from ..strategies import STRATEGIES, recorded
 
 TRAFFIC_COLUMNS = ["run_id", "rank", "role", "sent_per_iter", "received_per_iter",
@@ -111,7 +112,7 @@ class RunDir:
 
 
 def load_run(run_dir: str | Path) -> RunDir:
-    """The inputs of one run directory (pipeline/runtime/record.py's records)."""
+    """The inputs of one run directory (the records of pipeline/runtime/records/)."""
     run = load_result(run_dir)
     sampled = run.ok and run.summary.utilisation is not None  # None: before the sampler
     return dataclasses.replace(
@@ -389,7 +390,7 @@ COLUMNS = [
     Column("busiest_rank_theory_bytes_per_iter",
            lambda r: busiest_rank_bytes(r.s, "theory_bytes_per_iteration")),
     _field("replicas_identical"),
-    # What the process that holds the most kept (pipeline/runtime/record.py Memory)
+    # What the process that holds the most kept (pipeline/runtime/records/training.py Memory)
     Column("peak_memory_mb", lambda r: largest_memory(r.s, "peak")),
     Column("owned_state_mb", lambda r: largest_memory(r.s, "state")),
     Column("theory_state_mb", lambda r: theory_state(r.s) if r.s.status == "ok" else math.nan),

@@ -1,5 +1,5 @@
 """numbers.tex: every number the paper quotes, as LaTeX macros, from the report's data; the
-sentences are findings.py's, so the paper and the report say the same.
+sentences are answer.py's and findings.py's, so the paper and the report say the same.
 
 numbers.tex defines
   \\Preset, \\Dataset, \\TargetAP, \\NoiseRule, \\GitRevision, \\Hardware, \\TorchVersion
@@ -8,7 +8,7 @@ numbers.tex defines
   \\SeededEntries, \\SingleSeedEntries   entries that completed 2 or more runs, and exactly 1
   \\WorkflowTime                        the completed runs' recorded training + evaluation time
   \\AnswerAbstract, \\AnswerCounts, \\AnswerThroughput, \\AnswerAccuracy, \\AnswerConclusion,
-  \\AnswerTime, \\AnswerScope, \\NotRun   the answer (findings.answer), paragraphs of sentences
+  \\AnswerTime, \\AnswerScope, \\NotRun   the answer (answer.answer), paragraphs of sentences
   \\AnswerVerdict            the verdict (verdict.py): at most five sentences, the abstract's opening
   \\published{dp|ddp}{KEY}   the study's published values (report.published), e.g. {dp}{AP50}
   \\TorchvisionAP             torchvision's published box AP of fasterrcnn_resnet50_fpn
@@ -23,15 +23,16 @@ from __future__ import annotations
 import math
 import re
 
-from ..runtime.record import Hardware
+from ..runtime.records.provenance import Hardware
+from .answer import answer, inference_seconds
 from .data import ReportData
-from .findings import (MACRO_COLUMNS, TORCHVISION_BOX_AP, answer, bytes_sentences,
-                       communication_definition, data_mode_findings, inference_seconds, macro,
-                       scaling_findings, time_to_accuracy_findings)
+from .findings import (TORCHVISION_BOX_AP, bytes_sentences, communication_definition,
+                       data_mode_findings, scaling_findings, time_to_accuracy_findings)
 from .load import RunDir
 from .noise import NOISE_RULE
 from .tables import entry_means, tex_escape
 from .verdict import VerdictInput, verdict
+from .wording import MACRO_COLUMNS, macro
 
 
 def _itemize(sentences: list[str], none: str) -> str:

@@ -60,7 +60,7 @@ def answer(data: ReportData) -> Section:
 
 @section
 def answer_in_full(data: ReportData) -> Section:
-    """The long-form answer: every ranking with its intervals and entry ids (findings.answer)."""
+    """The long-form answer: every ranking with its intervals and entry ids (answer.answer)."""
     return data.answer.section()
 
 

@@ -1,7 +1,7 @@
 """The verdict: what the results say in at most five sentences a reader takes in at a glance,
 in the words a reader uses ("DDP, 2 workers"), never run ids, every number to three significant
 figures. It opens the report (under it, the throughput figure) and the paper's abstract
-(\\AnswerVerdict in numbers.tex); the long-form answer (findings.py) follows below it.
+(\\AnswerVerdict in numbers.tex); the long-form answer (answer.py) follows below it.
 
 It says, for the largest worker count that ran more than one strategy on the real loader:
 which strategies tie (within the noise of the fastest) and their speed against single's, which
@@ -18,11 +18,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .baseline_gap import BaselineGap, baseline_gaps
 from .disturbance import MeasurementCheck
-from .findings import SPLIT, BaselineGap, Ranking, baseline_gaps, rankings
 from .load import baseline_mask, reader_names
 from .noise import Spread, difference
 from .noise import spreads as noise_spreads
+from .ranking import Ranking, rankings
+from .ranking_why import SPLIT
 from .tables import signed, significant
 
 BEYOND, WITHIN = "beyond the noise", "within the noise"

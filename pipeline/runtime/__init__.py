@@ -13,6 +13,7 @@
     compat.py       the torch versions the pipeline runs on (2.4 to the lock's)
     provenance.py   what every result carries: git revision, packages, hardware
     run.py          one run of the sweep, typed: filled once by the sweep, read by all that runs it
-    record.py       the run records, typed: train_summary.json (upgraded from older run folders),
-                    the provenance, metrics.json, commbench's and the equivalence check's files
+    records/        the run records, typed, one module per stage that writes them:
+                    train_summary.json (upgraded from older run folders), the provenance,
+                    metrics.json, commbench's and the equivalence check's files
 """

@@ -6,7 +6,7 @@ launcher's and the training's --entry), into the provenance and the run summary.
 filled sweep entry as it always was, so run ids, checkpoint fingerprints and Snakemake's params
 stay what they were.
 
-It lives on the ground floor because the run record (record.py) carries it; it knows no
+It lives on the ground floor because the run record (records/training.py) carries it; it knows no
 strategy: a strategy's options are a mapping here, declared and defaulted by the strategy.
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ here and one entry in REGISTERED below; nothing else in the pipeline names strat
 what the study says of one (its display name, its equivalence entry, its predicted curves, how
 its bytes are counted, whether it is the baseline) is declared on its spec (base.py), its
 options too (the sweep fills them into a typed Run: pipeline/runtime/run.py), and the facts it
-records of its own in its module (pipeline/runtime/record.py `declare_facts`). Its spec is read
+records of its own in its module (pipeline/runtime/records/base.py `declare_facts`). Its spec is read
 where torch is not loaded (the Snakefile, the sweep, the report); torch is imported by its
 runtime, built by `get(run, parallel).runtime()` in a training process.
 """

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 from ..config import schema
 from ..costmodel.network import Flow
 from ..runtime import distributed
-from ..runtime.record import RankReport, Record, RunSummary, declare_facts
+from ..runtime.records.base import Record, declare_facts
+from ..runtime.records.training import RankReport, RunSummary
 from ..runtime.run import Run
 from .base import Option
 from .process import Context, changing_buffers

@@ -33,7 +33,7 @@ from .. import strategies
 from ..config import schema, stages
 from ..config.params import ParamsError, remedy
 from ..runtime import provenance
-from ..runtime.record import RunSummary
+from ..runtime.records.training import RunSummary
 from ..runtime.run import NORMS, Run
 
 COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "precision", "norm",

@@ -72,7 +72,7 @@ class Monitor:
 
 
 def peak_memory(gpus: list[int]) -> dict:
-    """This process's peak memory, as pipeline/runtime/record.py's Memory holds it: on GPUs the
+    """This process's peak memory, as pipeline/runtime/records/training.py's Memory holds it: on GPUs the
     most its tensors held at once on the busiest of them (for DataParallel, device 0), and what
     the caching allocator reserved; on a CPU its peak resident set (tensors, code, the allocator's
     slack: what the operating system had to give it)."""

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from ..runtime.files import atomic_path
-from ..runtime.record import Evaluation
+from ..runtime.records.evaluation import Evaluation
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ import yaml
 
 import pipeline.report.paper
 from pipeline.report.figures import FIGURES
-from pipeline.report.findings import MACRO_COLUMNS
 from pipeline.report.numbers import parse_numbers
 from pipeline.report.render import answer_sentence
-from pipeline.runtime.record import CommbenchRecord
+from pipeline.report.wording import MACRO_COLUMNS
+from pipeline.runtime.records.commbench import CommbenchRecord
 from pipeline.runtime.distributed import available_cores
 
 from ..conftest import REPO, SMALL_DATA

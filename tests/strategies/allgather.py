@@ -9,7 +9,8 @@ import time
 
 from ..config import schema
 from ..costmodel.network import Flow
-from ..runtime.record import RankReport, declare_facts
+from ..runtime.records.base import declare_facts
+from ..runtime.records.training import RankReport
 from ..runtime.run import Run
 from .base import Option
 from .process import Context

@@ -293,7 +293,9 @@ def first_error(err: pydantic.ValidationError) -> str:
     first = err.errors()[0]
     where = ".".join(str(part) for part in first["loc"]) or "(top level)"
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{where}: {first['msg']} (got {first.get('input')!r}){more}"
+    got = repr(first.get("input"))
+    got = got if len(got) <= 80 else got[:77] + "..."  # an extra key's message holds the whole mapping
+    return f"{where}: {first['msg']} (got {got}){more}"
 
 
 def _without_titles(node: Any) -> Any:

@@ -140,10 +140,10 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 def parsed_config(args: argparse.Namespace, stage: str) -> Any:
     """The stage's typed config (schema.TrainStage, ...) with its knobs: --knobs, else the
-    workflow's environment, else those already in --config (a whole resolved preset carries
-    them), else, for a command copied from `snakemake -p` into a shell that lacks the
-    workflow's environment, those of params.yaml's default preset in the working directory
-    (`default_knobs`)."""
+    workflow's environment, else those already in --config (a view written with its knobs, as
+    a launcher passes it on), else, for a command copied from `snakemake -p` into a shell that
+    lacks the workflow's environment, those of params.yaml's default preset in the working
+    directory (`default_knobs`)."""
     try:
         config = json.loads(args.config)
     except json.JSONDecodeError as err:

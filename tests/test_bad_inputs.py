@@ -553,6 +553,11 @@ PARAMS_CASES = [
      "lower images_per_worker to at most 8 or raise data.synthetic.train_images"),
     ("duplicate-sweep-entries", set_sweep({"strategy": "ddp", "workers": 2}, {"strategy": "ddp", "workers": 2}),
      f"{DEMO}.sweep: duplicate entries ['ddp-w2-b8']", "each combination once"),
+    # the command line's `--config set=...` (the Snakefile passes it as `set`): named as its own
+    ("override-wrong-type", lambda raw: raw.update(set="train.epochs=four"),
+     "--config set: train.epochs: 'four' is not of type 'integer'", "write a whole number"),
+    ("override-unknown-key", lambda raw: raw.update(set="train.epoch=4"),
+     "--config set: train.epoch: train has no key 'epoch' (did you mean 'epochs'?)", "its keys: base_batch"),
 ]
 
 
@@ -569,6 +574,24 @@ def test_bad_params(case, tmp_path, monkeypatch):
         sweep.runs(params.resolve(raw))  # as the Snakefile does, before any job
     assert_message(str(err.value), what, remedy)
     check_readme_row(case_id, str(err.value))
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("case, text, what", [
+    ("key-given-twice", "\npresets:\n  mine: {extends: demo}\n",
+     "the key 'presets' is given a second time in this mapping (first at line"),
+    ("yaml-syntax-error", "\nreport: {dpi: 50\n", "not valid YAML:"),
+])
+def test_a_malformed_params_file_is_named_by_line(case, text, what, tmp_path, monkeypatch):
+    """params.yaml read strictly (the Snakefile reads it so before Snakemake does): a key given
+    twice, or a YAML error, named with the file, line and column; the file left as it was."""
+    monkeypatch.chdir(tmp_path)
+    Path("params.yaml").write_text((REPO / "params.yaml").read_text() + text)
+    before = snapshot(tmp_path)
+    with pytest.raises(params.ParamsError) as err:
+        params.load("params.yaml")
+    assert re.match(r"params\.yaml:\d+:\d+: ", str(err.value)) and what in str(err.value), str(err.value)
+    check_readme_row(case, str(err.value))
     assert snapshot(tmp_path) == before
 
 
@@ -742,7 +765,8 @@ PLACEHOLDERS = {  # what a case passes for each, as README's section says
 # tests/test_annotation_checks.py (the two splits' categories), which check their rows here too.
 ONE_OFF_CASES = ("exif-orientation-refused", "exif-quarter-turn-read-as-stored",
                  "undecodable-images-in-both-splits", "image-damaged-after-the-data-stage",
-                 "run-busy", "val-category-absent-from-train", "category-named-differently")
+                 "run-busy", "val-category-absent-from-train", "category-named-differently",
+                 "key-given-twice", "yaml-syntax-error")
 # Cases with no row of their own: their message has the form of the case named, its row's.
 SHOWN_BY = {"infinite-box": "nan-box", "wrong-type-nullable": "wrong-type",
             "workers-not-a-number": "wrong-type", "nested-negative": "negative-epochs"}

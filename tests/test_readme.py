@@ -556,6 +556,7 @@ def by_hand(workdir: Path, shell: str) -> subprocess.CompletedProcess:
     return result
 
 
+@pytest.mark.slow  # end to end: every printed command run; parsing them is fast (test_knobs_*)
 def test_printed_commands_run_by_hand(tiny_printed):
     """commbench's command, copied from `snakemake -p`, run without FRCNN_BENCH_KNOBS: its knobs
     come from params.yaml's default preset, said in one line (it ended in KeyError: 'timeout_s')."""

@@ -348,6 +348,7 @@ def extra_section():
     SECTIONS.remove(completed_runs)  # the other tests see the real registry
 
 
+@pytest.mark.slow  # a whole report built again; the fast tests build the report from the same registries
 def test_a_new_section_is_one_function(runs, tmp_path, extra_section):
     build_report(runs, REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "report")
     md = (tmp_path / "report" / "report.md").read_text()
@@ -357,6 +358,7 @@ def test_a_new_section_is_one_function(runs, tmp_path, extra_section):
         tmp_path / "report" / "report.html").read_text()
 
 
+@pytest.mark.slow  # a whole report built again, every figure drawn
 def test_a_new_figure_is_one_function(runs, tmp_path, extra_figure):
     build_report(runs, REPORT_CFG, "demo", tmp_path / "summary.csv", tmp_path / "report")
     out = tmp_path / "report"

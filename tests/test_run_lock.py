@@ -86,7 +86,7 @@ def snapshot(folder: Path) -> dict:
             for p in folder.iterdir()} | {".": folder.stat().st_mtime_ns}
 
 
-@pytest.mark.parametrize("then", ["sleep", "exec"])
+@pytest.mark.parametrize("then", ["sleep", pytest.param("exec", marks=pytest.mark.slow)])
 def test_a_second_process_is_refused_until_the_first_is_killed(tmp_path, holder, then):
     out = tmp_path / "results" / "runs" / "demo" / "single-w1-b4-s0"  # made by the lock
     first = holder(out, then=then)
@@ -115,7 +115,7 @@ def tiny_run(tmp_path: Path) -> tuple[schema.Config, Run]:
     return cfg, next(iter(runs(cfg).values()))
 
 
-@pytest.mark.parametrize("stage", ["train", "evaluate"])
+@pytest.mark.parametrize("stage", ["train", pytest.param("evaluate", marks=pytest.mark.slow)])
 def test_a_second_launch_is_refused_in_one_line_and_touches_nothing(tmp_path, holder, stage):
     cfg, run = tiny_run(tmp_path)
     out = tmp_path / "run"

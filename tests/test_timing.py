@@ -45,7 +45,7 @@ def test_each_record_is_finished_one_iteration_later(device):
         assert record["loss_classifier"] == pytest.approx(128.0 * record["step"])
         assert record["time_compute"] >= 0.02  # the device's time, not the host's launch
         assert record["time_communication"] == pytest.approx(0.005)
-        assert 0.005 <= record["time_optimizer"] < record["time_compute"]
+        assert record["time_optimizer"] >= 0.005  # one-sided: a busy machine only lengthens a sleep
 
 
 def test_no_split_no_marks_but_the_losses():

@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"   {futures[future]} seed {record['seed']}: AP {record['AP']:.4f} AP50 "
                   f"{record['AP50']:.4f} ({record['images_per_second']:.1f} images/s)", flush=True)
 
-    print(f"\n{'configuration':<24}{'runs':>5}" + "".join(f"{SHOWN[m] + ' mean ± sd':>21}{'95 % interval':>20}" for m in METRICS))
+    print(f"\n{'configuration':<24}{'runs':>5}"
+          + "".join(f"{SHOWN[m] + ' mean ± sd':>21}{'95 % interval':>20}" for m in METRICS))
     table = {}
     for name, records in results.items():
         records.sort(key=lambda r: r["seed"])
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
               "configurations": {name: {"overrides": text, "runs": results[name],
                                         **{m: {"mean": s.mean, "sd": s.sd, "n": s.n, "interval95": list(s.interval)}
                                            for m, s in table[name].items()}}
-                                 for name, text in zip(names, args.config or ["as-is:"])},
+                                 for name, text in zip(names, args.config or ["as-is:"], strict=False)},
               "comparisons": comparisons,
               "provenance": provenance.collect(configs[names[0]].model_dump(), parallel=args.parallel,
                                             cores=cores)}

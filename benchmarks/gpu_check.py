@@ -442,7 +442,7 @@ class Check:
                     configs.append(Config(run_id, entry, facts={"images_per_gpu": per_gpu}))
             single, others = configs[0], configs[1:]
             turn = [c for other in others for c in (single, other)] or [single]
-            self._protocol(f"overhead-b{per_gpu}", configs, lambda c: single, rows, skipped,
+            self._protocol(f"overhead-b{per_gpu}", configs, lambda c: single, rows, skipped,  # noqa: B023 (used in this iteration)
                            turn=turn, closing=(single,))
         return {"runs": rows}
 

@@ -55,13 +55,14 @@ class Config:
     def repeats(self) -> Repeats:
         return Repeats.of(s["images_per_second"] for s in self.segments)
 
-    def row(self, reference: "Config | None" = None) -> dict:
+    def row(self, reference: Config | None = None) -> dict:
         """The figures of this configuration so far: the median images/s with its interval,
         how well its repeats agreed, and its gap to `reference` where given."""
         if self.error:
             return {"name": self.name, "status": "failed", "reason": self.error}
         found = self.repeats.summary()
-        out = {"name": self.name, "tree": self.tree.name if self.tree != REPO else "HEAD", "status": "ok" if self.segments else "waiting",
+        out = {"name": self.name, "tree": self.tree.name if self.tree != REPO else "HEAD",
+               "status": "ok" if self.segments else "waiting",
                "images_per_second": found["median"], "low": found["low"], "high": found["high"],
                "repeats": found["repeats"], "disagreement": found["disagreement"],
                "agree": found["agree"],
@@ -111,8 +112,8 @@ class Worker:
         for line in self.process.stdout:
             if line.startswith(SEGMENT):
                 return json.loads(line[len(SEGMENT):])
-        lines = [l for l in self.log.read_text().splitlines() if l.strip()]
-        errors = [l for l in lines if l.startswith("error:") or "Error" in l]
+        lines = [text for text in self.log.read_text().splitlines() if text.strip()]
+        errors = [text for text in lines if text.startswith("error:") or "Error" in text]
         raise RuntimeError(f"the worker ({self.log}) exited: {(errors or lines or ['no output'])[-1]}")
 
     def ask(self, request: dict) -> dict:

@@ -33,7 +33,6 @@ sys.path.insert(0, str(REPO))
 import PIL  # noqa: E402
 import torch  # noqa: E402
 import torchvision  # noqa: E402
-from PIL import Image  # noqa: E402
 from torchvision.io import ImageReadMode, decode_image, decode_jpeg, read_file  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 
@@ -94,7 +93,7 @@ def stage_table(dataset: CocoDetection, args) -> None:
     uint8 = [v2.functional.to_image(image) for image in decoded]
     floats = [FLOAT(image) for image in uint8]
     boxes = [dataset.target(i)["boxes"] for i in indices]
-    pairs = {"uint8": list(zip(uint8, boxes)), "float32": list(zip(floats, boxes))}
+    pairs = {"uint8": list(zip(uint8, boxes, strict=False)), "float32": list(zip(floats, boxes, strict=False))}
     batches = {kind: [[(image, {"boxes": b}) for image, b in pairs[kind][i:i + args.batch]]
                       for i in range(0, len(indices), args.batch)] for kind in pairs}
     pin = "pin_memory" + ("" if CUDA else " (no CUDA: a plain copy)")
@@ -133,7 +132,7 @@ def stage_table(dataset: CocoDetection, args) -> None:
             ratio = ""
         print(f"{name:<58}{ms:>9.4f}{ratio}")
     same = all(torch.equal(decode_image(read_file(path), mode=ImageReadMode.RGB), image)
-               for path, image in zip(paths, uint8))
+               for path, image in zip(paths, uint8, strict=False))
     print(f"torchvision.io's pixels equal PIL's on every image: {same}; bytes per image: "
           f"{floats[0].nbytes / 1e6:.2f} MB float32, {uint8[0].nbytes / 1e6:.2f} MB uint8")
 

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 row = config.row()
                 losses = [s["losses"] for s in config.segments]
-                same = "same" if all(l == losses[0] for l in losses) else "differ"
+                same = "same" if all(loss == losses[0] for loss in losses) else "differ"
                 batches = len({s["batches"] for s in config.segments}) if replay else "n/a"
                 print(f"{'replayed' if replay else 'before':<9} {config.name:<8} "
                       f"{100 * row['disagreement']:>6.1f}%  {batches:>7}  {same:<9} "

@@ -66,7 +66,7 @@ class Replay:
 
     def restore(self) -> None:
         with torch.no_grad():
-            for tensor, saved in zip(self.tensors, self.saved):
+            for tensor, saved in zip(self.tensors, self.saved, strict=False):
                 tensor.copy_(saved)
         self.job.state.step = self.step
         random_state(self.generators)

@@ -5,7 +5,8 @@ measurement protocol (benchmarks/gpu_check.py), through a source tree's own trai
 
 SETUP.json: {"overrides": {section: {key: value}}, "configs": [{"entry": {...}, "settings":
 {section: {key: value}}, "out": DIR}, ...]}. The worker loads DIR's params.yaml (coco2017
-preset), applies the shared overrides and then each config's own settings, and builds every config with DIR's own `setup` (its
+preset), applies the shared overrides and then each config's own settings, and builds every
+config with DIR's own `setup` (its
 data, model, strategy runtime, optimizer): nothing of this file's own tree is imported, so it
 drives HEAD and an older revision (`--against`, unpacked from `git archive`) alike. Then it
 answers one JSON request per stdin line, one JSON reply per line on stdout after `SEGMENT `:
@@ -91,8 +92,9 @@ class Driver:
     `iterate`, or an older tree's `timed_iteration` + `log_record` (f484bdb)."""
 
     def __init__(self, loop, cfg, entry: dict, out: Path):
-        from pipeline.strategies import sweep
         import torch
+
+        from pipeline.strategies import sweep
         self.loop, self.torch = loop, torch
         run = sweep.fill(entry, cfg)
         self.job = loop.setup(train_config(cfg), run, out)

@@ -76,7 +76,8 @@ def accuracy(cfg: schema.Config, work: Path, seeds: int) -> list[Path]:
             runs.append(out)
         for name in ("AP", "AP50"):
             values = [getattr(s, name) for s in scores]
-            print(f"   {config:<5} {name:<5} {statistics.mean(values):.4f} ± {statistics.stdev(values) if len(values) > 1 else 0:.4f}"
+            spread = statistics.stdev(values) if len(values) > 1 else 0
+            print(f"   {config:<5} {name:<5} {statistics.mean(values):.4f} ± {spread:.4f}"
                   f"  ({', '.join(f'{v:.3f}' for v in values)})")
     return runs
 

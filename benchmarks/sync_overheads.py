@@ -107,7 +107,8 @@ def main() -> None:
     if rank == 0:
         for name, value in ms.items():
             print(f"{name:36s} {value:8.1f} ms")
-        print(f"DDP / (plain + flat all-reduce)      x{ms['fwd+bwd, DDP'] / ms['fwd+bwd, plain + flat all-reduce']:.3f}")
+        ratio = ms["fwd+bwd, DDP"] / ms["fwd+bwd, plain + flat all-reduce"]
+        print(f"DDP / (plain + flat all-reduce)      x{ratio:.3f}")
         print(f"ZeRO step after fwd+bwd / alone      x{ms['ZeRO step after DDP fwd+bwd'] / ms['ZeRO step alone']:.3f}")
         print(f"SGD step after fwd+bwd / alone       x{ms['SGD step after DDP fwd+bwd'] / ms['SGD step alone']:.3f}")
         print(f"(2 processes, gloo, 1 thread each, preset {args.preset}, {args.images} images per process, "

@@ -135,7 +135,7 @@ def table(rows: list[dict], a: Side, b: Side) -> str:
                       shown(row["b_mean"], row["b_low"], row["b_high"], row["b_n"], places),
                       ratio, row["verdict"]])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    body = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip() for line in lines]
+    body = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=False)).rstrip() for line in lines]
     return "\n".join([f"A: {a.runs_dir} ({len(a.runs)} runs)", f"B: {b.runs_dir} ({len(b.runs)} runs)",
                       f"verdict: {NOISE_RULE}", "", *body])
 

@@ -15,7 +15,6 @@ sets the split beside a resampling of the same 8 images (sampling alone).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import json
@@ -29,10 +28,10 @@ import torch
 
 from . import strategies
 from .config import cli, schema
+from .detection import split_probe
 from .detection.model import build_model
 from .launch import command
 from .runtime import distributed, lifetime
-from .detection import split_probe
 from .runtime.files import write_json
 from .runtime.run import NORMS, Run
 from .strategies import sweep

@@ -50,7 +50,8 @@ def command(cfg: schema.TrainStage, run: Run, out: str, python: str = sys.execut
                 cfg.parallel.model_copy(update={"rdzv_endpoint": rdzv_endpoint}))
     strategy = strategies.get(run, parallel)
     return strategy.launcher(python) + [
-        "-m", "pipeline.training.train", "--config", run_config(cfg, run), "--entry", json.dumps(run.to_json()), "--out", out]
+        "-m", "pipeline.training.train", "--config", run_config(cfg, run),
+        "--entry", json.dumps(run.to_json()), "--out", out]
 
 
 def evaluation_command(cfg: schema.EvaluateStage, run: Run, run_dir: str, python: str = sys.executable) -> list[str]:

@@ -8,9 +8,9 @@ them without Snakemake.
 """
 from __future__ import annotations
 
-from .config import schema
 from . import strategies
 from .commbench import job as commbench_job
+from .config import schema
 from .runtime.run import Run
 from .strategies import sweep
 

@@ -144,7 +144,7 @@ def predicted_frame(points: pd.DataFrame, band: Band) -> pd.DataFrame:
     """The report's points, in its order, with the label, the band and the rank at their GPU
     count."""
     ranked = {(gpus, r.label): r for gpus, at in points.groupby("gpus")
-              for r in ranking(dict(zip(at["model"], at["predicted_images_per_second"])), band)}
+              for r in ranking(dict(zip(at["model"], at["predicted_images_per_second"], strict=False)), band)}
     rows = []
     for row in points.to_dict("records"):
         r = ranked[row["gpus"], row["model"]]
@@ -169,11 +169,11 @@ def printed(frame: pd.DataFrame, spec: schema.Cluster, per_gpu: int, compute: Co
         "rank": at["predicted_rank"], "strategy": at["model"].str.ljust(at["model"].str.len().max()),
         "images/s": at["predicted_images_per_second"].map("{:.1f}".format),
         "band": [f"{lo:.1f}-{hi:.1f}" for lo, hi in zip(at["predicted_images_per_second_low"],
-                                                         at["predicted_images_per_second_high"])],
+                                                         at["predicted_images_per_second_high"], strict=False)],
         "efficiency": at["predicted_efficiency"].map("{:.0%}".format),
         "MiB per GPU": at["predicted_state_mb_per_gpu"].map("{:.0f}".format),
         "apart from next": [("yes" if apart else "no") if rank < len(at) else "-"
-                            for apart, rank in zip(at["told_apart_from_next"], at["predicted_rank"])]})
+                            for apart, rank in zip(at["told_apart_from_next"], at["predicted_rank"], strict=False)]})
     missing = sorted(set(frame["model"]) - set(at["model"]))
     curves = frame.pivot_table(index="model", columns="gpus", values="predicted_images_per_second", sort=False)
     return "\n".join([

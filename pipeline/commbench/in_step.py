@@ -143,7 +143,7 @@ class Exchanges:
                 work(kind)
                 samples.append(time.perf_counter() - start)
             medians.append(statistics.median(samples) / self.full_bucket)
-        return dict(zip(HOOKS, (s / self.processes for s in reduced(medians, self.device))))
+        return dict(zip(HOOKS, (s / self.processes for s in reduced(medians, self.device)), strict=False))
 
     def fitted(self, primitives: dict, alone: list[float], images: int) -> dict:
         """The terms (costmodel/in_step.InStepTerms' fields) and what they were fitted from,

@@ -152,7 +152,8 @@ def measure(device: torch.device, rank: int, processes: int, message_sizes: list
             medians, spreads = [], []
             for size in message_sizes:
                 tensor = torch.zeros(size // 4, device=device)
-                samples = slowest_samples(lambda: timed(tensor, rank), repeats, warmups=1, device=device)
+                samples = slowest_samples(lambda: timed(tensor, rank), repeats, warmups=1,  # noqa: B023 (called here)
+                                          device=device)
                 medians.append(statistics.median(samples))
                 spreads.append(bands.relative_spread(samples))
             return fitted(name, processes, rank, message_sizes, medians, spreads)

@@ -22,9 +22,11 @@ from ..config import schema
 from ..costmodel import bands
 from ..detection.model import build_model
 from . import in_step
-from .links import reduced  # over the ranks, on the collective's device
-from .links import seconds_of  # the one timer of everything commbench times
-from .links import with_other_load  # ... and what else loaded the machine meanwhile
+from .links import (
+    reduced,  # over the ranks, on the collective's device
+    seconds_of,  # the one timer of everything commbench times
+    with_other_load,  # ... and what else loaded the machine meanwhile
+)
 
 NUM_CLASSES = 2  # the box predictor's last layer, negligible beside the rest of the model
 WARMUPS = 3
@@ -136,7 +138,7 @@ def calibrations(strategies, model_cfg: schema.Model, images: int, repeats: int,
         pending = [first]
         result, checks[strategy.name] = bands.checked(
             f"{strategy.name} timed on the model over {processes} processes",
-            lambda: pending.pop() if pending else with_other_load(once, device, rank),
+            lambda: pending.pop() if pending else with_other_load(once, device, rank),  # noqa: B023 (called here)
             lambda r: bands.calibration_verdict(r, alone_s, expected),
             lambda r: {**r["timings"], "spread": r["spread"], "other_load": r["other_load"]},
             retries, speak=speak)

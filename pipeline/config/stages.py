@@ -19,9 +19,9 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pydantic
 
@@ -69,13 +69,16 @@ STAGES = {
     # knobs do not retrain anything.
     "train": Stage(schema.TrainStage, ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.training.train"),
                    FAULT_KNOBS + SPEED_KNOBS, COMMBENCH_LAUNCH),
-    "evaluate": Stage(schema.EvaluateStage, ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.detection.evaluate"), FAULT_KNOBS,
+    "evaluate": Stage(schema.EvaluateStage,
+                      ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.detection.evaluate"), FAULT_KNOBS,
                       COMMBENCH_LAUNCH),
-    "equivalence": Stage(schema.EquivalenceStage, ("pipeline.equivalence", "pipeline.runtime.elastic", "pipeline.training.train"),
+    "equivalence": Stage(schema.EquivalenceStage,
+                         ("pipeline.equivalence", "pipeline.runtime.elastic", "pipeline.training.train"),
                          FAULT_KNOBS + SPEED_KNOBS),
     # The machine's links for the cost model, and how much its processes slow each other's
     # compute (with the run's model): one job per process count the sweep runs
-    "commbench": Stage(schema.CommbenchStage, ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.commbench"), FAULT_KNOBS),
+    "commbench": Stage(schema.CommbenchStage,
+                       ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.commbench"), FAULT_KNOBS),
     "report": Stage(schema.ReportStage, ("pipeline.report",)),
     "paper": Stage(schema.PaperStage, ("pipeline.report.paper",)),
 }
@@ -212,7 +215,7 @@ def _imports(path: Path, module: str) -> frozenset[str]:
     return _parsed_imports(path, module, stat.st_mtime_ns, stat.st_size)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parsed_imports(path: Path, module: str, mtime_ns: int, size: int) -> frozenset[str]:
     is_package = path.name == "__init__.py"
     package_parts = module.split(".") if is_package else module.split(".")[:-1]
@@ -254,7 +257,7 @@ def executed_modules(entry_modules: tuple[str, ...], left_out: frozenset[str]) -
     return seen
 
 
-@lru_cache(maxsize=None)
+@cache
 def module_files(*entry_modules: str, left_out: frozenset[str] = frozenset()) -> tuple[str, ...]:
     """The source files (relative to the repository) that running `entry_modules` executes,
     `left_out` modules aside (executed_modules)."""

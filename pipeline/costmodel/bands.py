@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 import statistics
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("commbench")
 

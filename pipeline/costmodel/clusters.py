@@ -25,7 +25,7 @@ class Compute:
     variance_per_image: float = math.nan  # of compute, when measured: the slowest worker's wait
 
     @classmethod
-    def measured(cls, single: dict, source: str) -> "Compute":
+    def measured(cls, single: dict, source: str) -> Compute:
         """From one `single` run's inputs (pipeline/report/prediction.py `single_inputs`): its
         compute and data wait per image, its optimizer step shared over its images."""
         return cls(single["compute"] + single["data"] + single["optimizer"] / single["images"],
@@ -42,7 +42,7 @@ class Cluster:
     spare_cpu_machines_per_node: int
 
     @classmethod
-    def of(cls, spec: schema.Cluster) -> "Cluster":
+    def of(cls, spec: schema.Cluster) -> Cluster:
         return cls(spec.name, spec.gpus_per_node, spec.nodes,
                    Link.from_bandwidth(spec.intra_gbit_s, spec.intra_latency_us),
                    Link.from_bandwidth(spec.inter_gbit_s, spec.inter_latency_us),

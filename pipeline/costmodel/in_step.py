@@ -44,7 +44,7 @@ class InStepTerms:
     hook_s_per_byte: dict[str, float] = field(default_factory=dict)  # hook -> its own work
 
     @classmethod
-    def of(cls, record) -> "InStepTerms":
+    def of(cls, record) -> InStepTerms:
         """The terms of a commbench JSON's `in_step` (runtime/records/commbench.py InStep)."""
         return cls(record.processes, record.images, record.wait_s, record.variance_s2,
                    record.alone_variance_s2, record.contention, record.bucket_s, record.message_s,
@@ -94,7 +94,7 @@ def fixed_cost_of(exchange: list[list[float]], compute: list[list[float]], link_
     link's back-to-back `link_s` (for all its `messages`): the median over repeats and ranks of
     exchange - wait - link_s, over `messages`. `exchange` and `compute` are [repeat][rank]."""
     extra = [t - (max(row) - c) - link_s
-             for times, row in zip(exchange, compute) for t, c in zip(times, row)]
+             for times, row in zip(exchange, compute, strict=False) for t, c in zip(times, row, strict=False)]
     return statistics.median(extra) / messages if extra else math.nan
 
 

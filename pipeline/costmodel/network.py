@@ -29,7 +29,7 @@ class Link:
         return messages * self.alpha + nbytes * self.beta if nbytes > 0 else 0.0
 
     @classmethod
-    def from_bandwidth(cls, gbit_per_s: float, latency_us: float) -> "Link":
+    def from_bandwidth(cls, gbit_per_s: float, latency_us: float) -> Link:
         """A hypothetical link from its datasheet: bandwidth in Gbit/s, latency in microseconds."""
         return cls(latency_us * 1e-6, 8 / (gbit_per_s * 1e9))
 

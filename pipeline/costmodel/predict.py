@@ -83,7 +83,7 @@ def slowest_wait(workers: int, variance_per_image: float, images: int) -> float:
     return math.sqrt(variance_per_image * images) * expected_maximum(workers)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def expected_maximum(n: int) -> float:
     """E[max of n standard normals] (0.56 at 2, 1.03 at 4, 1.42 at 8), integrated numerically:
     the integral of x n pdf(x) cdf(x)^(n-1)."""

@@ -22,7 +22,7 @@ class Band:
     source: str
 
     @classmethod
-    def of(cls, ratios: list[float], bound: float, where: str) -> "Band":
+    def of(cls, ratios: list[float], bound: float, where: str) -> Band:
         """The range of `ratios` (runs of `where`), widened to 1 +- `bound` at least."""
         seen = [r for r in ratios if math.isfinite(r) and r > 0]
         low, high = min([1 - bound, *seen]), max([1 + bound, *seen])

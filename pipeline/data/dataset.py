@@ -31,11 +31,19 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+from PIL import Image
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from .annotations import (CategoryUse, box_area, check_split_categories, clean_box, filled_line,
-                          load_annotations, missing_optional)
+from .annotations import (
+    CategoryUse,
+    box_area,
+    check_split_categories,
+    clean_box,
+    filled_line,
+    load_annotations,
+    missing_optional,
+)
 from .errors import DatasetError, remedy
 from .images import EXIF_REMEDY, ExifOrientationError, ImageReader, mode_rule, orientation_name
 from .tree import SPLIT_DIRS, annotation_path, file_sha256
@@ -272,7 +280,7 @@ def to_model_input(image: torch.Tensor, device) -> torch.Tensor:
 
 def collate(batch):
     """Detection batches stay lists: images differ in size and in their number of boxes."""
-    return tuple(zip(*batch))
+    return tuple(zip(*batch, strict=False))
 
 
 def build_manifest(root: str | Path, splits=tuple(SPLIT_DIRS), exif_orientation: str = "refuse",
@@ -327,7 +335,7 @@ def inspect_images(dataset: CocoDetection) -> tuple[list[str], list[tuple[str, i
     results = _inspect_all([(dataset.reader, info) for info in infos], str(dataset.image_dir))
     unusable = [problem for problem, _, _ in results if problem is not None]
     oriented = [(info["file_name"], orientation)
-                for info, (_, orientation, _) in zip(infos, results) if orientation != 1]
+                for info, (_, orientation, _) in zip(infos, results, strict=False) if orientation != 1]
     modes = Counter(mode for _, _, mode in results if mode is not None)
     return unusable, oriented, modes
 

@@ -119,7 +119,7 @@ def render_image(seed: int, split_index: int, index: int, size: int, max_objects
         _draw_shape(ImageDraw.Draw(mask), category, box, 255)
         masks.append(np.asarray(mask) > 0)
     annotations = []
-    for i, (category, box, _) in enumerate(objects):
+    for i, (category, _box, _) in enumerate(objects):
         visible = masks[i].copy()
         for later in masks[i + 1:]:
             visible &= ~later

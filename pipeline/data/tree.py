@@ -2,7 +2,8 @@
 
 The manifest (pipeline/data/prepare.py) records the tree's `signature` when the data stage
 checks it; the workflow compares it with the tree as it is now each time it plans
-(rules/data.smk, `plan`: a rerun trigger, no file written), so a training image added, an annotation file edited or a split removed makes
+(rules/data.smk, `plan`: a rerun trigger, no file written), so a training image added, an
+annotation file edited or a split removed makes
 the data stage run again, and everything trained on the old data with it. A run's checkpoint
 carries the data's `identity` too (pipeline/training/identity.py): a resumed run never mixes
 old and new data.

@@ -21,9 +21,8 @@ is FSDP's root.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import math
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -37,7 +36,6 @@ from torchvision.ops import FrozenBatchNorm2d
 from ..config import schema
 from ..runtime.run import NORMS
 from .roi_align import ThreadedRoIPool
-
 
 GROUPS = 8  # GroupNorm's groups, fewer where a layer has fewer channels (the tiny model's are 8-64)
 

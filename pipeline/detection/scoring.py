@@ -123,14 +123,14 @@ def _scored(coco_gt, COCOeval, detections: list[dict], image_ids: list[int] | No
     evaluator.evaluate()
     evaluator.accumulate()
     evaluator.summarize()
-    return {name: float(value) for name, value in zip(METRICS, evaluator.stats)}
+    return {name: float(value) for name, value in zip(METRICS, evaluator.stats, strict=False)}
 
 
 def to_coco_results(image_id: int, output: dict, score_threshold: float) -> list[dict]:
     """torchvision's xyxy boxes -> COCO results entries with xywh boxes."""
     results = []
     for box, score, label in zip(output["boxes"].tolist(), output["scores"].tolist(),
-                                 output["labels"].tolist()):
+                                 output["labels"].tolist(), strict=False):
         if score < score_threshold:
             continue
         x0, y0, x1, y1 = box
@@ -143,6 +143,7 @@ def to_coco_results(image_id: int, output: dict, score_threshold: float) -> list
 def predict(model, dataset, batch_size: int, device: torch.device,
             score_threshold: float) -> list[dict]:
     import torch
+
     from ..data.dataset import collate, to_model_input
 
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, collate_fn=collate)
@@ -151,7 +152,7 @@ def predict(model, dataset, batch_size: int, device: torch.device,
     with torch.no_grad():
         for images, targets in loader:
             outputs = model([to_model_input(image, device) for image in images])  # uint8 in
-            for target, output in zip(targets, outputs):
+            for target, output in zip(targets, outputs, strict=False):
                 output = {k: v.cpu() for k, v in output.items()}
                 detections += to_coco_results(target["image_id"], output, score_threshold)
     return detections

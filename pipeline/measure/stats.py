@@ -49,7 +49,7 @@ class Spread:
     n: int
 
     @classmethod
-    def of(cls, values) -> "Spread":
+    def of(cls, values) -> Spread:
         values = [float(v) for v in values if _present(v)]
         n = len(values)
         mean = sum(values) / n if n else math.nan
@@ -115,7 +115,7 @@ class Repeats:
     values: tuple[float, ...]
 
     @classmethod
-    def of(cls, values) -> "Repeats":
+    def of(cls, values) -> Repeats:
         return cls(tuple(float(v) for v in values if _present(v)))
 
     @property
@@ -147,7 +147,7 @@ class Repeats:
         return tuple(v for v in self.values
                      if abs(v - median) > OUTLIER_MADS * mad and abs(v / median - 1) > margin)
 
-    def without(self, values) -> "Repeats":
+    def without(self, values) -> Repeats:
         """These repeats but `values` (each left out once)."""
         kept = list(self.values)
         for value in values:

@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-
 import pydantic
 
 from ..config import cli, schema

@@ -14,8 +14,7 @@ import pandas as pd
 
 from ..runtime.records.equivalence import EquivalenceRecord
 from ..strategies import STRATEGIES
-from .baseline_gap import (baseline_gaps, equivalence_sentence, equivalence_short, gap_headline,
-                           gap_sentence)
+from .baseline_gap import baseline_gaps, equivalence_sentence, equivalence_short, gap_headline, gap_sentence
 from .load import RunDir
 from .ranking import Ranking, headline, ranking_sentences, rankings
 from .ranking_why import WHY_COLUMNS, model_summary, short_why, why_throughput

@@ -13,16 +13,15 @@ from ..runtime.files import atomic_path, write_text
 from ..runtime.records.commbench import CommbenchRecord
 from ..runtime.records.equivalence import EquivalenceRecord
 from . import causes, clusters, holdout, prediction
+from .answer import answer, inference_seconds
 from .data import ReportData
 from .disturbance import measurement_check
 from .figures import FIGURES, write_figures
-from .answer import answer, inference_seconds
-from .numbers import numbers_tex
 from .load import RunDir, dataset_of, load_run, read_input, scaling_frame, summary_frame, traffic_frame
 from .noise import comparisons
+from .numbers import numbers_tex
 from .render import render_html, render_markdown
 from .sections import report_sections
-from .verdict import CauseFinding, VerdictInput, verdict
 from .tables import (
     AP_DECIMALS,
     AP_TABLE,
@@ -39,6 +38,7 @@ from .tables import (
     tex_escape,
     time_to_accuracy_table,
 )
+from .verdict import CauseFinding, VerdictInput, verdict
 
 # What the report stage writes into its directory besides the figures (the Snakefile declares
 # them): each table as .md, .csv and .tex, and these files. comparisons.csv holds every pair

@@ -20,9 +20,9 @@ import io
 import logging
 import math
 import multiprocessing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
@@ -93,7 +93,7 @@ def outside_legend(ax, where: str = "right", ncols: int = 1, extra=()):
         handles, labels = list(legend.legend_handles), [t.get_text() for t in legend.get_texts()]
         title = legend.get_title().get_text() or None
         legend.remove()
-    for handle, label in [*zip(*ax.get_legend_handles_labels()), *extra]:
+    for handle, label in [*zip(*ax.get_legend_handles_labels(), strict=False), *extra]:
         if label not in labels:
             handles.append(handle)
             labels.append(label)
@@ -159,11 +159,11 @@ def draw_ap(ax, data: ReportData) -> None:
     axes = fig.subplots(len(parts), 1, height_ratios=[max(1, len(rows)) for rows, _ in parts],
                         squeeze=False)[:, 0]
     colours = _seaborn().color_palette(n_colors=len(AP_COLUMNS))
-    for panel, (rows, label) in zip(axes, parts):
+    for panel, (rows, label) in zip(axes, parts, strict=False):
         names = [m.split("(")[-1].rstrip(")") if label.startswith("published") else m.split(":")[0]
                  for m in rows["Method"]]
         height = 0.8 / len(AP_COLUMNS)
-        for k, (metric, colour) in enumerate(zip(AP_COLUMNS, colours)):
+        for k, (metric, colour) in enumerate(zip(AP_COLUMNS, colours, strict=False)):
             panel.barh([i - 0.4 + height * (k + 0.5) for i in range(len(rows))],
                        rows[metric].astype(float).fillna(0), height=height, color=colour,
                        label=metric)
@@ -222,11 +222,11 @@ def draw_utilisation(ax, data: ReportData) -> None:
     kinds = list(dict.fromkeys(found["kind"]))
     height = 0.8 / len(kinds)
     colours = _seaborn().color_palette(n_colors=max(2, len(kinds)))
-    for k, (kind, colour) in enumerate(zip(kinds, colours)):
+    for k, (kind, colour) in enumerate(zip(kinds, colours, strict=False)):
         rows = found[found["kind"] == kind]
         y = [names.index(n) - 0.4 + height * (k + 0.5) for n in rows["name"]]
         ax.barh(y, rows["median"], height=height, color=colour, label=kind)
-        for yi, q1, q3 in zip(y, rows["q1"], rows["q3"]):
+        for yi, q1, q3 in zip(y, rows["q1"], rows["q3"], strict=False):
             ax.plot([q1, q3], [yi, yi], color="black", linewidth=1)
     ax.set_yticks(range(len(names)), names)
     ax.invert_yaxis()
@@ -266,10 +266,10 @@ def draw_throughput(ax, data: ReportData) -> None:
     if speeds.empty:
         return _no_runs(ax)
     colours = _seaborn().color_palette(n_colors=max(2, speeds["workers"].nunique()))
-    colour = dict(zip(sorted(speeds["workers"].unique()), colours))
+    colour = dict(zip(sorted(speeds["workers"].unique()), colours, strict=False))
     rows = range(len(speeds))
     ax.barh(rows, speeds["mean"], color=[colour[w] for w in speeds["workers"]], height=0.7)
-    for i, row in zip(rows, speeds.itertuples()):
+    for i, row in zip(rows, speeds.itertuples(), strict=False):
         if row.high == row.high:  # an interval: 2 or more seeds
             ax.plot([row.low, row.high], [i, i], color="black", linewidth=1.2)
         ax.plot(row.values, [i] * len(row.values), linestyle="", marker="o", markersize=2.5,
@@ -297,7 +297,7 @@ def draw_memory(ax, data: ReportData) -> None:
     if done.empty:
         return _no_runs(ax, "no completed run recorded the state it holds")
     done = done.assign(strategy=[strategy_label(s, v, m) for s, v, m in
-                                 zip(done["strategy"], done["variant"], done["data_mode"])])
+                                 zip(done["strategy"], done["variant"], done["data_mode"], strict=False)])
     for colour, (name, rows) in enumerate(done.groupby("strategy", sort=True)):
         rows = rows.groupby("workers", as_index=False)[["owned_state_mb", "theory_state_mb"]].mean()
         ax.plot(rows["workers"], rows["owned_state_mb"], marker="o", color=f"C{colour}", label=name)
@@ -319,7 +319,7 @@ def draw_scaling(ax, data: ReportData) -> None:
     # The efficiencies go in the legend, one line per strategy: labels beside the points
     # collide where strategies reach the same speed-up.
     efficiency = {name: ", ".join(f"{e:.0%} at {int(w)}" for w, e in
-                                  zip(rows["workers"], rows["efficiency"]) if e == e)
+                                  zip(rows["workers"], rows["efficiency"], strict=False) if e == e)
                   for name, rows in scaling.groupby("strategy", sort=False)}
     scaling = scaling.assign(strategy=[f"{s}: {efficiency[s]}" if efficiency[s] else s
                                        for s in scaling["strategy"]])
@@ -357,7 +357,7 @@ def draw_data_modes(ax, data: ReportData) -> None:
     table = data.data_modes
     if table.empty:
         return _no_runs(ax, "no entry ran in both data modes")
-    labels = [f"{s}, {w} worker(s)" for s, w in zip(table["strategy"], table["workers"])]
+    labels = [f"{s}, {w} worker(s)" for s, w in zip(table["strategy"], table["workers"], strict=False)]
     long = pd.DataFrame({
         "run": labels * 2, "mode": ["real loader"] * len(table) + ["in-memory"] * len(table),
         "images/s": list(table["real images/s"]) + list(table["synthetic images/s"])})
@@ -365,7 +365,7 @@ def draw_data_modes(ax, data: ReportData) -> None:
     top = float(long["images/s"].max())
     notes = table["loader share note"] if "loader share note" in table else [""] * len(table)
     for i, (real, synthetic, share, note) in enumerate(zip(
-            table["real images/s"], table["synthetic images/s"], table["loader share"], notes)):
+            table["real images/s"], table["synthetic images/s"], table["loader share"], notes, strict=False)):
         # beside the longer bar, in the margin kept free for it
         ax.annotate(f"loader {share:.0%}" + (" (measured below 0)" if note else ""),
                     (max(real, synthetic), i), xytext=(4, 0), textcoords="offset points",
@@ -453,7 +453,7 @@ def write_figures(data: ReportData, out_dir: Path, formats: list[str],
     if available_cores() > 1 and "fork" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(2, mp_context=context) as pool:
-            drawn = dict(zip(names, pool.map(_draw_figure, names)))
+            drawn = dict(zip(names, pool.map(_draw_figure, names), strict=False))
     else:
         drawn = {name: _draw_figure(name) for name in names}
     for name, files in drawn.items():

@@ -72,7 +72,7 @@ class HeldOut:
     unmodelled: dict[str, str] = field(default_factory=dict)  # entry -> why the model cannot
 
     @classmethod
-    def of(cls, frame: pd.DataFrame, runs: list[RunDir], entries: Collection[str]) -> "HeldOut":
+    def of(cls, frame: pd.DataFrame, runs: list[RunDir], entries: Collection[str]) -> HeldOut:
         """From prediction_frame's rows (every run's, the model fitted without `entries`)."""
         entries = tuple(dict.fromkeys(entries))
         mine = frame[frame["entry"].isin(list(entries))]

@@ -9,15 +9,16 @@ import dataclasses
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
 from ..runtime.files import read_json
 from ..runtime.records.evaluation import Evaluation, Metrics
-from ..runtime.records.training import RankReport, RunSummary
+from ..runtime.records.training import RunSummary
 from ..strategies import STRATEGIES, recorded
 
 TRAFFIC_COLUMNS = ["run_id", "rank", "role", "sent_per_iter", "received_per_iter",
@@ -215,7 +216,7 @@ def is_baseline(strategy, variant) -> bool:
 
 def baseline_mask(frame: pd.DataFrame) -> pd.Series:
     """Which rows of a frame with strategy and variant columns are baseline runs."""
-    return pd.Series([is_baseline(s, v) for s, v in zip(frame["strategy"], frame["variant"])],
+    return pd.Series([is_baseline(s, v) for s, v in zip(frame["strategy"], frame["variant"], strict=False)],
                      index=frame.index, dtype=bool)
 
 
@@ -290,18 +291,18 @@ def scaling_frame(summary: pd.DataFrame) -> pd.DataFrame:
              .reset_index())
     single = means[baseline_mask(means)]
     by_batch = {(m, b): v for m, b, v in zip(single["data_mode"], single["global_batch"],
-                                              single["images_per_second"])}
+                                              single["images_per_second"], strict=False)}
     by_per_worker = {(m, p): v for m, p, v in zip(single["data_mode"], single["images_per_worker"],
-                                                  single["images_per_second"])}
+                                                  single["images_per_second"], strict=False)}
     baselines = [("same global batch", by_batch[(m, b)]) if (m, b) in by_batch else
                  ("same images per worker", by_per_worker[(m, p)]) if (m, p) in by_per_worker else
                  ("no single run", math.nan)
                  for m, b, p in zip(means["data_mode"], means["global_batch"],
-                                    means["images_per_worker"])]
+                                    means["images_per_worker"], strict=False)]
     speedup = means["images_per_second"].to_numpy() / [value for _, value in baselines]
     frame = pd.DataFrame({
         "strategy": [strategy_label(s, v, mode) for s, v, mode in
-                     zip(means["strategy"], means["variant"], means["data_mode"])],
+                     zip(means["strategy"], means["variant"], means["data_mode"], strict=False)],
         "workers": means["workers"].astype("Int64").to_numpy(),
         "global_batch": means["global_batch"].astype("Int64").to_numpy(),
         "n": means["n"].to_numpy(),

@@ -26,8 +26,14 @@ import re
 from ..runtime.records.provenance import Hardware
 from .answer import answer, inference_seconds
 from .data import ReportData
-from .findings import (TORCHVISION_BOX_AP, bytes_sentences, communication_definition,
-                       data_mode_findings, scaling_findings, time_to_accuracy_findings)
+from .findings import (
+    TORCHVISION_BOX_AP,
+    bytes_sentences,
+    communication_definition,
+    data_mode_findings,
+    scaling_findings,
+    time_to_accuracy_findings,
+)
 from .load import RunDir
 from .noise import NOISE_RULE
 from .tables import entry_means, tex_escape

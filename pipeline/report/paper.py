@@ -5,7 +5,8 @@
 
 paper.tex inputs what the report stage wrote in the preset's report directory (numbers.tex, the
 .tex tables, figures.tex and the PDF figures): latexmk defines \reportdir for it. The build runs
-in a scratch directory beside the output, so a failed build leaves the previous PDF as it was; the LaTeX log of a failure is
+in a scratch directory beside the output, so a failed build leaves the previous PDF as it was;
+the LaTeX log of a failure is
 kept beside the output (paper.failed.log) and its first error is printed.
 """
 from __future__ import annotations

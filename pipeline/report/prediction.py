@@ -28,6 +28,7 @@ import pandas as pd
 
 from ..costmodel.network import Network, measured_network
 from ..costmodel.predict import Iteration, iteration
+from ..runtime.records.commbench import CommbenchRecord
 from ..runtime.records.training import RunSummary
 from ..strategies import lookup, recorded
 from .disturbance import commbench_inputs, shared_factor_disturbed, verdict

@@ -122,14 +122,14 @@ def ranking_sentences(r: Ranking) -> list[str]:
             found.append("The two are within the noise of each other." if len(judged) == 2 else
                          "No two of them differ beyond the noise.")
         elif not within:
-            steps = list(zip(judged, judged[1:]))
+            steps = list(zip(judged, judged[1:], strict=False))
             found.append("Every pair of them differs beyond the noise, in the order of the "
                          f"ranking; step by step: {by_how_much(steps)}.")
         elif len(beyond) <= len(within):  # the shorter list named, pair by pair
             found.append(f"Beyond the noise: {by_how_much(beyond)}. Every other pair of them is "
                          "within the noise.")
         else:
-            steps = [(a, b) for a, b in zip(judged, judged[1:]) if (a, b) in beyond]
+            steps = [(a, b) for a, b in zip(judged, judged[1:], strict=False) if (a, b) in beyond]
             rest = len(beyond) - len(steps)
             found.append(f"Beyond the noise, down the ranking: {by_how_much(steps)}. Within the "
                          "noise of each other: " + "; ".join(

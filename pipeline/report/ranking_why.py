@@ -140,7 +140,7 @@ def model_facts(r: Ranking, predicted: pd.DataFrame | None) -> ModelFacts | None
     rows = predicted[predicted["entry"].isin(r.order)]
     if rows.empty:
         return None
-    unmodelled = {e: flag for e, flag in zip(rows["entry"], rows["flag"])
+    unmodelled = {e: flag for e, flag in zip(rows["entry"], rows["flag"], strict=False)
                   if flag and not flag.startswith("missed")}
     means = rows[~rows["entry"].isin(unmodelled)].groupby("entry", sort=False)[
         ["predicted_images_per_second", "measured_images_per_second"]].mean()

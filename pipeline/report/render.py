@@ -105,10 +105,10 @@ def html_table(shown: pd.DataFrame) -> str:
     """A table as a reader sees it: numbers right-aligned and never broken, ids never broken,
     prose wrapping at its spaces; its notes under it."""
     numeric, wrap = numeric_columns(shown), wrapping_columns(shown)
-    kinds = ["num" if n else "" if w else "key" for n, w in zip(numeric, wrap)]
+    kinds = ["num" if n else "" if w else "key" for n, w in zip(numeric, wrap, strict=False)]
     cls = [f" class='{k}'" if k else "" for k in kinds]
-    head = "".join(f"<th{c}>{_inline(str(h))}</th>" for c, h in zip(cls, shown.columns))
-    rows = "".join("<tr>" + "".join(f"<td{c}>{_inline(str(v))}</td>" for c, v in zip(cls, row))
+    head = "".join(f"<th{c}>{_inline(str(h))}</th>" for c, h in zip(cls, shown.columns, strict=False))
+    rows = "".join("<tr>" + "".join(f"<td{c}>{_inline(str(v))}</td>" for c, v in zip(cls, row, strict=False))
                    + "</tr>" for row in shown.itertuples(index=False))
     notes = "".join(f"<p class='note'>{_inline(n)}</p>" for n in shown.attrs.get("notes") or [])
     return (f"<div class='table'><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody>"

@@ -13,16 +13,22 @@ equivalence check ran). render.py lays them out as Markdown and HTML.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pandas as pd
 
 from . import causes, clusters, prediction
 from .data import ReportData
 from .figures import FIGURES, VERDICT_FIGURE
-from .findings import (TORCHVISION_BOX_AP, bytes_sentences, communication_definition,
-                       data_mode_findings, memory_sentences, scaling_findings,
-                       time_to_accuracy_findings)
+from .findings import (
+    TORCHVISION_BOX_AP,
+    bytes_sentences,
+    communication_definition,
+    data_mode_findings,
+    memory_sentences,
+    scaling_findings,
+    time_to_accuracy_findings,
+)
 from .holdout import HeldOut
 from .load import PROGRESS_DEFINITION, RunDir, strategy_label
 from .noise import NOISE_RULE
@@ -256,7 +262,7 @@ def runs(data: ReportData) -> Section:
     frame = pd.DataFrame({
         "run_id": summary["run_id"],
         "strategy": [strategy_label(s, v, m) for s, v, m in
-                     zip(summary["strategy"], summary["variant"], summary["data_mode"].fillna("real"))],
+                     zip(summary["strategy"], summary["variant"], summary["data_mode"].fillna("real"), strict=False)],
         **{c: summary[c] for c in ("seed", "workers", "processes", "images_per_worker",
                                    "global_batch", "threads", "restarts", "device", "backend",
                                    "status", "reason")}})

@@ -198,7 +198,7 @@ def formatted(table: pd.DataFrame, decimals: dict[str, int], hide=()) -> pd.Data
             values = [number_text(v, places) for v in table[col]]
             if f"{col} sd" in table:
                 values = [v + ("" if pd.isna(sd) or v == NO_NUMBER else f" ± {sd:.{places}f}")
-                          for v, sd in zip(values, table[f"{col} sd"])]
+                          for v, sd in zip(values, table[f"{col} sd"], strict=False)]
         else:
             values = [cell_text(v) for v in table[col]]
         if f"{col} note" in table:
@@ -279,9 +279,9 @@ def latex_table(shown: pd.DataFrame, n_published: int = 0, *, long: tuple[str, s
     longtable, which breaks across pages, with its caption. The table's notes follow it."""
     numeric, wrap = numeric_columns(shown), wrapping_columns(shown)
     spec = "".join(r">{\raggedright\arraybackslash}X" if w else ("r" if n else "l")
-                   for n, w in zip(numeric, wrap))
+                   for n, w in zip(numeric, wrap, strict=False))
     header_row = " & ".join(_tex_header(str(c), "r" if n else "l", w)
-                            for c, n, w in zip(shown.columns, numeric, wrap)) + r" \\"
+                            for c, n, w in zip(shown.columns, numeric, wrap, strict=False)) + r" \\"
     rules = set(rules_before) | ({n_published} if n_published else set())
     body = []
     for i, row in enumerate(shown.itertuples(index=False)):
@@ -353,9 +353,9 @@ def time_to_accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
         "run_id": scored["run_id"], "target_ap": scored["target_ap"], "final_ap": scored["AP"],
         "reached after (s)": [f"{v:.1f}" if ok else ("no target set" if pd.isna(t) else "not reached")
                               for v, ok, t in zip(scored["seconds_to_target"], reached,
-                                                  scored["target_ap"])],
+                                                  scored["target_ap"], strict=False)],
         "iterations": [str(int(v)) if ok else "" for v, ok in
-                       zip(scored["iterations_to_target"], reached)],
+                       zip(scored["iterations_to_target"], reached, strict=False)],
         "training_seconds": scored["train_seconds"],
         "evaluation_seconds": scored["evaluation_seconds"]}).reset_index(drop=True)
 

@@ -11,8 +11,9 @@ strategy: a strategy's options are a mapping here, declared and defaulted by the
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
 
 class RunError(KeyError):

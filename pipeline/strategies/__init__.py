@@ -48,7 +48,7 @@ def lookup(name: str) -> type[Strategy]:
                          f"choose one of {', '.join(STRATEGIES)}") from None
 
 
-@functools.lru_cache(maxsize=None)  # asked once per run while the workflow plans
+@functools.cache  # asked once per run while the workflow plans
 def not_run_by(name: str) -> frozenset[str]:
     """The registered strategies' modules that a run of strategy `name` does not execute: all
     but its own and those it builds on (zero on ddp). This registry imports them all, but a run

@@ -58,8 +58,7 @@ def counting_hook(kind: str, processes: int, traffic: Traffic):
     """The real hook, plus counting: bytes on the wire and the backward pass's wait for the
     last bucket (the rest of the all-reduce overlaps the backward computation)."""
     import torch.distributed as dist
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     def hook(state, bucket):
         if kind == "powersgd":
@@ -149,7 +148,7 @@ def all_reduce_seconds(workers: int, grad_bytes: float, hook: str, network: Netw
         return max(per_bucket, buckets * per_bucket - backward)
     times = [bucket_seconds(workers, size, hook, network) for size in sizes]
     fixed = [in_step.bucket_cost(hook, size) for size in sizes]
-    overlapped = sum(t * in_step.contention + f for t, f in zip(times[:-1], fixed[:-1]))
+    overlapped = sum(t * in_step.contention + f for t, f in zip(times[:-1], fixed[:-1], strict=False))
     return times[-1] + fixed[-1] + max(0.0, overlapped - backward)
 
 

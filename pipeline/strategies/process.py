@@ -51,7 +51,7 @@ class Traffic:
     received: int = 0
     backward_wait: float = 0.0
 
-    def take(self) -> "Traffic":
+    def take(self) -> Traffic:
         taken = Traffic(self.sent, self.received, self.backward_wait)
         self.sent, self.received, self.backward_wait = 0, 0, 0.0
         return taken

@@ -205,7 +205,8 @@ class ParameterServerRuntime(TorchrunRuntime):
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.buffers = changing_buffers(model)  # they travel with server 0's parameters
         self.owner = balanced_shards([p.numel() * p.element_size() for p in self.params], self.servers)
-        self.shards = [[p for p, o in zip(self.params, self.owner) if o == s] for s in range(self.servers)]
+        self.shards = [[p for p, o in zip(self.params, self.owner, strict=False) if o == s]
+                       for s in range(self.servers)]
         self.versions = torch.zeros(self.servers, device=ctx.device)  # of each shard's weights held (SSP)
         state = self._flat(self.params + self.buffers)
         dist.broadcast(state, src=0)  # every replica starts from server 0's weights

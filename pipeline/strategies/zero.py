@@ -23,8 +23,8 @@ from __future__ import annotations
 from ..config import schema
 from ..costmodel.network import Flow, Network
 from ..runtime.run import Run
-from .process import Context
 from .ddp import all_reduce_seconds, ring_all_reduce, sync_batchnorm_unavailable, wrapped_in_ddp
+from .process import Context
 from .torchrun import TorchrunRuntime, TorchrunStrategy
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from ..config import schema
 from .. import strategies
+from ..config import schema
 from ..data.dataset import CocoDetection
 from ..data.sampler import ShardedBatchSampler
 from ..runtime.run import Run

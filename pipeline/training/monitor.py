@@ -41,7 +41,7 @@ class Monitor:
         self._thread = threading.Thread(target=self._run, name="utilisation", daemon=True)
         self._start = time.perf_counter()
 
-    def start(self) -> "Monitor":
+    def start(self) -> Monitor:
         if self.interval > 0:
             self._process.cpu_percent(None)  # the first reading only sets the reference
             self._thread.start()

@@ -13,15 +13,26 @@ import json
 import math
 import shutil
 from pathlib import Path
+
 import numpy as np
 
 from ..config import schema, stages
-from ..runtime.records.base import STRATEGY_REMEDY
-from ..runtime.records.evaluation import Evaluation
-from ..runtime.records.training import (Bytes, Checkpoints, Memory, RankReport, RunSummary,
-                                        SecondsPerIteration, StateBytes, TimeSplit, Utilisation)
 from ..runtime import distributed, failure, provenance
 from ..runtime.files import atomic_path, read_json_lines, save_torch, write_json, write_text
+from ..runtime.records.base import STRATEGY_REMEDY
+from ..runtime.records.evaluation import Evaluation
+from ..runtime.records.training import (
+    Bytes,
+    Checkpoints,
+    Memory,
+    RankReport,
+    RunSummary,
+    SecondsPerIteration,
+    StateBytes,
+    TimeSplit,
+    Utilisation,
+)
+from ..runtime.run import Run
 from ..strategies import sweep
 from ..strategies.process import Context, gradient_bytes
 from . import scalars

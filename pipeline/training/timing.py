@@ -83,7 +83,7 @@ class IterationClock:
             pending.copied.synchronize()
         record = pending.record
         if pending.losses is not None:
-            record.update(zip(pending.loss_names, pending.losses.tolist()))
+            record.update(zip(pending.loss_names, pending.losses.tolist(), strict=False))
         if self.split:
             if self.cuda:
                 pending.marks["end"].synchronize()

@@ -42,19 +42,19 @@ from ..data.sampler import ShardedBatchSampler, aspect_ratio_groups
 from ..detection import scoring
 from ..detection.model import build_model
 from ..runtime import distributed, lifetime
-from ..runtime.run import Run
 from ..runtime.files import (
     OutputError,
     output_error,
 )
+from ..runtime.run import Run
+from . import speed
 from .checkpoint import CheckpointError
 from .identity import fingerprint
 from .job import Job
 from .monitor import Monitor
-from . import speed
 from .precision import Precision
-from .summary import failed_outcome, summarise
 from .state import Stopwatch
+from .summary import failed_outcome, summarise
 from .timing import IterationClock, Pending, SyncCheck
 
 log = logging.getLogger("train")

@@ -151,3 +151,10 @@ def test_the_command_line_takes_preset_and_set_only(tmp_path):
     twice = subprocess.run(snakemake, cwd=workdir, capture_output=True, text=True, timeout=600)
     assert twice.returncode != 0
     assert re.search(r"params\.yaml:\d+:1: the key 'preset' is given a second time", twice.stdout + twice.stderr)
+
+
+def test_a_whole_number_written_as_a_float_is_named(raw):
+    """JSON Schema calls 6.0 an integer; the typed config does not: named, not a traceback."""
+    raw["presets"]["demo"]["train"]["epochs"] = 6.0
+    with pytest.raises(params.ParamsError, match=r"^params\.yaml: presets\.demo\.train\.epochs: .*got 6\.0"):
+        params.resolve(raw)

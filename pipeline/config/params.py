@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pydantic
 import yaml
 
 from . import schema
@@ -265,8 +266,19 @@ def validate(raw: dict, source: str = "params.yaml") -> dict[str, dict]:
         raise ParamsError(f"{source}: preset: '{raw['preset']}' is not one of the presets "
                           f"({', '.join(presets)}); use --config preset=NAME with one of them")
     for name, preset in presets.items():
-        _check_consistency(schema.Preset.model_validate(preset), f"{source}: presets.{name}")
+        _check_consistency(_typed(schema.Preset, preset, f"{source}: presets.{name}"),
+                           f"{source}: presets.{name}")
     return presets
+
+
+def _typed(model: type[schema.S], document: dict, where: str) -> schema.S:
+    """`document` as the typed `model`; what the schema lets through and the class refuses
+    (e.g. 2.0 where a whole number belongs: JSON Schema calls it an integer) is named too."""
+    try:
+        return model.model_validate(document)
+    except pydantic.ValidationError as err:
+        raise ParamsError(f"{where}.{schema.first_error(err)}; write the value as the comment "
+                          "beside its key in params.yaml says (e.g. 2, not 2.0)") from None
 
 
 def _check_consistency(preset: schema.Preset, where: str) -> None:
@@ -350,10 +362,10 @@ def resolve(raw: dict, source: str = "params.yaml") -> schema.Config:
         errors = schema_errors(config, schema.json_schema(schema.Config), "--config set")
         if errors:
             raise ParamsError("invalid overrides:\n  " + "\n  ".join(errors))
-        _check_consistency(schema.Preset.model_validate({k: v for k, v in config.items()
-                                                         if k not in ("preset", "report")}),
+        _check_consistency(_typed(schema.Preset, {k: v for k, v in config.items()
+                                                  if k not in ("preset", "report")}, "--config set"),
                            "--config set: the result")
-    return schema.Config.model_validate(config)
+    return _typed(schema.Config, config, source)
 
 
 def load_resolved(path: str | Path = "params.yaml", preset: str | None = None,

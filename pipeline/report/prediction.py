@@ -250,13 +250,20 @@ def in_step_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:
     return rows
 
 
+def bandwidth_text(gbit_s: float | None) -> str:
+    """A fitted bandwidth, or why there is none: on a disturbed machine the fit's time per byte
+    can come out zero or negative (more bytes no slower), which is no bandwidth at all."""
+    if gbit_s is None or not math.isfinite(gbit_s) or gbit_s <= 0:
+        return "no bandwidth resolved (the fit's time per byte was not positive)"
+    return f"{gbit_s:.1f} Gbit/s"
+
+
 def link_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:
     """One sentence per fitted primitive and process count, one per strategy timed on the
     model, and one per shared-compute timing."""
     links = [f"{n} processes, {name} over {found.backend}: "
-             f"latency {prim.alpha_s * 1e6:.1f} us, "
-             f"{(prim.bandwidth_gbit_s or math.nan):.1f} Gbit/s (fit R² {prim.r2:.3f}, worst "
-             f"relative residual {max(map(abs, prim.relative_residuals)):.2f})"
+             f"latency {prim.alpha_s * 1e6:.1f} us, {bandwidth_text(prim.bandwidth_gbit_s)} (fit R² "
+             f"{prim.r2:.3f}, worst relative residual {max(map(abs, prim.relative_residuals)):.2f})"
              for n, found in sorted(commbench.items()) for name, prim in found.primitives.items()]
     timed = [f"{n} processes, {name} timed on the model (forward + backward of {found.calibrations.images} "
              "images, every process at once): " + ", ".join(

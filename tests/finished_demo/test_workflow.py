@@ -468,8 +468,8 @@ def test_editing_a_module_every_stage_imports_reruns_them_all(workdir):
     """config/params.py is imported by every stage (the scaling rule sets every run's learning rate;
     commbench reads params.yaml's knobs when run by hand): no list names it; the imports do."""
     with edited(workdir / "pipeline" / "config" / "params.py",
-                'return train["base_lr"] * global_batch / train["base_batch"]',
-                'return train["base_lr"] * (global_batch / train["base_batch"])'):
+                'return train.base_lr * global_batch / train.base_batch',
+                'return train.base_lr * (global_batch / train.base_batch)'):
         assert jobs(snakemake(workdir, "--dry-run")) == {
             "all": 1, "data": 1, "train": RUNS, "evaluate": RUNS, "equivalence": 1,
             "commbench": 1, "report": 1, **PAPER_JOB}

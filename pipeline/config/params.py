@@ -353,8 +353,7 @@ def resolve(raw: dict, source: str = "params.yaml") -> schema.Config:
     eval, sweep, resources, commbench, report, and `preset` (its name). A `set` key (the
     command line's `--config set=...`) overrides single values of it, checked in turn."""
     raw = dict(raw)
-    overrides = parse_overrides(raw.pop("set")) if raw.get("set") not in (None, "") else {}
-    raw.pop("set", None)
+    overrides = parse_overrides(raw.pop("set", None) or "")
     presets = validate(raw, source)
     config = {"preset": raw["preset"], **presets[raw["preset"]], "report": raw["report"]}
     if overrides:

@@ -104,8 +104,13 @@ def config_for(cfg: pydantic.BaseModel, stage: str) -> dict:
 
 def knobs_for(cfg: pydantic.BaseModel, stage: str) -> dict:
     """The stage's knobs, as {section: {key: value}}."""
+    return _values(cfg, STAGES[stage].knobs)
+
+
+def _values(cfg: pydantic.BaseModel, names) -> dict:
+    """The values of `names` (section.key) in `cfg`, as {section: {key: value}}."""
     picked: dict = {}
-    for name in STAGES[stage].knobs:
+    for name in names:
         section, _, key = name.partition(".")
         picked.setdefault(section, {})[key] = getattr(getattr(cfg, section), key)
     return picked
@@ -185,10 +190,7 @@ def default_knobs(stage: str, names: list[str], path: str | Path = "params.yaml"
         cfg = params.load_resolved(path)
     except params.ParamsError as err:
         raise SystemExit(f"error: {err} (read for the {stage} stage's knobs; or pass {where})") from None
-    knobs: dict = {}
-    for name in names:
-        section, _, key = name.partition(".")
-        knobs.setdefault(section, {})[key] = getattr(getattr(cfg, section), key)
+    knobs = _values(cfg, names)
     if os.environ.get("RANK", "0") == "0":
         print(f"{KNOBS_ENV} is not set and no --knobs given: the {stage} stage takes its knobs "
               f"from {path}'s default preset ({cfg.preset}): {json.dumps(knobs, sort_keys=True)}",

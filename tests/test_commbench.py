@@ -56,7 +56,12 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
         assert primitive["bytes"] == sizes(4096, 2**20) == [4096 * 2**i for i in range(9)]
         seconds = primitive["seconds"]
         assert all(s > 0 and math.isfinite(s) for s in seconds), (name, seconds)
-        assert math.isfinite(primitive["beta_s_per_byte"]) and primitive["bandwidth_gbit_s"] > 0, (name, primitive)
+        # A busy machine can fit a slope at or below zero over sizes this small; the record then
+        # says so with no bandwidth (the report words it), never a negative or infinite one.
+        beta, bandwidth = primitive["beta_s_per_byte"], primitive["bandwidth_gbit_s"]
+        assert math.isfinite(beta), (name, primitive)
+        assert (bandwidth is None) == (beta <= 0), (name, primitive)
+        assert bandwidth is None or math.isclose(bandwidth, 8 / beta / 1e9), (name, primitive)
         assert len(primitive["relative_residuals"]) == len(seconds)
     # the detector's forward + backward, rank 0 alone and both processes at once
     shared = found["shared_compute"]

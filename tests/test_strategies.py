@@ -302,6 +302,14 @@ def test_faster_rcnn_replicas_identical_and_bytes_match_theory(detection_cfg, tr
             theory = rank["theory_bytes_per_iteration"][direction]
             assert measured == pytest.approx(theory, rel=1e-9), (rank, direction)
             assert measured > 0
+    # Every process keeps its own time split (a wait shows on one side only): the first
+    # worker's is the summary's, from the same iterations of the log it writes; every worker
+    # timed its compute.
+    splits = [rank["time_split"] for rank in summary["ranks"]]
+    first_worker = next(i for i, rank in enumerate(summary["ranks"]) if rank["role"] != "server")
+    assert splits[first_worker] == pytest.approx(summary["time_split"], rel=1e-9)
+    assert all(split["compute"] > 0 for rank, split in zip(summary["ranks"], splits, strict=True)
+               if rank["role"] != "server"), splits
 
 
 # ---- the sharded strategies beside ddp, on Faster R-CNN ------------------------------------

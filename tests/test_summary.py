@@ -12,7 +12,7 @@ from pipeline.runtime.records.evaluation import Evaluation
 from pipeline.runtime.records.training import Bytes, RankReport, RunSummary
 from pipeline.strategies import Context, sweep
 from pipeline.training.precision import Precision
-from pipeline.training.state import TrainState
+from pipeline.training.state import Phases, TrainState
 from pipeline.training.summary import WARMUP_ITERATIONS_EXCLUDED, summary_of
 
 from .conftest import REPO
@@ -81,3 +81,28 @@ def test_no_share_where_communication_is_not_timed_apart_or_not_split():
     assert record.communication_share is None
     assert dataclasses.asdict(record.time_split) == {"data": pytest.approx(0.05), "compute": None,
                                                      "communication": None, "optimizer": None}
+
+
+def test_each_process_keeps_its_own_split_as_the_summary_reads_rank_0s():
+    """Phases (every process's own time split, resumable) over the same records gives the
+    summary's split: the same steady iterations, the same means."""
+    phases = Phases()
+    for record in RECORDS[:7]:
+        phases.add(record)
+    resumed = Phases()  # a restart: the checkpoint's sums, then the rest
+    resumed.load_state_dict(phases.state_dict())
+    for record in RECORDS[7:]:
+        resumed.add(record)
+    split = summary().time_split
+    assert resumed.iterations == {"first": WARMUP_ITERATIONS_EXCLUDED,
+                                  "steady": len(RECORDS) - WARMUP_ITERATIONS_EXCLUDED}
+    assert resumed.means() == pytest.approx({"data": split.data, "compute": split.compute,
+                                             "communication": split.communication,
+                                             "optimizer": split.optimizer})
+    older = Phases()  # a checkpoint written before phases were kept counts from the restart
+    older.load_state_dict(None)
+    assert older.iterations == {} and older.means() == {}
+    short = Phases()  # a run of no steady iteration: its first ones, as summary_of reads it
+    for record in RECORDS[:3]:
+        short.add(record)
+    assert short.means()["compute"] == pytest.approx(0.5)

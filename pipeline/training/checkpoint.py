@@ -104,7 +104,8 @@ class Checkpointer:
             if part is not None:
                 part.load_state_dict(checkpoint[name])
         for name, part in self.rank_parts.items():
-            part.load_state_dict(checkpoint[name][rank])
+            stored = checkpoint.get(name)  # Phases: None in a checkpoint older than it
+            part.load_state_dict(stored[rank] if stored is not None or name != "phases" else None)
         position = checkpoint["train_state"]
         if reports:
             for name in ("iterations.jsonl", "evaluations.jsonl"):

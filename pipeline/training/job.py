@@ -16,7 +16,7 @@ from ..runtime.run import Run
 from .checkpoint import Checkpointer, run_name
 from .monitor import Monitor
 from .precision import Precision
-from .state import Moved, RandomState, TrainState
+from .state import Moved, Phases, RandomState, TrainState
 from .timing import IterationClock, SyncCheck
 
 
@@ -50,6 +50,7 @@ class Job:
     clock: IterationClock     # the phase split and losses of each iteration (timing.py)
     state: TrainState = field(default_factory=TrainState)  # what a checkpoint resumes
     moved: Moved = field(default_factory=Moved)            # this process's bytes, every session's
+    phases: Phases = field(default_factory=Phases)         # ... and seconds in each phase
     monitor: Monitor | None = None  # utilisation sampling while the loop runs
     sync_check: SyncCheck | None = None  # train.sync_debug, set by setup (timing.py)
 
@@ -61,7 +62,7 @@ class Job:
             self.state_dir, self.fingerprint, run_name(self.out_dir),
             parts={**self.runtime.checkpoint_state(self.model, self.optimizer),
                    "scaler": self.precision.scaler, "train_state": self.state},
-            rank_parts={"moved": self.moved, "rng": RandomState(self.ctx.device)})
+            rank_parts={"moved": self.moved, "phases": self.phases, "rng": RandomState(self.ctx.device)})
 
     @functools.cached_property
     def schedule(self) -> schema.Train:

@@ -4,6 +4,7 @@ beside the model, the optimizer and the scaler, and never sees the loop's own ob
 
     TrainState   the position (epoch, batch, step), the seconds, the checkpoints and sessions
     Moved        this process's byte counters (one per rank in a checkpoint)
+    Phases       this process's seconds in each phase of an iteration (likewise)
     RandomState  this process's generators (one per rank in a checkpoint)
     Stopwatch    training seconds, with checkpoints and evaluations kept out of them
 """
@@ -15,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
+
+WARMUP_ITERATIONS_EXCLUDED = 5  # first iterations (allocator, caches) left out of timing stats
 
 
 @dataclass
@@ -59,6 +62,44 @@ class Moved:
 
     def load_state_dict(self, state: dict) -> None:
         self.sent, self.received, self.iterations = state["sent"], state["received"], state["iterations"]
+
+
+@dataclass
+class Phases:
+    """Seconds this process spent in each timed phase (data, compute, communication, optimizer)
+    over its steady iterations, every session's: its own time split, which the summary keeps
+    beside rank 0's iteration log (one process's wait for another shows only on one side)."""
+
+    excluded: int = WARMUP_ITERATIONS_EXCLUDED  # left out, as of rank 0's log (summary.py)
+    seconds: dict = field(default_factory=dict)  # "steady" and "first": phase -> seconds
+    iterations: dict = field(default_factory=dict)  # ... and how many iterations each
+
+    PHASES = ("data", "compute", "communication", "optimizer")
+
+    def add(self, record: dict) -> None:
+        part = "first" if record["step"] <= self.excluded else "steady"
+        sums = self.seconds.setdefault(part, {})
+        for phase in self.PHASES:
+            value = record.get(f"time_{phase}")
+            if value is not None:
+                sums[phase] = sums.get(phase, 0.0) + value
+        self.iterations[part] = self.iterations.get(part, 0) + 1
+
+    def means(self) -> dict[str, float]:
+        """Mean seconds per steady iteration of each phase timed; where every iteration was one
+        of the first, theirs (as summary.py reads a log that short); {} before any."""
+        part = "steady" if self.iterations.get("steady") else "first"
+        count = self.iterations.get(part, 0)
+        return {phase: total / count for phase, total in self.seconds.get(part, {}).items()} if count else {}
+
+    def state_dict(self) -> dict:
+        return {"seconds": {part: dict(sums) for part, sums in self.seconds.items()},
+                "iterations": dict(self.iterations)}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        # None: a checkpoint written before phases were kept; this session's count from here
+        self.seconds = {part: dict(sums) for part, sums in state["seconds"].items()} if state else {}
+        self.iterations = dict(state["iterations"]) if state else {}
 
 
 class RandomState:

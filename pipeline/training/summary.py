@@ -39,9 +39,7 @@ from . import scalars
 from .job import Job
 from .monitor import peak_memory
 from .precision import Precision
-from .state import TrainState
-
-WARMUP_ITERATIONS_EXCLUDED = 5  # first iterations (allocator, caches) left out of timing stats
+from .state import WARMUP_ITERATIONS_EXCLUDED, TrainState
 
 
 def evaluations(state_dir: Path) -> list[Evaluation]:
@@ -117,6 +115,7 @@ def rank_report(job: Job) -> list[RankReport]:
         theory_bytes_per_iteration=Bytes(**job.runtime.theory_bytes(job.ctx, grad_bytes)),
         memory=Memory(**peak_memory(job.runtime.gpus_in_use(job.ctx)),
                       state=StateBytes(**job.runtime.owned_state(job.model, job.optimizer))),
+        time_split=TimeSplit(**job.phases.means()) if job.phases.means() else None,
         **RankReport.fields_of(job.runtime.rank_facts(job.ctx),
                                f"{job.runtime.spec.name}.rank_facts", STRATEGY_REMEDY)))
 

@@ -53,7 +53,7 @@ from .identity import fingerprint
 from .job import Job
 from .monitor import Monitor
 from .precision import Precision
-from .state import Stopwatch
+from .state import Phases, Stopwatch
 from .summary import failed_outcome, summarise
 from .timing import IterationClock, Pending, SyncCheck
 
@@ -177,11 +177,13 @@ class IterationLog:
     progress: Progress
     precision: Precision
     total_steps: int
+    phases: Phases  # this process's own time split, in every process
 
     def write(self, record: dict | None) -> None:
         if record is None:  # no iteration was waiting to be finished
             return
         check_finite(record, self.precision)
+        self.phases.add(record)
         if self.file is not None:
             self.file.write(json.dumps(record) + "\n")
             self.file.flush()
@@ -346,7 +348,7 @@ def train(cfg: schema.TrainStage, run: Run, out_dir: str | Path, max_steps: int 
     live_log = job.state_dir / "iterations.jsonl"
     try:
         with open(live_log, "a") if job.ctx.reports else contextlib.nullcontext() as log_file:
-            log = IterationLog(log_file, progress, job.precision, job.total_steps)
+            log = IterationLog(log_file, progress, job.precision, job.total_steps, job.phases)
             while state.epoch < cfg.train.epochs and state.step != max_steps:
                 run_epoch(job, log, max_steps)
                 if state.step == max_steps:

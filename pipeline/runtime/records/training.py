@@ -66,6 +66,9 @@ class RankReport(Record):
     bytes_per_iteration: Bytes | None = None
     theory_bytes_per_iteration: Bytes | None = None
     memory: Memory | None = field(default=None, metadata=OPTIONAL)  # None: before it was measured
+    # this process's own split of its steady iterations (the first worker's is the summary's
+    # time_split, from the log it writes); None: before it was kept
+    time_split: TimeSplit | None = field(default=None, metadata=OPTIONAL)
     facts: dict = field(default_factory=dict, metadata=FACTS)  # its strategy's rank_facts
 
 

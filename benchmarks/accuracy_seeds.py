@@ -18,6 +18,7 @@ compared with each of the others. --parallel runs that many trainings at once, e
 cores/parallel threads (on a GPU they share it). The results, with provenance, go to --out
 (JSON). The statistics are the report's (pipeline/report/noise.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,10 +79,16 @@ def train_and_score(cfg: schema.Preset, entry: dict, seed: int, out: Path) -> di
     run = dataclasses.replace(sweep.fill(entry, cfg), seed=seed)
     summary = train(cfg, run, out)
     metrics = evaluate(cfg, run, out)
-    return {"seed": seed, "AP": metrics.AP, "AP50": metrics.AP50,
-            "images_per_second": summary.images_per_second, "warmup_iters": summary.warmup_iters,
-            "iterations": summary.iterations, "run_id": summary.run_id,
-            **{name: summary.to_json()[name] for name in summary.facts}}  # ps: its staleness
+    return {
+        "seed": seed,
+        "AP": metrics.AP,
+        "AP50": metrics.AP50,
+        "images_per_second": summary.images_per_second,
+        "warmup_iters": summary.warmup_iters,
+        "iterations": summary.iterations,
+        "run_id": summary.run_id,
+        **{name: summary.to_json()[name] for name in summary.facts},
+    }  # ps: its staleness
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -89,8 +96,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--preset", default="demo-parity")
     parser.add_argument("--seeds", type=int, default=7)
     parser.add_argument("--parallel", type=int, default=1, help="trainings at once")
-    parser.add_argument("--entry", default='{"strategy": "single", "workers": 1}',
-                        help="the sweep entry to train, as JSON")
+    parser.add_argument(
+        "--entry", default='{"strategy": "single", "workers": 1}', help="the sweep entry to train, as JSON"
+    )
     parser.add_argument("--set", nargs="*", default=[], help="KEY=VALUE for every configuration")
     parser.add_argument("--config", action="append", default=[], help="'NAME: KEY=VALUE ...'")
     parser.add_argument("--work", help="directory for data and runs (default: a new temporary one)")
@@ -117,28 +125,40 @@ def main(argv: list[str] | None = None) -> dict:
         key = json.dumps(None if generator is None else generator.model_dump(), sort_keys=True)
         data.setdefault(key, work / f"data-{len(data)}")
         generators.setdefault(key, generator)
-        configs[name] = schema.replaced(cfg, data={"root": str(data[key])},
-                                        train={"threads": max(1, cores // args.parallel),
-                                               "monitor_interval_s": 0})
+        configs[name] = schema.replaced(
+            cfg,
+            data={"root": str(data[key])},
+            train={"threads": max(1, cores // args.parallel), "monitor_interval_s": 0},
+        )
     for key, root in data.items():
         if not (root / "annotations").exists():
             synthetic.generate(root, generators[key])
-    print(f"{args.preset}: {args.seeds} seeds x {len(configs)} configuration(s), {args.parallel} at "
-          f"once, {cores} cores; work in {work}", flush=True)
+    print(
+        f"{args.preset}: {args.seeds} seeds x {len(configs)} configuration(s), {args.parallel} at "
+        f"once, {cores} cores; work in {work}",
+        flush=True,
+    )
 
     jobs = {(name, seed): work / f"{name.replace(' ', '_')}-s{seed}" for name in configs for seed in range(args.seeds)}
     results: dict[str, list[dict]] = {name: [] for name in configs}
     with concurrent.futures.ThreadPoolExecutor(args.parallel) as pool:
-        futures = {pool.submit(train_and_score, configs[name], entries[name], seed, out): name
-                   for (name, seed), out in jobs.items()}
+        futures = {
+            pool.submit(train_and_score, configs[name], entries[name], seed, out): name
+            for (name, seed), out in jobs.items()
+        }
         for future in concurrent.futures.as_completed(futures):
             record = future.result()
             results[futures[future]].append(record)
-            print(f"   {futures[future]} seed {record['seed']}: AP {record['AP']:.4f} AP50 "
-                  f"{record['AP50']:.4f} ({record['images_per_second']:.1f} images/s)", flush=True)
+            print(
+                f"   {futures[future]} seed {record['seed']}: AP {record['AP']:.4f} AP50 "
+                f"{record['AP50']:.4f} ({record['images_per_second']:.1f} images/s)",
+                flush=True,
+            )
 
-    print(f"\n{'configuration':<24}{'runs':>5}"
-          + "".join(f"{SHOWN[m] + ' mean ± sd':>21}{'95 % interval':>20}" for m in METRICS))
+    print(
+        f"\n{'configuration':<24}{'runs':>5}"
+        + "".join(f"{SHOWN[m] + ' mean ± sd':>21}{'95 % interval':>20}" for m in METRICS)
+    )
     table = {}
     for name, records in results.items():
         records.sort(key=lambda r: r["seed"])
@@ -154,18 +174,41 @@ def main(argv: list[str] | None = None) -> dict:
     for other in names[1:]:
         for m in METRICS:
             d = difference(table[names[0]][m], table[other][m])
-            comparisons.append({"a": names[0], "b": other, "metric": m, "difference": d.a.mean - d.b.mean,
-                                "low": d.low, "high": d.high, "t": d.t, "df": d.df, "verdict": d.verdict})
-            print(f"{names[0]} - {other}: {SHOWN[m]} {d.a.mean - d.b.mean:+.4f} (95 % interval {d.low:+.4f} to "
-                  f"{d.high:+.4f}; Welch t = {d.t:.2f}, df {d.df:.1f}): {d.verdict}")
-    report = {"preset": args.preset, "seeds": args.seeds, "rule": NOISE_RULE,
-              "configurations": {name: {"overrides": text, "runs": results[name],
-                                        **{m: {"mean": s.mean, "sd": s.sd, "n": s.n, "interval95": list(s.interval)}
-                                           for m, s in table[name].items()}}
-                                 for name, text in zip(names, args.config or ["as-is:"], strict=False)},
-              "comparisons": comparisons,
-              "provenance": provenance.collect(configs[names[0]].model_dump(), parallel=args.parallel,
-                                            cores=cores)}
+            comparisons.append(
+                {
+                    "a": names[0],
+                    "b": other,
+                    "metric": m,
+                    "difference": d.a.mean - d.b.mean,
+                    "low": d.low,
+                    "high": d.high,
+                    "t": d.t,
+                    "df": d.df,
+                    "verdict": d.verdict,
+                }
+            )
+            print(
+                f"{names[0]} - {other}: {SHOWN[m]} {d.a.mean - d.b.mean:+.4f} (95 % interval {d.low:+.4f} to "
+                f"{d.high:+.4f}; Welch t = {d.t:.2f}, df {d.df:.1f}): {d.verdict}"
+            )
+    report = {
+        "preset": args.preset,
+        "seeds": args.seeds,
+        "rule": NOISE_RULE,
+        "configurations": {
+            name: {
+                "overrides": text,
+                "runs": results[name],
+                **{
+                    m: {"mean": s.mean, "sd": s.sd, "n": s.n, "interval95": list(s.interval)}
+                    for m, s in table[name].items()
+                },
+            }
+            for name, text in zip(names, args.config or ["as-is:"], strict=False)
+        },
+        "comparisons": comparisons,
+        "provenance": provenance.collect(configs[names[0]].model_dump(), parallel=args.parallel, cores=cores),
+    }
     write_json(Path(args.out or work / "accuracy_seeds.json"), report)
     return report
 

@@ -11,6 +11,7 @@
    iteration (ddp, 0.6622 s) and that preset's checkpoint_every, the share of training time it
    would take. That share is a prediction (published seconds, this disk), labelled as one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,7 @@ from pipeline.training.train import train  # noqa: E402
 
 def demo_runs(epochs: int, work: Path) -> None:
     cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
-    cfg = schema.replaced(cfg, data={"root": str(work / "data")},
-                          train={"epochs": epochs, "lr_steps": []})
+    cfg = schema.replaced(cfg, data={"root": str(work / "data")}, train={"epochs": epochs, "lr_steps": []})
     synthetic.generate(cfg.data.root, cfg.data.synthetic)
     every = cfg.train.checkpoint_every
     run = sweep.fill({"strategy": "single", "workers": 1}, cfg)
@@ -45,9 +45,11 @@ def demo_runs(epochs: int, work: Path) -> None:
         timed = schema.replaced(cfg, train={"checkpoint_every": interval})
         summary = train(stages.view(timed, "train"), run, work / f"every-{interval}")
         saves, seconds = summary.checkpoints.count, summary.checkpoints.seconds
-        print(f"  checkpoint_every {interval:>3}: {saves:3d} saves, {seconds:.3f} s, "
-              f"{seconds / saves * 1000:.1f} ms per save, {100 * seconds / summary.train_seconds:.2f} % "
-              f"of {summary.train_seconds:.1f} s training; {summary.images_per_second:.1f} images/s")
+        print(
+            f"  checkpoint_every {interval:>3}: {saves:3d} saves, {seconds:.3f} s, "
+            f"{seconds / saves * 1000:.1f} ms per save, {100 * seconds / summary.train_seconds:.2f} % "
+            f"of {summary.train_seconds:.1f} s training; {summary.images_per_second:.1f} images/s"
+        )
 
 
 def coco_model(work: Path) -> None:
@@ -67,10 +69,14 @@ def coco_model(work: Path) -> None:
     per_save = statistics.median(times)
     every = cfg.train.checkpoint_every
     sec_per_iter = cfg.report.published.ddp.sec_per_iter
-    print(f"measured: coco2017 model checkpoint, {size:.0f} MiB, {per_save:.2f} s per save "
-          f"(median of 3) on this machine's disk")
-    print(f"prediction: at checkpoint_every {every} and the published {sec_per_iter} s per "
-          f"iteration, {100 * per_save / (every * sec_per_iter):.2f} % of training time")
+    print(
+        f"measured: coco2017 model checkpoint, {size:.0f} MiB, {per_save:.2f} s per save "
+        f"(median of 3) on this machine's disk"
+    )
+    print(
+        f"prediction: at checkpoint_every {every} and the published {sec_per_iter} s per "
+        f"iteration, {100 * per_save / (every * sec_per_iter):.2f} % of training time"
+    )
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
 """What the benchmark scripts share: training one run the way the workflow does, and its summary
 and metrics as the report reads them (pipeline/runtime/records/); the entries that run every
 registered strategy (the registry decides, nothing here lists them)."""
+
 from __future__ import annotations
 
 import os
@@ -20,27 +21,23 @@ from pipeline.strategies import REGISTERED, sweep  # noqa: E402
 
 
 def _run(argv: list[str], what: str, env: dict | None = None) -> None:
-    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True,
-                            env=dict(os.environ, **(env or {})))
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, env=dict(os.environ, **(env or {})))
     if result.returncode != 0:
         raise SystemExit(f"{what} failed:\n{result.stderr[-3000:]}")
 
 
-def train(cfg: schema.Preset | schema.TrainStage, run: Run, out: Path,
-          env: dict | None = None) -> RunSummary:
+def train(cfg: schema.Preset | schema.TrainStage, run: Run, out: Path, env: dict | None = None) -> RunSummary:
     """Train `run` (a filled sweep entry) of the resolved preset `cfg` into `out`, as the
     workflow's train job does (with the train stage's view of `cfg`); its train_summary.json,
     or exit naming the run and its error."""
-    _run(command(stages.view(cfg, "train"), run, str(out)), f"training {sweep.run_id(run)} ({out})",
-         env)
+    _run(command(stages.view(cfg, "train"), run, str(out)), f"training {sweep.run_id(run)} ({out})", env)
     return RunSummary.read(Path(out) / "train_summary.json")
 
 
 def evaluate(cfg: schema.Preset | schema.EvaluateStage, run: Run, out: Path) -> Metrics:
     """Score the trained run in `out` as the workflow's evaluate job does (with the evaluate
     stage's view of the resolved preset `cfg`); its metrics.json."""
-    _run(evaluation_command(stages.view(cfg, "evaluate"), run, str(out)),
-         f"evaluating {sweep.run_id(run)} ({out})")
+    _run(evaluation_command(stages.view(cfg, "evaluate"), run, str(out)), f"evaluating {sweep.run_id(run)} ({out})")
     return Metrics.read(Path(out) / "metrics.json")
 
 
@@ -57,8 +54,7 @@ def strategy_entries(processes: int) -> list[dict]:
         workers = workers_for(cls, processes)
         entries.append({"strategy": cls.name, "workers": workers})
         for key, option in cls.options.items():
-            choices = option.schema.get("enum") or (
-                [True, False] if option.schema.get("type") == "boolean" else [])
+            choices = option.schema.get("enum") or ([True, False] if option.schema.get("type") == "boolean" else [])
             for value in choices:
                 if value != option.default:
                     entries.append({"strategy": cls.name, "workers": workers, key: value})

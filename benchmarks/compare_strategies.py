@@ -9,6 +9,7 @@ invocation, and prints per run the median over repeats of: images/s, speed-up ov
 the busiest rank moved per iteration, measured by the strategy versus the theory. Ratios taken
 side by side are what to compare: absolute numbers move with the machine's load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,9 +57,11 @@ def main() -> None:
     args = parser.parse_args()
     cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
     work = Path(tempfile.mkdtemp(prefix="bench-"))
-    cfg = schema.replaced(cfg, data={"synthetic": {"train_images": args.train_images},
-                                     "root": str(work / "data")},
-                          train={"epochs": args.epochs, "lr_steps": []})
+    cfg = schema.replaced(
+        cfg,
+        data={"synthetic": {"train_images": args.train_images}, "root": str(work / "data")},
+        train={"epochs": args.epochs, "lr_steps": []},
+    )
     synthetic.generate(cfg.data.root, cfg.data.synthetic)
     passes = []  # one {run id: summary} per pass over the sweep
     for repeat in range(args.repeats):
@@ -66,8 +69,9 @@ def main() -> None:
         for entry in SWEEP:
             run = sweep.fill(entry, cfg)
             out = work / f"{sweep.run_id(run)}-{repeat}"
-            result = subprocess.run(command(stages.view(cfg, "train"), run, str(out)), cwd=REPO,
-                                    capture_output=True, text=True)
+            result = subprocess.run(
+                command(stages.view(cfg, "train"), run, str(out)), cwd=REPO, capture_output=True, text=True
+            )
             if result.returncode != 0:
                 print(f"{sweep.run_id(run)} failed:\n{result.stderr[-2000:]}", file=sys.stderr)
                 continue
@@ -77,28 +81,41 @@ def main() -> None:
     rows, single = [], sweep.run_id(sweep.fill(SWEEP[0], cfg))
     for run_id, first in passes[0].items():
         runs = [p[run_id] for p in passes if run_id in p]
-        speedups = [p[run_id].images_per_second / p[single].images_per_second
-                    for p in passes if run_id in p and single in p]
-        rows.append({"first": first, "images_per_second": median(r.images_per_second for r in runs),
-                     "speedup": median(speedups),
-                     "communication_share": (None if first.communication_share is None else
-                                             median(r.communication_share for r in runs)),
-                     "sec_per_iter_p50": median(r.sec_per_iter.p50 for r in runs),
-                     "replicas_identical": all(r.replicas_identical for r in runs)})
-    header = (f"{'run':<24}{'procs':>6}{'threads':>8}{'img/s':>8}{'speed-up':>9}{'s/it p50':>9}"
-              f"{'comm %':>8}{'MB/it measured':>16}{'MB/it theory':>14}{'ratio':>7}{'same':>6}")
-    print(f"global batch {GLOBAL_BATCH}, {args.epochs} epoch(s) of {args.train_images} images, "
-          f"median of {args.repeats} interleaved passes, timings exclude the first iterations")
+        speedups = [
+            p[run_id].images_per_second / p[single].images_per_second for p in passes if run_id in p and single in p
+        ]
+        rows.append(
+            {
+                "first": first,
+                "images_per_second": median(r.images_per_second for r in runs),
+                "speedup": median(speedups),
+                "communication_share": (
+                    None if first.communication_share is None else median(r.communication_share for r in runs)
+                ),
+                "sec_per_iter_p50": median(r.sec_per_iter.p50 for r in runs),
+                "replicas_identical": all(r.replicas_identical for r in runs),
+            }
+        )
+    header = (
+        f"{'run':<24}{'procs':>6}{'threads':>8}{'img/s':>8}{'speed-up':>9}{'s/it p50':>9}"
+        f"{'comm %':>8}{'MB/it measured':>16}{'MB/it theory':>14}{'ratio':>7}{'same':>6}"
+    )
+    print(
+        f"global batch {GLOBAL_BATCH}, {args.epochs} epoch(s) of {args.train_images} images, "
+        f"median of {args.repeats} interleaved passes, timings exclude the first iterations"
+    )
     print(header)
     for r in rows:
         first = r["first"]
         measured = busiest_rank_bytes(first, "bytes_per_iteration") / 1e6
         theory = busiest_rank_bytes(first, "theory_bytes_per_iteration") / 1e6
         ratio = f"{measured / theory:.3f}" if theory else "-"
-        print(f"{first.run_id:<24}{first.processes:>6}{first.threads:>8}{r['images_per_second']:>8.1f}"
-              f"{r['speedup']:>9.2f}{r['sec_per_iter_p50']:>9.3f}"
-              f"{percent(r['communication_share']):>8}{measured:>16.2f}{theory:>14.2f}{ratio:>7}"
-              f"{'yes' if r['replicas_identical'] else 'NO':>6}")
+        print(
+            f"{first.run_id:<24}{first.processes:>6}{first.threads:>8}{r['images_per_second']:>8.1f}"
+            f"{r['speedup']:>9.2f}{r['sec_per_iter_p50']:>9.3f}"
+            f"{percent(r['communication_share']):>8}{measured:>16.2f}{theory:>14.2f}{ratio:>7}"
+            f"{'yes' if r['replicas_identical'] else 'NO':>6}"
+        )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ plain `curl` + `unzip` of the same archive, and the disk a DVC-managed copy take
 Both sides run alternately in this one invocation (best of --repeats each); the ratio is what
 to read. The pipeline's side also computes the MD5 and stages the extraction atomically.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,10 @@ def build(root: Path, megabytes: int) -> dict:
     with zipfile.ZipFile(root / "annotations" / "annotations_trainval2017.zip", "w") as z:
         z.writestr("annotations/instances_val2017.json", json.dumps(document))
         z.writestr("annotations/instances_train2017.json", json.dumps(document))
-    return {"annotations": root / "annotations" / "annotations_trainval2017.zip",
-            "val2017": root / "zips" / "val2017.zip"}
+    return {
+        "annotations": root / "annotations" / "annotations_trainval2017.zip",
+        "val2017": root / "zips" / "val2017.zip",
+    }
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -95,21 +98,32 @@ def dvc_disk(url: str, archives: dict, md5s: dict, base: Path) -> dict[str, int]
     import yaml
 
     repo = base / "repo"
-    shutil.copytree(REPO, repo, ignore=shutil.ignore_patterns(".venv", ".git", "data", "results", "logs",
-                                                              ".snakemake", "__pycache__", "config.local"))
+    shutil.copytree(
+        REPO,
+        repo,
+        ignore=shutil.ignore_patterns(
+            ".venv", ".git", "data", "results", "logs", ".snakemake", "__pycache__", "config.local"
+        ),
+    )
     raw = yaml.safe_load((repo / "params.yaml").read_text())
     fetch = raw["presets"]["coco2017"]["data"]["fetch"]
     fetch.update(base_url=url, splits=["val"])
     for key, path in archives.items():
-        fetch["archives"][key] = {"path": str(path.relative_to(path.parents[1])), "md5": md5s[key],
-                                  "size": path.stat().st_size}
+        fetch["archives"][key] = {
+            "path": str(path.relative_to(path.parents[1])),
+            "md5": md5s[key],
+            "size": path.stat().st_size,
+        }
     (repo / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     for args in (["repro", "-q", "coco_extract"], ["checkout", "--relink", "-q", "coco_download", "coco_extract"]):
         if dvc(*args, cwd=repo).returncode != 0:
             raise RuntimeError(f"dvc {' '.join(args)} failed in {repo}")
-    parts = {"archives": repo / "data" / "archives", "extracted": repo / "data" / "coco2017",
-             "dvc cache": repo / ".dvc" / "cache"}
+    parts = {
+        "archives": repo / "data" / "archives",
+        "extracted": repo / "data" / "coco2017",
+        "dvc cache": repo / ".dvc" / "cache",
+    }
     sizes = {name: du(path) for name, path in parts.items()}
     sizes["total (links counted once)"] = du(*parts.values())
     return sizes

@@ -82,6 +82,7 @@ at tiny sizes on CPU (gloo, 2 processes; the demo's tiny model; the protocol at 
 timed, 2 repeats; the kept recipe run is R50-FPN at 64 px; the precision item launches each
 path once, `precision_grid`): CI runs that smoke (tests/test_gpu_check.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -124,33 +125,56 @@ BASELINE = "single-w1-b2-s0"  # the recipe's single run: the predicted scaling's
 @dataclass(frozen=True)
 class Sizes:
     """How big each item runs: the GPU check, or its CPU smoke."""
-    image_size: int          # synthetic images, square
-    min_size: int            # what the model resizes them to
-    iterations: int          # timed iterations of each strategy and precision run
-    batches: tuple           # images per GPU of the throughput table
-    table_iterations: int    # iterations of the recipe's baseline run (kept for the report)
-    tiny_model: bool         # every run uses the demo's tiny model (the CPU smoke)
-    protocol: Protocol       # how the timed items time each configuration (benchmarks/interleave.py)
-    profile_steps: int       # iterations the profile item records
+
+    image_size: int  # synthetic images, square
+    min_size: int  # what the model resizes them to
+    iterations: int  # timed iterations of each strategy and precision run
+    batches: tuple  # images per GPU of the throughput table
+    table_iterations: int  # iterations of the recipe's baseline run (kept for the report)
+    tiny_model: bool  # every run uses the demo's tiny model (the CPU smoke)
+    protocol: Protocol  # how the timed items time each configuration (benchmarks/interleave.py)
+    profile_steps: int  # iterations the profile item records
 
 
 # The issue's protocol: >= 20 warm-up and >= 50 timed iterations a segment, >= 3 segments each
 # configuration, interleaved; 2 iterations of re-warm before a later segment.
 ON_GPU = Protocol(warmup=20, timed=50, repeats=3, rewarm=2)
-GPU = Sizes(image_size=640, min_size=800, iterations=20, batches=(2, 8, 16), table_iterations=15,
-            tiny_model=False, protocol=ON_GPU, profile_steps=3)
+GPU = Sizes(
+    image_size=640,
+    min_size=800,
+    iterations=20,
+    batches=(2, 8, 16),
+    table_iterations=15,
+    tiny_model=False,
+    protocol=ON_GPU,
+    profile_steps=3,
+)
 # --quick: what a short loan of one GPU can cover (see QUICK_ITEMS)
-QUICK = Sizes(image_size=640, min_size=800, iterations=15, batches=(2, 16), table_iterations=15,
-              tiny_model=False, protocol=ON_GPU, profile_steps=3)
-CPU_SMOKE = Sizes(image_size=64, min_size=64, iterations=2, batches=(2,), table_iterations=2,
-                  tiny_model=True, protocol=Protocol(warmup=2, timed=3, repeats=2, rewarm=1),
-                  profile_steps=2)
+QUICK = Sizes(
+    image_size=640,
+    min_size=800,
+    iterations=15,
+    batches=(2, 16),
+    table_iterations=15,
+    tiny_model=False,
+    protocol=ON_GPU,
+    profile_steps=3,
+)
+CPU_SMOKE = Sizes(
+    image_size=64,
+    min_size=64,
+    iterations=2,
+    batches=(2,),
+    table_iterations=2,
+    tiny_model=True,
+    protocol=Protocol(warmup=2, timed=3, repeats=2, rewarm=1),
+    profile_steps=2,
+)
 WARMUP = 5  # iterations every summary leaves out of its timings
 # In this order, whatever order --only names them in: the quick sitting's first (the regression
 # and the profile before anything else), nvml last (it reads the samples of the launched
 # training items before it in its call).
-ITEMS = ("throughput", "profile", "knobs", "sync", "commbench", "overhead", "strategies",
-         "precision", "nvml")
+ITEMS = ("throughput", "profile", "knobs", "sync", "commbench", "overhead", "strategies", "precision", "nvml")
 QUICK_ITEMS = ("throughput", "profile", "sync", "commbench", "overhead")
 # The second call of a GPU loan (benchmarks/gpu_sitting.md): `--quick --only` these
 SECOND_CALL = ("knobs", "strategies", "precision", "nvml")
@@ -175,23 +199,40 @@ AGAINST = ((16, "bf16"), (2, "fp32"))
 def overrides(sizes: Sizes, processes: int, data_root: Path, backbone: Path) -> dict:
     """What the check changes of the coco2017 preset ({section: {key: value}}), the same for
     HEAD and for an --against tree (benchmarks/segments.py applies them to that tree's own)."""
-    largest = max(2 * processes * (WARMUP + sizes.iterations),
-                  max(sizes.batches) * (WARMUP + sizes.table_iterations))
+    largest = max(2 * processes * (WARMUP + sizes.iterations), max(sizes.batches) * (WARMUP + sizes.table_iterations))
     # The check's few iterations are a COCO run's first ones, so they warm up as those do:
     # `auto` resolves to 1000 iterations on COCO (an epoch is thousands of batches). At full lr
     # from the first step, 16 images per GPU went non-finite by step 11-13 on an H100 even with
     # the calibrated backbone; the lr does not change what an iteration costs.
     # 4 loader processes a run (not `auto`: a core each): several runs are held or started at
     # once, and 4 decode 16 640-px JPEGs in well under a 16-image step.
-    return {"data": {"name": "gpu-check", "root": str(data_root), "fetch": None,
-                     "aspect_ratio_groups": 0, "workers": 4,
-                     "synthetic": {"seed": 2017, "image_size": sizes.image_size,
-                                   "train_images": largest, "val_images": 2, "max_objects": 8,
-                                   "clutter": 6}},
-            "model": {"backbone_weights": str(backbone), "min_size": sizes.min_size, "max_size": 1333},
-            "train": {"epochs": 1, "lr_steps": [], "checkpoint_every": 0, "monitor_interval_s": 1.0,
-                      "warmup_iters": 1000, "print_every": 10},
-            "eval": {"every_epochs": 0}}
+    return {
+        "data": {
+            "name": "gpu-check",
+            "root": str(data_root),
+            "fetch": None,
+            "aspect_ratio_groups": 0,
+            "workers": 4,
+            "synthetic": {
+                "seed": 2017,
+                "image_size": sizes.image_size,
+                "train_images": largest,
+                "val_images": 2,
+                "max_objects": 8,
+                "clutter": 6,
+            },
+        },
+        "model": {"backbone_weights": str(backbone), "min_size": sizes.min_size, "max_size": 1333},
+        "train": {
+            "epochs": 1,
+            "lr_steps": [],
+            "checkpoint_every": 0,
+            "monitor_interval_s": 1.0,
+            "warmup_iters": 1000,
+            "print_every": 10,
+        },
+        "eval": {"every_epochs": 0},
+    }
 
 
 def base_config(sizes: Sizes, processes: int, data_root: Path, backbone: Path) -> schema.Config:
@@ -223,15 +264,17 @@ def calibrated_backbone(cfg: schema.Config, images: int = 32, batch: int = 4) ->
     for module in body.modules():
         if isinstance(module, torch.nn.BatchNorm2d):
             module.momentum = None  # a cumulative average over every batch, not the last few
-    transform = GeneralizedRCNNTransform(cfg.model.min_size, cfg.model.max_size,
-                                         image_mean=[0.485, 0.456, 0.406],
-                                         image_std=[0.229, 0.224, 0.225])  # FasterRCNN's own
+    transform = GeneralizedRCNNTransform(
+        cfg.model.min_size, cfg.model.max_size, image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225]
+    )  # FasterRCNN's own
     dataset = CocoDetection(cfg.data.root, "train", train=True)
     body.train()
     with torch.no_grad():
         for first in range(0, min(images, len(dataset)), batch):
-            pictures = [F.to_dtype(F.to_image(dataset.load_image(i)), torch.float32, scale=True).to(device)
-                        for i in range(first, min(first + batch, images, len(dataset)))]
+            pictures = [
+                F.to_dtype(F.to_image(dataset.load_image(i)), torch.float32, scale=True).to(device)
+                for i in range(first, min(first + batch, images, len(dataset)))
+            ]
             body(transform(pictures)[0].tensors)
     return {name: value.cpu() for name, value in body.state_dict().items()}
 
@@ -240,8 +283,7 @@ def with_model(cfg: schema.Config, sizes: Sizes, tiny: bool) -> schema.Config:
     """cfg, with the demo's tiny model at the check's size where `tiny` (the CPU smoke)."""
     if tiny:
         demo = params.load_resolved(REPO / "params.yaml", preset="demo").model
-        cfg = schema.replaced(cfg, model=dict(demo.model_dump(), min_size=sizes.min_size,
-                                              max_size=sizes.min_size))
+        cfg = schema.replaced(cfg, model=dict(demo.model_dump(), min_size=sizes.min_size, max_size=sizes.min_size))
     return cfg
 
 
@@ -273,14 +315,18 @@ def train(cfg: schema.Config, entry: dict, out: Path, steps: int, rdzv_endpoint:
     shutil.rmtree(out, ignore_errors=True)
     started = time.perf_counter()
     argv = command(stages.view(cfg, "train"), run, str(out), rdzv_endpoint=rdzv_endpoint)
-    result = subprocess.run(argv + ["--max-steps", str(steps)], cwd=REPO,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(argv + ["--max-steps", str(steps)], cwd=REPO, capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         raise RunFailed(f"{sweep.run_id(run)}: {failure_line(result.stderr)}", result.stderr[-3000:])
     summary = RunSummary.read(out / "train_summary.json")
-    return Outcome(summary.run_id, summary.status, summary.reason, summary,
-                   wall_seconds=time.perf_counter() - started,
-                   losses_finite=losses_finite(out / "iterations.jsonl"))
+    return Outcome(
+        summary.run_id,
+        summary.status,
+        summary.reason,
+        summary,
+        wall_seconds=time.perf_counter() - started,
+        losses_finite=losses_finite(out / "iterations.jsonl"),
+    )
 
 
 class RunFailed(RuntimeError):
@@ -312,28 +358,37 @@ REGISTERED_BY_NAME = {cls.name: cls for cls in REGISTERED}
 def row(found: Outcome, **extra) -> dict:
     """The figures of one run that the bundle keeps."""
     if found.status != "ok":
-        return {"run_id": found.run_id, "status": found.status, "reason": found.reason, **extra,
-                **({"log": found.log} if found.log else {})}
+        return {
+            "run_id": found.run_id,
+            "status": found.status,
+            "reason": found.reason,
+            **extra,
+            **({"log": found.log} if found.log else {}),
+        }
     s = found.summary
     mean, split = s.sec_per_iter.mean, s.time_split
     busiest = max(s.ranks, key=lambda r: r.bytes_per_iteration.sent) if s.ranks else None
-    return {"run_id": s.run_id, "status": "ok", **extra,
-            "images_per_second": s.images_per_second,
-            "sec_per_iter": mean,
-            "losses_finite": found.losses_finite,
-            "model": found.model,
-            "data_share": (split.data or 0.0) / mean if split else None,
-            # the time split off leaves the data wait only
-            "compute_share": split.compute / mean if split and split.compute else None,
-            "replicas_identical": s.replicas_identical,
-            "bytes_sent_per_iter": busiest.bytes_per_iteration.sent if busiest else None,
-            "theory_bytes_sent_per_iter": busiest.theory_bytes_per_iteration.sent if busiest else None,
-            # the process that holds the most (fsdp/zero shard it; dp's device 0 gathers)
-            "peak_memory_mb": max((r.memory.peak_bytes for r in s.ranks if r.memory),
-                                  default=0) / 2**20,
-            "owned_state_mb": max((r.memory.state.total for r in s.ranks
-                                   if r.memory and r.memory.state), default=0) / 2**20,
-            "device": s.device, "backend": s.backend}
+    return {
+        "run_id": s.run_id,
+        "status": "ok",
+        **extra,
+        "images_per_second": s.images_per_second,
+        "sec_per_iter": mean,
+        "losses_finite": found.losses_finite,
+        "model": found.model,
+        "data_share": (split.data or 0.0) / mean if split else None,
+        # the time split off leaves the data wait only
+        "compute_share": split.compute / mean if split and split.compute else None,
+        "replicas_identical": s.replicas_identical,
+        "bytes_sent_per_iter": busiest.bytes_per_iteration.sent if busiest else None,
+        "theory_bytes_sent_per_iter": busiest.theory_bytes_per_iteration.sent if busiest else None,
+        # the process that holds the most (fsdp/zero shard it; dp's device 0 gathers)
+        "peak_memory_mb": max((r.memory.peak_bytes for r in s.ranks if r.memory), default=0) / 2**20,
+        "owned_state_mb": max((r.memory.state.total for r in s.ranks if r.memory and r.memory.state), default=0)
+        / 2**20,
+        "device": s.device,
+        "backend": s.backend,
+    }
 
 
 class Check:
@@ -341,8 +396,9 @@ class Check:
     rewritten as each run finishes, so a sitting cut off by its time limit still leaves every
     row it measured (its item then reads "running")."""
 
-    def __init__(self, sizes: Sizes, work: Path, results: Path, gpus: int, out: Path, mode: str,
-                 against: Path | None = None):
+    def __init__(
+        self, sizes: Sizes, work: Path, results: Path, gpus: int, out: Path, mode: str, against: Path | None = None
+    ):
         self.sizes, self.work, self.results, self.gpus = sizes, work, results, gpus
         self.against = against  # another revision's tree, timed beside HEAD (--against)
         self.wanted: tuple = ITEMS  # the items of this call (main sets them)
@@ -355,6 +411,7 @@ class Check:
         self.utilisation_dirs: list[Path] = []
         self.lock = threading.Lock()
         import torch
+
         self.device = torch.cuda.get_device_name(0) if gpus else "CPU"
         self.provenance = provenance.collect({"sizes": dataclasses.asdict(sizes)}, world_size=self.processes)
         backbone = work / "resnet50-calibrated.pth"
@@ -364,9 +421,15 @@ class Check:
         torch.save(calibrated_backbone(self.cfg), backbone)
 
     def bundle(self) -> dict:
-        return {"device": self.device, "gpus": self.gpus, "mode": self.mode,
-                "sizes": dataclasses.asdict(self.sizes), "seconds": time.perf_counter() - self.started,
-                "items": self.items, "provenance": self.provenance}
+        return {
+            "device": self.device,
+            "gpus": self.gpus,
+            "mode": self.mode,
+            "sizes": dataclasses.asdict(self.sizes),
+            "seconds": time.perf_counter() - self.started,
+            "items": self.items,
+            "provenance": self.provenance,
+        }
 
     def save(self) -> None:
         """gpu_check.json and .md as they stand (each written whole, then renamed)."""
@@ -391,16 +454,16 @@ class Check:
             found = body()
             self.items[name].update(status="done", **found)
         except Exception as err:  # each failure is reported, and the check goes on
-            self.items[name].update(status="failed", reason=f"{type(err).__name__}: {err}",
-                                    traceback=traceback.format_exc()[-3000:])
+            self.items[name].update(
+                status="failed", reason=f"{type(err).__name__}: {err}", traceback=traceback.format_exc()[-3000:]
+            )
             print(f"   failed: {err}", flush=True)
         self.items[name]["seconds"] = round(time.perf_counter() - started, 1)
         if not self.items[name]["runs"]:
             del self.items[name]["runs"]
         self.save()
 
-    def _run(self, entry: dict, name: str, per_gpu: int, iterations: int, tiny: bool,
-             **train_overrides) -> Outcome:
+    def _run(self, entry: dict, name: str, per_gpu: int, iterations: int, tiny: bool, **train_overrides) -> Outcome:
         cfg = schema.replaced(with_model(self.cfg, self.sizes, tiny), train=train_overrides)
         entry = {"images_per_worker": per_gpu, **entry}
         out = self.work / "runs" / name
@@ -442,8 +505,15 @@ class Check:
                     configs.append(Config(run_id, entry, facts={"images_per_gpu": per_gpu}))
             single, others = configs[0], configs[1:]
             turn = [c for other in others for c in (single, other)] or [single]
-            self._protocol(f"overhead-b{per_gpu}", configs, lambda c: single, rows, skipped,  # noqa: B023 (used in this iteration)
-                           turn=turn, closing=(single,))
+            self._protocol(
+                f"overhead-b{per_gpu}",
+                configs,
+                lambda c: single,  # noqa: B023 (used in this iteration)
+                rows,
+                skipped,
+                turn=turn,
+                closing=(single,),
+            )
         return {"runs": rows}
 
     def _unavailable(self, entry: dict) -> tuple[str, str]:
@@ -454,8 +524,18 @@ class Check:
             return str(refused), f"{entry['strategy']} (refused)"
         return REGISTERED_BY_NAME[run.strategy](run, self.cfg.parallel).unavailable(), sweep.run_id(run)
 
-    def _protocol(self, name: str, configs: list, reference, rows: list, skipped: list = (),
-                  turn=None, closing=(), profile=None, **extra) -> list:
+    def _protocol(
+        self,
+        name: str,
+        configs: list,
+        reference,
+        rows: list,
+        skipped: list = (),
+        turn=None,
+        closing=(),
+        profile=None,
+        **extra,
+    ) -> list:
         """Time `configs` under the sizes' protocol (benchmarks/interleave.py), their rows in
         `rows` rewritten after every segment; `reference(config)` is what its gap is read
         against (None: no gap)."""
@@ -471,9 +551,18 @@ class Check:
             with self.lock:
                 self.items[item]["runs"] = rows
             self.save()
+
         overrides = self.overrides()
-        interleave(configs, overrides, self.work / name, self.sizes.protocol, done=done,
-                   turn=turn, closing=closing, profile=profile)
+        interleave(
+            configs,
+            overrides,
+            self.work / name,
+            self.sizes.protocol,
+            done=done,
+            turn=turn,
+            closing=closing,
+            profile=profile,
+        )
         done(None)
         return rows[first:]
 
@@ -487,14 +576,17 @@ class Check:
     def strategies(self) -> dict:
         def job(i: int, entry: dict):
             def run():
-                found = self._run(entry, f"strategy-{i}", 2, self.sizes.iterations,
-                                  self.sizes.tiny_model)
+                found = self._run(entry, f"strategy-{i}", 2, self.sizes.iterations, self.sizes.tiny_model)
                 print(f"   {found.run_id}: {found.status}", flush=True)
                 return self.add("strategies", row(found, entry=entry))
+
             return run
+
         at_once = AT_ONCE if self.gpus == 1 else 1
-        return {"runs": self._each([job(i, e) for i, e in enumerate(strategy_entries(self.processes))],
-                                   at_once=at_once), **side_by_side(at_once)}
+        return {
+            "runs": self._each([job(i, e) for i, e in enumerate(strategy_entries(self.processes))], at_once=at_once),
+            **side_by_side(at_once),
+        }
 
     def precision(self) -> dict:
         """single's grid (each precision with and without channels-last; the time split off),
@@ -502,48 +594,84 @@ class Check:
         loss scaler, ZeRO's sharded step, DDP's and the server's autocast) in bf16 and fp16 at
         the check's process count, skipped with the strategy's reason where it refuses one
         (`precision_grid`; the CPU smoke launches each path once)."""
+
         def job(i: int, entry: dict, channels_last: bool, time_split: bool):
             def run():
-                found = self._run(entry, f"precision-{i}", 2, self.sizes.iterations,
-                                  self.sizes.tiny_model, channels_last=channels_last,
-                                  time_split=time_split)
-                print(f"   {entry['strategy']} {entry['precision']} channels_last={channels_last} "
-                      f"time_split={time_split}: {found.status}", flush=True)
-                return self.add("precision", row(
-                    found, strategy=entry["strategy"], precision=entry["precision"],
-                    channels_last=channels_last, time_split=time_split))
+                found = self._run(
+                    entry,
+                    f"precision-{i}",
+                    2,
+                    self.sizes.iterations,
+                    self.sizes.tiny_model,
+                    channels_last=channels_last,
+                    time_split=time_split,
+                )
+                print(
+                    f"   {entry['strategy']} {entry['precision']} channels_last={channels_last} "
+                    f"time_split={time_split}: {found.status}",
+                    flush=True,
+                )
+                return self.add(
+                    "precision",
+                    row(
+                        found,
+                        strategy=entry["strategy"],
+                        precision=entry["precision"],
+                        channels_last=channels_last,
+                        time_split=time_split,
+                    ),
+                )
+
             return run
-        single, others = precision_grid(self.processes, whole=bool(self.gpus),
-                                        launches=lambda e: not self._unavailable(dict(e, images_per_worker=2))[0])
+
+        single, others = precision_grid(
+            self.processes,
+            whole=bool(self.gpus),
+            launches=lambda e: not self._unavailable(dict(e, images_per_worker=2))[0],
+        )
         jobs = [job(i, *setting) for i, setting in enumerate(single + others)]
         # In the CPU smoke single's runs two at once, the others one at a time: two gloo jobs
         # on one host have been seen to cross their messages. On one GPU, AT_ONCE (module
         # docstring).
         if self.gpus == 1:
             return {"runs": self._each(jobs, at_once=AT_ONCE), **side_by_side(AT_ONCE)}
-        return {"runs": self._each(jobs[:len(single)], at_once=1 if self.gpus else 2)
-                + self._each(jobs[len(single):])}
+        return {
+            "runs": self._each(jobs[: len(single)], at_once=1 if self.gpus else 2) + self._each(jobs[len(single) :])
+        }
 
     def nvml(self) -> dict:
         """The sampler's GPU samples over this call's training runs (the items before it)."""
-        samples = [json.loads(line) for d in self.utilisation_dirs
-                   for line in (d / "utilisation.jsonl").read_text().splitlines() if line]
+        samples = [
+            json.loads(line)
+            for d in self.utilisation_dirs
+            for line in (d / "utilisation.jsonl").read_text().splitlines()
+            if line
+        ]
         if not self.gpus:
-            return {"skipped": "no GPU visible: the sampler recorded CPU and memory only",
-                    "samples": len(samples)}
+            return {"skipped": "no GPU visible: the sampler recorded CPU and memory only", "samples": len(samples)}
         gpu_samples = [g for d in self.utilisation_dirs for g in training_gpu_samples(d)]
         if not gpu_samples:
-            raise RuntimeError(f"{len(samples)} utilisation samples, none with GPU figures while "
-                               "training: name a training item in the same call (--only throughput nvml)")
-        return {"samples": len(gpu_samples),
-                "sm_percent_median": statistics.median(g["util_percent"] for g in gpu_samples)}
+            raise RuntimeError(
+                f"{len(samples)} utilisation samples, none with GPU figures while "
+                "training: name a training item in the same call (--only throughput nvml)"
+            )
+        return {
+            "samples": len(gpu_samples),
+            "sm_percent_median": statistics.median(g["util_percent"] for g in gpu_samples),
+        }
 
     def commbench(self) -> dict:
         # The CPU smoke times the tiny model (the real R50-FPN trains in `throughput`), once:
         # beside a test suite's other worker every measurement is outside its band.
-        cfg = schema.replaced(with_model(self.cfg, self.sizes, self.sizes.tiny_model), commbench={
-            "max_bytes": 2**26 if self.gpus else 2**20, "repeats": 5 if self.gpus else 2,
-            "compute_repeats": 15 if self.gpus else 3, "retries": 2 if self.gpus else 0})
+        cfg = schema.replaced(
+            with_model(self.cfg, self.sizes, self.sizes.tiny_model),
+            commbench={
+                "max_bytes": 2**26 if self.gpus else 2**20,
+                "repeats": 5 if self.gpus else 2,
+                "compute_repeats": 15 if self.gpus else 3,
+                "retries": 2 if self.gpus else 0,
+            },
+        )
         out = self.work / "commbench.json"
         argv = commbench_command(stages.view(cfg, "commbench"), self.processes, str(out))
         result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600)
@@ -569,8 +697,9 @@ class Check:
             for precision in ("fp32", "bf16"):
                 configs.append(self._single(f"b{per_gpu}-{precision}", per_gpu, precision))
                 if self.against and (per_gpu, precision) in self.against_settings():
-                    other = self._single(f"b{per_gpu}-{precision}-{self.against.name}", per_gpu,
-                                         precision, tree=self.against)
+                    other = self._single(
+                        f"b{per_gpu}-{precision}-{self.against.name}", per_gpu, precision, tree=self.against
+                    )
                     against[configs[-1].name] = other
                     configs.append(other)
         table = {c.name: c for c in configs}
@@ -578,11 +707,9 @@ class Check:
         reference.update(against)
         largest = table[f"b{self.sizes.batches[-1]}-bf16"]
         profile = self._profile_request(largest) if "profile" in self.wanted else None
-        rows = self._protocol("throughput", configs + knobs, lambda c: reference.get(c.name), [],
-                              profile=profile)
+        rows = self._protocol("throughput", configs + knobs, lambda c: reference.get(c.name), [], profile=profile)
         # the knobs item's rows: each knob and its default
-        self.shared = {"knobs": {n for k in knobs for n in (k.name, reference[k.name].name)},
-                       "profile": profile}
+        self.shared = {"knobs": {n for k in knobs for n in (k.name, reference[k.name].name)}, "profile": profile}
         if 2 in self.sizes.batches and self.sizes is not QUICK:
             rows.append(self.add("throughput", self._keep_recipe_run()))
         return {"runs": rows}
@@ -596,9 +723,13 @@ class Check:
     def _single(self, name: str, per_gpu: int, precision: str, tree: Path = REPO, **train) -> Config:
         """single at `per_gpu` images in `precision` (the tiny model in the CPU smoke)."""
         model = "tiny" if self.sizes.tiny_model else self.cfg.model.arch
-        return Config(name, {"strategy": "single", "workers": 1, "images_per_worker": per_gpu,
-                             "precision": precision}, {"train": train} if train else {}, tree,
-                      facts={"images_per_gpu": per_gpu, "precision": precision, "model": model, **train})
+        return Config(
+            name,
+            {"strategy": "single", "workers": 1, "images_per_worker": per_gpu, "precision": precision},
+            {"train": train} if train else {},
+            tree,
+            facts={"images_per_gpu": per_gpu, "precision": precision, "model": model, **train},
+        )
 
     def _keep_recipe_run(self) -> dict:
         """The recipe's single run (2 images, fp32, R50-FPN), launched as the workflow launches
@@ -616,8 +747,7 @@ class Check:
         return found
 
     def _profile_request(self, config: Config) -> dict:
-        return {"config": config.name, "steps": self.sizes.profile_steps,
-                "trace": self.out / "profile-trace.json.gz"}
+        return {"config": config.name, "steps": self.sizes.profile_steps, "trace": self.out / "profile-trace.json.gz"}
 
     def profile(self) -> dict:
         """single at the table's largest images per GPU in bf16: after the protocol's warm-up, a
@@ -634,17 +764,26 @@ class Check:
             suffix = f"-{self.profile_knob}" if self.profile_knob else ""
             config = self._single(f"b{per_gpu}-bf16{suffix}", per_gpu, "bf16", **train)
             request = self._profile_request(config)
-            interleave([config], self.overrides(), self.work / "profile",
-                       dataclasses.replace(self.sizes.protocol, repeats=0), profile=request)
+            interleave(
+                [config],
+                self.overrides(),
+                self.work / "profile",
+                dataclasses.replace(self.sizes.protocol, repeats=0),
+                profile=request,
+            )
         trace = Path(request["trace"])
         summary = profiles.summarise(profiles.read_events(trace))
         kept = "whole"
         if trace.stat().st_size > TRACE_LIMIT:  # what comes back from a GPU host is bounded
             kept = profiles.slim(trace, TRACE_LIMIT)
-        return {"summary": summary.to_json(), "summary_text": summary.markdown(),
-                "trace": trace.name, "trace_mb": round(trace.stat().st_size / 2**20, 1),
-                "trace_kept": kept,
-                "note": "profiled iterations carry the profiler's overhead: not throughput figures"}
+        return {
+            "summary": summary.to_json(),
+            "summary_text": summary.markdown(),
+            "trace": trace.name,
+            "trace_mb": round(trace.stat().st_size / 2**20, 1),
+            "trace_kept": kept,
+            "note": "profiled iterations carry the profiler's overhead: not throughput figures",
+        }
 
     def _knob_configs(self, table: dict) -> tuple[list, dict]:
         """Each speed knob (KNOBS_ON_GPU, or KNOBS_ON_CPU) beside its default, the bf16 row of
@@ -672,8 +811,10 @@ class Check:
         about a minute there; tests/test_speed.py checks its numbers) and times channels-last."""
         measured = self.shared.get("knobs")
         if measured:
-            return {"runs": [r for r in self.items["throughput"]["runs"] if r["name"] in measured],
-                    "note": "measured in the throughput item's worker, interleaved with its table"}
+            return {
+                "runs": [r for r in self.items["throughput"]["runs"] if r["name"] in measured],
+                "note": "measured in the throughput item's worker, interleaved with its table",
+            }
         configs, reference = self._knob_configs({})
         return {"runs": self._protocol("knobs", configs, lambda c: reference.get(c.name), [])}
 
@@ -695,16 +836,17 @@ class Check:
         # checked from its 6th iteration on (train.py SYNC_CHECK_AFTER): 6 + 3 checked
         checked = Protocol(warmup=6, timed=3, repeats=1, rewarm=0, replay=False)
         interleave(configs, self.overrides(), self.work / "sync", checked)
-        rows = skipped + [{"name": c.name, "status": "failed" if c.error else "ok",
-                           "reason": c.error} for c in configs]
+        rows = skipped + [{"name": c.name, "status": "failed" if c.error else "ok", "reason": c.error} for c in configs]
         return {"runs": rows}
 
     def _gpu_figures(self, out: Path) -> dict:
         gpus = training_gpu_samples(out)
         if not gpus:
             return {}
-        return {"sm_percent": statistics.median(g["util_percent"] for g in gpus),
-                "peak_gpu_memory_mb": max(g["memory_mb"] for g in gpus)}
+        return {
+            "sm_percent": statistics.median(g["util_percent"] for g in gpus),
+            "peak_gpu_memory_mb": max(g["memory_mb"] for g in gpus),
+        }
 
     def _keep_baseline(self, out: Path, tiny: bool) -> None:
         """The recipe's single run, where report.predict.compute.preset: gpu-check finds it."""
@@ -734,12 +876,12 @@ def precision_grid(processes: int, whole: bool, launches=lambda entry: True) -> 
     this machine; a row with the reason, at no cost). tests/test_strategies.py checks each
     strategy's 16-bit steps against single's numbers."""
     if whole:
-        single = [({"strategy": "single", "workers": 1, "precision": p}, cl, True)
-                  for p in PRECISIONS for cl in (False, True)]
+        single = [
+            ({"strategy": "single", "workers": 1, "precision": p}, cl, True) for p in PRECISIONS for cl in (False, True)
+        ]
         single.append(({"strategy": "single", "workers": 1, "precision": "fp32"}, False, False))
     else:  # each precision once: channels-last in bf16, the time split off in fp16
-        single = [({"strategy": "single", "workers": 1, "precision": p}, p == "bf16", p != "fp16")
-                  for p in PRECISIONS]
+        single = [({"strategy": "single", "workers": 1, "precision": p}, p == "bf16", p != "fp16") for p in PRECISIONS]
     others = []
     for i, cls in enumerate(c for c in REGISTERED if c.name != "single"):
         for p in PRECISIONS[1:]:
@@ -754,9 +896,11 @@ def side_by_side(at_once: int) -> dict:
     so they show that each path runs, and are not figures to compare (the overhead item is)."""
     if at_once == 1:
         return {}
-    return {"note": f"launched {at_once} at a time on one GPU: each row shows that its path "
-                    "runs; its images/s were disturbed by the others and are not timings "
-                    "(the overhead item times each strategy under the protocol)"}
+    return {
+        "note": f"launched {at_once} at a time on one GPU: each row shows that its path "
+        "runs; its images/s were disturbed by the others and are not timings "
+        "(the overhead item times each strategy under the protocol)"
+    }
 
 
 def training_gpu_samples(out: Path, start_up: int = 3) -> list[dict]:
@@ -765,8 +909,7 @@ def training_gpu_samples(out: Path, start_up: int = 3) -> list[dict]:
     path = out / "utilisation.jsonl"
     if not path.exists():
         return []
-    return [g for line in path.read_text().splitlines() if line
-            for g in json.loads(line).get("gpus", [])][start_up:]
+    return [g for line in path.read_text().splitlines() if line for g in json.loads(line).get("gpus", [])][start_up:]
 
 
 def _cell(value) -> str:
@@ -776,27 +919,28 @@ def _cell(value) -> str:
 
 
 def markdown(bundle: dict) -> str:
-    lines = [f"# GPU check: {bundle['device']}", "",
-             f"{bundle['mode']}; torch {bundle['provenance']['packages'].get('torch')}, "
-             f"git {bundle['provenance']['git_revision']}, {bundle['seconds']:.0f} s in all.", ""]
+    lines = [
+        f"# GPU check: {bundle['device']}",
+        "",
+        f"{bundle['mode']}; torch {bundle['provenance']['packages'].get('torch')}, "
+        f"git {bundle['provenance']['git_revision']}, {bundle['seconds']:.0f} s in all.",
+        "",
+    ]
     for name, item in bundle["items"].items():
         lines.append(f"## {name}: {item['status']} ({item.get('seconds', '...')} s)")
         if item["status"] == "failed":
             lines += ["", f"    {item['reason'][-800:]}".replace("\n", "\n    ")]
         runs = item.get("runs", [])
         if runs:
-            columns = list(dict.fromkeys(k for run in runs for k in run
-                                         if k not in ("entry", "log", "traceback")))
+            columns = list(dict.fromkeys(k for run in runs for k in run if k not in ("entry", "log", "traceback")))
             lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
             lines += ["| " + " | ".join(_cell(row.get(k)) for k in columns) + " |" for row in runs]
             lines.append("")
         apart = [f"{r['name']} ({100 * r['disagreement']:.1f} %)" for r in runs if r.get("agree") is False]
         if apart:
-            lines.append("- repeats that disagreed by more than 3 % (the machine was noisy): "
-                         + ", ".join(apart))
+            lines.append("- repeats that disagreed by more than 3 % (the machine was noisy): " + ", ".join(apart))
         if "summary_text" in item:
-            lines += [item["summary_text"], f"- trace: {item['trace']} ({item['trace_mb']} MiB); "
-                      f"{item['note']}"]
+            lines += [item["summary_text"], f"- trace: {item['trace']} ({item['trace_mb']} MiB); {item['note']}"]
         if "note" in item and "summary_text" not in item:
             lines.append(f"- note: {item['note']}")
         for key in ("samples", "sm_percent_median", "skipped"):
@@ -814,11 +958,16 @@ def _links_lines(links: dict) -> list[str]:
     lines = [f"- backend {links.get('backend')}; disturbed: {links.get('disturbed') or 'none'}"]
     for op, fit in (links.get("primitives") or {}).items():
         bandwidth = fit.get("bandwidth_gbit_s")
-        largest = (f"{fit['bytes'][-1] / 2**20:.0f} MiB in {1e6 * fit['seconds'][-1]:.1f} us"
-                   if fit.get("bytes") and fit.get("seconds") else "-")
-        lines.append(f"- {op}: alpha {1e6 * fit['alpha_s']:.1f} us, bandwidth "
-                     + (f"{bandwidth:.3g} Gbit/s" if bandwidth else "not resolved (no slope)")
-                     + f", r2 {fit.get('r2', float('nan')):.2f}, largest message {largest}")
+        largest = (
+            f"{fit['bytes'][-1] / 2**20:.0f} MiB in {1e6 * fit['seconds'][-1]:.1f} us"
+            if fit.get("bytes") and fit.get("seconds")
+            else "-"
+        )
+        lines.append(
+            f"- {op}: alpha {1e6 * fit['alpha_s']:.1f} us, bandwidth "
+            + (f"{bandwidth:.3g} Gbit/s" if bandwidth else "not resolved (no slope)")
+            + f", r2 {fit.get('r2', float('nan')):.2f}, largest message {largest}"
+        )
     return lines
 
 
@@ -828,12 +977,13 @@ def against_tree(rev: str, work: Path) -> Path:
     carried = REPO / ".against" / rev
     if (carried / "pipeline" / "training" / "train.py").is_file():
         return carried
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev],
-                             capture_output=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", rev], capture_output=True)
     if archive.returncode != 0:
-        raise SystemExit(f"--against {rev}: neither {carried} nor the revision in this clone's "
-                         f"history ({archive.stderr.decode().strip()}); unpack `git archive {rev}` "
-                         f"into {carried}")
+        raise SystemExit(
+            f"--against {rev}: neither {carried} nor the revision in this clone's "
+            f"history ({archive.stderr.decode().strip()}); unpack `git archive {rev}` "
+            f"into {carried}"
+        )
     target = work / "against" / rev  # named as the carried tree: rows are named by it
     target.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
@@ -846,21 +996,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="gpu-check", help="directory of gpu_check.md and .json")
     parser.add_argument("--results", default="results", help="where results/runs/gpu-check goes")
     parser.add_argument("--only", nargs="+", choices=ITEMS)
-    parser.add_argument("--quick", action="store_true",
-                        help=f"a short loan of one GPU: {', '.join(QUICK_ITEMS)} at fewer iterations")
-    parser.add_argument("--against", metavar="REV",
-                        help="time the throughput item's AGAINST settings in this git revision's "
-                             "tree too, interleaved with HEAD's: .against/REV (a `git archive` "
-                             "unpacked), else an archive of REV from this clone's history")
-    parser.add_argument("--profile-knob", choices=sorted({k[0] for k in KNOBS_ON_GPU + KNOBS_ON_CPU}),
-                        help="profile with this speed knob on (its own worker), to set its "
-                             "profile beside the default's of an earlier call")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"a short loan of one GPU: {', '.join(QUICK_ITEMS)} at fewer iterations"
+    )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="time the throughput item's AGAINST settings in this git revision's "
+        "tree too, interleaved with HEAD's: .against/REV (a `git archive` "
+        "unpacked), else an archive of REV from this clone's history",
+    )
+    parser.add_argument(
+        "--profile-knob",
+        choices=sorted({k[0] for k in KNOBS_ON_GPU + KNOBS_ON_CPU}),
+        help="profile with this speed knob on (its own worker), to set its "
+        "profile beside the default's of an earlier call",
+    )
     args = parser.parse_args(argv)
     gpus = distributed.gpu_count()
     sizes = (QUICK if args.quick else GPU) if gpus else CPU_SMOKE
     items = args.only or (QUICK_ITEMS if args.quick else ITEMS)
-    mode = (f"{gpus} GPU(s), one process per GPU over NCCL" if gpus else
-            "no GPU visible: the CPU smoke (the same items at tiny sizes, 2 gloo processes)")
+    mode = (
+        f"{gpus} GPU(s), one process per GPU over NCCL"
+        if gpus
+        else "no GPU visible: the CPU smoke (the same items at tiny sizes, 2 gloo processes)"
+    )
     mode += "; --quick" if args.quick else ""
     mode += f"; against {args.against}" if args.against else ""
     print(f"gpu check: {mode}; writing {args.out} as each run finishes", flush=True)
@@ -873,10 +1033,17 @@ def main(argv: list[str] | None = None) -> int:
             if name in items:
                 check.item(name, getattr(check, name))
     failed = [name for name, item in check.items.items() if item["status"] == "failed"]
-    failed += [run.get("run_id") or run.get("name") for item in check.items.values()
-               for run in item.get("runs", []) if run["status"] == "failed"]
-    print(f"wrote {Path(args.out) / 'gpu_check.md'} and gpu_check.json; "
-          + (f"failed: {', '.join(failed)}" if failed else "every item done"), flush=True)
+    failed += [
+        run.get("run_id") or run.get("name")
+        for item in check.items.values()
+        for run in item.get("runs", [])
+        if run["status"] == "failed"
+    ]
+    print(
+        f"wrote {Path(args.out) / 'gpu_check.md'} and gpu_check.json; "
+        + (f"failed: {', '.join(failed)}" if failed else "every item done"),
+        flush=True,
+    )
     return 1 if failed else 0
 
 

@@ -7,6 +7,7 @@ one start-up (imports, CUDA context, NCCL) for all of them, instead of one launc
 Configurations of another tree (`--against REV`) get a worker of their own, and the turns go
 across both workers, so the two revisions see the same machine minute by minute.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,10 +30,10 @@ SEGMENT = "SEGMENT "
 class Protocol:
     """How much each configuration is timed."""
 
-    warmup: int    # iterations before its first segment
-    timed: int     # iterations a segment times
-    repeats: int   # segments per configuration, interleaved with the others'
-    rewarm: int    # iterations before each later segment (its caches after the others' turns)
+    warmup: int  # iterations before its first segment
+    timed: int  # iterations a segment times
+    repeats: int  # segments per configuration, interleaved with the others'
+    rewarm: int  # iterations before each later segment (its caches after the others' turns)
     # every segment replays the first warm-up's batches from the state at its end, so that
     # repeats do the same work (benchmarks/segments.py, Replay); False: the loader's next ones
     replay: bool = True
@@ -47,7 +48,7 @@ class Config:
     entry: dict
     settings: dict = field(default_factory=dict)
     tree: Path = REPO
-    facts: dict = field(default_factory=dict)     # what its rows say of it besides the figures
+    facts: dict = field(default_factory=dict)  # what its rows say of it besides the figures
     segments: list = field(default_factory=list)  # the worker's replies, in order
     error: str = ""
 
@@ -61,17 +62,23 @@ class Config:
         if self.error:
             return {"name": self.name, "status": "failed", "reason": self.error}
         found = self.repeats.summary()
-        out = {"name": self.name, "tree": self.tree.name if self.tree != REPO else "HEAD",
-               "status": "ok" if self.segments else "waiting",
-               "images_per_second": found["median"], "low": found["low"], "high": found["high"],
-               "repeats": found["repeats"], "disagreement": found["disagreement"],
-               "agree": found["agree"],
-               "segments": [round(s["images_per_second"], 2) for s in self.segments],
-               # one digest for every segment: its repeats trained on the same batches
-               "batches": sorted({s["batches"] for s in self.segments if s.get("batches")}),
-               "sm_percent": median([s.get("sm_percent") for s in self.segments]),
-               "data_share": median([s.get("data_share") for s in self.segments]),
-               "losses_finite": all(s.get("losses_finite") for s in self.segments)}
+        out = {
+            "name": self.name,
+            "tree": self.tree.name if self.tree != REPO else "HEAD",
+            "status": "ok" if self.segments else "waiting",
+            "images_per_second": found["median"],
+            "low": found["low"],
+            "high": found["high"],
+            "repeats": found["repeats"],
+            "disagreement": found["disagreement"],
+            "agree": found["agree"],
+            "segments": [round(s["images_per_second"], 2) for s in self.segments],
+            # one digest for every segment: its repeats trained on the same batches
+            "batches": sorted({s["batches"] for s in self.segments if s.get("batches")}),
+            "sm_percent": median([s.get("sm_percent") for s in self.segments]),
+            "data_share": median([s.get("data_share") for s in self.segments]),
+            "losses_finite": all(s.get("losses_finite") for s in self.segments),
+        }
         if reference is not None and reference is not self and reference.segments and self.segments:
             out.update(reference=reference.name, **gap(self.repeats, reference.repeats).summary())
         return out
@@ -92,14 +99,26 @@ class Worker:
         # (today's behaviour, which an older tree has without the knob); any other value is
         # refused by that tree (segments.load_cfg)
         defaults = yaml.safe_load((REPO / "params.yaml").read_text())["defaults"]
-        setup.write_text(json.dumps({"overrides": overrides, "defaults": defaults, "configs": [
-            {"entry": c.entry, "settings": c.settings, "out": str(work / f"run-{i}")}
-            for i, c in enumerate(configs)]}))
+        setup.write_text(
+            json.dumps(
+                {
+                    "overrides": overrides,
+                    "defaults": defaults,
+                    "configs": [
+                        {"entry": c.entry, "settings": c.settings, "out": str(work / f"run-{i}")}
+                        for i, c in enumerate(configs)
+                    ],
+                }
+            )
+        )
         self.configs, self.log = configs, work / "worker.log"
         self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "benchmarks" / "segments.py"), "--tree", str(tree),
-             "--setup", str(setup)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=open(self.log, "w"), text=True)
+            [sys.executable, str(REPO / "benchmarks" / "segments.py"), "--tree", str(tree), "--setup", str(setup)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=open(self.log, "w"),
+            text=True,
+        )
 
     def wait_built(self) -> None:
         """Every configuration built (or refused, with its reason)."""
@@ -111,7 +130,7 @@ class Worker:
     def read(self) -> dict:
         for line in self.process.stdout:
             if line.startswith(SEGMENT):
-                return json.loads(line[len(SEGMENT):])
+                return json.loads(line[len(SEGMENT) :])
         lines = [text for text in self.log.read_text().splitlines() if text.strip()]
         errors = [text for text in lines if text.startswith("error:") or "Error" in text]
         raise RuntimeError(f"the worker ({self.log}) exited: {(errors or lines or ['no output'])[-1]}")
@@ -131,9 +150,16 @@ class Worker:
                 self.process.kill()
 
 
-def interleave(configs: list[Config], overrides: dict, work: Path, protocol: Protocol,
-               done=lambda config: None, profile: dict | None = None,
-               turn: list[Config] | None = None, closing: tuple = ()) -> list[Config]:
+def interleave(
+    configs: list[Config],
+    overrides: dict,
+    work: Path,
+    protocol: Protocol,
+    done=lambda config: None,
+    profile: dict | None = None,
+    turn: list[Config] | None = None,
+    closing: tuple = (),
+) -> list[Config]:
     """Time `configs` in turns under `protocol`; `done(config)` after each of its segments (the
     bundle rewrites its rows). A turn is `configs` in order, or `turn` (a config may come more
     than once: single bracketing each strategy), and `closing` runs once after the last turn.
@@ -156,9 +182,14 @@ def interleave(configs: list[Config], overrides: dict, work: Path, protocol: Pro
             if config.error:
                 raise RuntimeError(f"profiling {config.name}: {config.error}")
             worker = workers[config.tree]
-            found = worker.ask({"profile": worker.configs.index(config),
-                                "warmup": protocol.rewarm if config.segments else protocol.warmup,
-                                "steps": profile["steps"], "trace": str(profile["trace"])})
+            found = worker.ask(
+                {
+                    "profile": worker.configs.index(config),
+                    "warmup": protocol.rewarm if config.segments else protocol.warmup,
+                    "steps": profile["steps"],
+                    "trace": str(profile["trace"]),
+                }
+            )
             if "error" in found:
                 raise RuntimeError(f"profiling {config.name}: {found['error']}")
     finally:
@@ -170,9 +201,15 @@ def interleave(configs: list[Config], overrides: dict, work: Path, protocol: Pro
 def segment(worker: Worker, config: Config, protocol: Protocol, done) -> None:
     """One timed segment of `config`: after the protocol's warm-up (its first) or re-warm."""
     try:
-        found = worker.ask({"config": worker.configs.index(config), "timed": protocol.timed,
-                            "warmup": protocol.rewarm if config.segments else protocol.warmup,
-                            "rewarm": protocol.rewarm, "replay": protocol.replay})
+        found = worker.ask(
+            {
+                "config": worker.configs.index(config),
+                "timed": protocol.timed,
+                "warmup": protocol.rewarm if config.segments else protocol.warmup,
+                "rewarm": protocol.rewarm,
+                "replay": protocol.replay,
+            }
+        )
     except (RuntimeError, OSError) as err:  # the worker died: its configs end here
         for lost in worker.configs:
             lost.error = lost.error or str(err)

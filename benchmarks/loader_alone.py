@@ -16,6 +16,7 @@ split. The main process runs --threads intra-op threads (1, as each DataLoader w
 with 2 on a 2-core machine whose other core is busy, every parallel op waited out a scheduler
 quantum (8 ms for a 1.2 MB flip, 0.2 ms at 1 thread). Defaults take about 12 s on 2 cores.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,22 +49,27 @@ CUDA = torch.cuda.is_available()
 def machine() -> str:
     cpu = platform.processor() or "?"
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                   if line.startswith("model name"))
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
     gpu = torch.cuda.get_device_name(0) if CUDA else "no CUDA"
-    return (f"{platform.platform()}; {cpu}; {os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} "
-            f"usable); torch {torch.__version__}, torchvision {torchvision.__version__}, "
-            f"Pillow {PIL.__version__}; {gpu}")
+    return (
+        f"{platform.platform()}; {cpu}; {os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} "
+        f"usable); torch {torch.__version__}, torchvision {torchvision.__version__}, "
+        f"Pillow {PIL.__version__}; {gpu}"
+    )
 
 
 def dataset_root(args, work: Path) -> Path:
     if args.root:
         return Path(args.root)
     root = work / "data"
-    synthetic.generate(root, schema.Synthetic(seed=2017, image_size=args.size, train_images=args.images,
-                                              val_images=1, max_objects=8, clutter=6))
+    synthetic.generate(
+        root,
+        schema.Synthetic(
+            seed=2017, image_size=args.size, train_images=args.images, val_images=1, max_objects=8, clutter=6
+        ),
+    )
     return root
 
 
@@ -94,15 +100,20 @@ def stage_table(dataset: CocoDetection, args) -> None:
     floats = [FLOAT(image) for image in uint8]
     boxes = [dataset.target(i)["boxes"] for i in indices]
     pairs = {"uint8": list(zip(uint8, boxes, strict=False)), "float32": list(zip(floats, boxes, strict=False))}
-    batches = {kind: [[(image, {"boxes": b}) for image, b in pairs[kind][i:i + args.batch]]
-                      for i in range(0, len(indices), args.batch)] for kind in pairs}
+    batches = {
+        kind: [
+            [(image, {"boxes": b}) for image, b in pairs[kind][i : i + args.batch]]
+            for i in range(0, len(indices), args.batch)
+        ]
+        for kind in pairs
+    }
     pin = "pin_memory" + ("" if CUDA else " (no CUDA: a plain copy)")
     stages = {
         "decode: PIL open + convert (dataset.load_image)": dataset.load_image,
-        "decode: torchvision.io.decode_jpeg (CPU)":
-            lambda i: decode_jpeg(read_file(paths[i]), mode=ImageReadMode.RGB),
-        "decode: torchvision.io.decode_image (CPU)":
-            lambda i: decode_image(read_file(paths[i]), mode=ImageReadMode.RGB),
+        "decode: torchvision.io.decode_jpeg (CPU)": lambda i: decode_jpeg(read_file(paths[i]), mode=ImageReadMode.RGB),
+        "decode: torchvision.io.decode_image (CPU)": lambda i: decode_image(
+            read_file(paths[i]), mode=ImageReadMode.RGB
+        ),
         "PIL image -> uint8 tensor (v2.ToImage)": lambda i: v2.functional.to_image(decoded[i]),
         "uint8 -> float32 (v2.ToDtype scale)": lambda i: FLOAT(uint8[i]),
         "flip, image + boxes: float32": lambda i: MIRROR(*pairs["float32"][i]),
@@ -120,30 +131,42 @@ def stage_table(dataset: CocoDetection, args) -> None:
         batch_ms = per_image_ms({kind: collate}, batches[kind], args.repeats)[kind]
         times[f"collate (batches of {args.batch}): {kind}"] = batch_ms / args.batch
     decode_pil = times["decode: PIL open + convert (dataset.load_image)"]
-    print(f"\n1. per image, ms (median of {args.repeats} interleaved passes over {len(indices)} "
-          f"images; x: decode against PIL's, float32 against uint8)")
+    print(
+        f"\n1. per image, ms (median of {args.repeats} interleaved passes over {len(indices)} "
+        f"images; x: decode against PIL's, float32 against uint8)"
+    )
     print(f"{'stage':<58}{'ms':>9}{'x':>8}")
     for name, ms in times.items():
         if name.startswith("decode"):
             ratio = f"{ms / decode_pil:>8.2f}"
-        elif name.endswith("float32") and name[:-len("float32")] + "uint8" in times:
-            ratio = f"{ms / times[name[:-len('float32')] + 'uint8']:>8.2f}"
+        elif name.endswith("float32") and name[: -len("float32")] + "uint8" in times:
+            ratio = f"{ms / times[name[: -len('float32')] + 'uint8']:>8.2f}"
         else:
             ratio = ""
         print(f"{name:<58}{ms:>9.4f}{ratio}")
-    same = all(torch.equal(decode_image(read_file(path), mode=ImageReadMode.RGB), image)
-               for path, image in zip(paths, uint8, strict=False))
-    print(f"torchvision.io's pixels equal PIL's on every image: {same}; bytes per image: "
-          f"{floats[0].nbytes / 1e6:.2f} MB float32, {uint8[0].nbytes / 1e6:.2f} MB uint8")
+    same = all(
+        torch.equal(decode_image(read_file(path), mode=ImageReadMode.RGB), image)
+        for path, image in zip(paths, uint8, strict=False)
+    )
+    print(
+        f"torchvision.io's pixels equal PIL's on every image: {same}; bytes per image: "
+        f"{floats[0].nbytes / 1e6:.2f} MB float32, {uint8[0].nbytes / 1e6:.2f} MB uint8"
+    )
 
 
 def images_per_second(dataset: CocoDetection, workers: int, args) -> float:
     """Images/s that DataLoader + collate + to_device deliver, after one warm-up pass (worker
     start-up is paid once per run, not per epoch's worth of these few images)."""
     device = torch.device("cuda" if CUDA else "cpu")
-    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch, shuffle=False,
-                                         collate_fn=collate, num_workers=workers, pin_memory=CUDA,
-                                         persistent_workers=workers > 0)
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_size=args.batch,
+        shuffle=False,
+        collate_fn=collate,
+        num_workers=workers,
+        pin_memory=CUDA,
+        persistent_workers=workers > 0,
+    )
     for passes in (1, args.passes):
         start = time.perf_counter()
         images = 0
@@ -160,9 +183,11 @@ def images_per_second(dataset: CocoDetection, workers: int, args) -> float:
 def loader_table(dataset: CocoDetection, args) -> None:
     uint8_transforms = dataset.transforms
     float_transforms = v2.Compose([uint8_transforms, FLOAT])  # the loader before the change
-    print(f"\n2. CocoDetection (flip 0.5) -> DataLoader (batch {args.batch}, collate"
-          f"{', pinned' if CUDA else ''}) -> to_device, images/s over {args.passes} passes of "
-          f"{len(dataset)} images after a warm-up pass")
+    print(
+        f"\n2. CocoDetection (flip 0.5) -> DataLoader (batch {args.batch}, collate"
+        f"{', pinned' if CUDA else ''}) -> to_device, images/s over {args.passes} passes of "
+        f"{len(dataset)} images after a warm-up pass"
+    )
     print(f"{'workers':<10}{'float32 (before)':>18}{'uint8 (after)':>16}{'after/before':>14}")
     for workers in args.workers:
         rates = {}
@@ -170,16 +195,19 @@ def loader_table(dataset: CocoDetection, args) -> None:
             dataset.transforms = transforms
             rates[kind] = images_per_second(dataset, workers, args)
         dataset.transforms = uint8_transforms
-        print(f"{workers:<10}{rates['float32']:>18.1f}{rates['uint8']:>16.1f}"
-              f"{rates['uint8'] / rates['float32']:>14.2f}")
+        print(
+            f"{workers:<10}{rates['float32']:>18.1f}{rates['uint8']:>16.1f}{rates['uint8'] / rates['float32']:>14.2f}"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", help="an existing COCO-layout set (its train split); default: "
-                                       "a synthetic one, generated in a temporary directory")
-    parser.add_argument("--images", type=int, default=32,
-                        help="training images generated, or read from --root's first")
+    parser.add_argument(
+        "--root",
+        help="an existing COCO-layout set (its train split); default: "
+        "a synthetic one, generated in a temporary directory",
+    )
+    parser.add_argument("--images", type=int, default=32, help="training images generated, or read from --root's first")
     parser.add_argument("--size", type=int, default=640, help="synthetic image side, px")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--batch", type=int, default=4, help="images per batch")
@@ -193,7 +221,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="loader-alone-") as work:
         root = dataset_root(args, Path(work))
         dataset = CocoDetection(root, "train", train=True, horizontal_flip=0.5)
-        dataset.images = dataset.images[:args.images]  # a real set's first few (all in memory)
+        dataset.images = dataset.images[: args.images]  # a real set's first few (all in memory)
         print(f"data: {root} ({len(dataset)} training images)")
         stage_table(dataset, args)
         loader_table(dataset, args)

@@ -6,6 +6,7 @@ Trains the demo model (params.yaml's demo preset, one epoch, `single` and `ddp` 
 train.monitor_interval_s at its default and at 0 (off), alternating on and off --repeats
 times in this one invocation, and prints the median images/s of each and their ratio.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,13 +37,17 @@ def main() -> None:
     args = parser.parse_args()
     cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
     work = Path(tempfile.mkdtemp(prefix="monitor-bench-"))
-    cfg = schema.replaced(cfg, data={"root": str(work / "data"),
-                                     "synthetic": {"train_images": args.train_images}},
-                          train={"epochs": 1, "lr_steps": []})
+    cfg = schema.replaced(
+        cfg,
+        data={"root": str(work / "data"), "synthetic": {"train_images": args.train_images}},
+        train={"epochs": 1, "lr_steps": []},
+    )
     synthetic.generate(cfg.data.root, cfg.data.synthetic)
     interval = cfg.train.monitor_interval_s
-    print(f"demo model, 1 epoch of {args.train_images} images, sampling every {interval} s vs off, "
-          f"{args.repeats} alternating passes; median images/s")
+    print(
+        f"demo model, 1 epoch of {args.train_images} images, sampling every {interval} s vs off, "
+        f"{args.repeats} alternating passes; median images/s"
+    )
     for entry in ENTRIES:
         run = sweep.fill(entry, cfg)
         speeds = {"on": [], "off": []}
@@ -52,8 +57,10 @@ def main() -> None:
                 out = work / f"{sweep.run_id(run)}-{mode}-{repeat}"
                 speeds[mode].append(images_per_second(sampled, run, out))
         on, off = median(speeds["on"]), median(speeds["off"])
-        print(f"{sweep.run_id(run):<14} on {on:7.2f}  off {off:7.2f}  on/off {on / off:.4f}  "
-              f"(overhead {100 * (1 - on / off):+.2f} %)")
+        print(
+            f"{sweep.run_id(run):<14} on {on:7.2f}  off {off:7.2f}  on/off {on / off:.4f}  "
+            f"(overhead {100 * (1 - on / off):+.2f} %)"
+        )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ It prints, per configuration and way, each segment's images/s, how far apart the
 and whether their losses were the same. On a shared CPU the machine's own noise is in both
 ways alike; the replayed way removes the work's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,17 @@ def settings(work: Path, model: str, size: int) -> dict:
     """The check's settings at `size` px: the demo's tiny model, or R50-FPN with the check's
     calibrated backbone."""
     import torch
-    sizes = gpu_check.Sizes(image_size=size, min_size=size, iterations=2, batches=(2,),
-                            table_iterations=2, tiny_model=model == "tiny",
-                            protocol=gpu_check.CPU_SMOKE.protocol, profile_steps=1)
+
+    sizes = gpu_check.Sizes(
+        image_size=size,
+        min_size=size,
+        iterations=2,
+        batches=(2,),
+        table_iterations=2,
+        tiny_model=model == "tiny",
+        protocol=gpu_check.CPU_SMOKE.protocol,
+        profile_steps=1,
+    )
     backbone = work / "backbone.pth"
     found = gpu_check.overrides(sizes, 1, work / "data", backbone)
     cfg = gpu_check.base_config(sizes, 1, work / "data", backbone)
@@ -45,8 +54,10 @@ def settings(work: Path, model: str, size: int) -> dict:
 
 
 def configs() -> list[Config]:
-    return [Config(f"b2-{p}", {"strategy": "single", "workers": 1, "images_per_worker": 2,
-                               "precision": p}) for p in ("fp32", "bf16")]
+    return [
+        Config(f"b2-{p}", {"strategy": "single", "workers": 1, "images_per_worker": 2, "precision": p})
+        for p in ("fp32", "bf16")
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,12 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="repeat-agreement-") as work:
         overrides = settings(Path(work), args.model, args.size)
-        print(f"{args.model} model at {args.size} px, 2 images, {args.repeats} segments of "
-              f"{args.timed} timed iterations each, in turns")
+        print(
+            f"{args.model} model at {args.size} px, 2 images, {args.repeats} segments of "
+            f"{args.timed} timed iterations each, in turns"
+        )
         print(f"{'way':<9} {'config':<8} {'apart':>7}  {'batches':>7}  {'losses':<9} segments (images/s)")
         for replay in (False, True):
-            protocol = Protocol(warmup=args.warmup, timed=args.timed, repeats=args.repeats,
-                                rewarm=1, replay=replay)
+            protocol = Protocol(warmup=args.warmup, timed=args.timed, repeats=args.repeats, rewarm=1, replay=replay)
             for config in interleave(configs(), overrides, Path(work) / f"replay-{replay}", protocol):
                 if config.error:
                     print(f"{config.name}: {config.error}")
@@ -73,9 +85,11 @@ def main(argv: list[str] | None = None) -> int:
                 losses = [s["losses"] for s in config.segments]
                 same = "same" if all(loss == losses[0] for loss in losses) else "differ"
                 batches = len({s["batches"] for s in config.segments}) if replay else "n/a"
-                print(f"{'replayed' if replay else 'before':<9} {config.name:<8} "
-                      f"{100 * row['disagreement']:>6.1f}%  {batches:>7}  {same:<9} "
-                      + " ".join(f"{v:.2f}" for v in row["segments"]))
+                print(
+                    f"{'replayed' if replay else 'before':<9} {config.name:<8} "
+                    f"{100 * row['disagreement']:>6.1f}%  {batches:>7}  {same:<9} "
+                    + " ".join(f"{v:.2f}" for v in row["segments"])
+                )
     return 0
 
 

@@ -7,6 +7,7 @@ proposals step by step: without both, two repeats of one configuration differ by
 not by the machine. Imported by segments.py from its own folder, so that it serves an older
 revision's tree (--against) as it serves HEAD's.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,16 +49,14 @@ class Replay:
         for optimizer in optimizers:
             # its own parameters too: a strategy may step copies of the model's (ps)
             candidates += [p for group in getattr(optimizer, "param_groups", []) for p in group["params"]]
-            candidates += [value for state in getattr(optimizer, "state", {}).values()
-                           for value in state.values()]
+            candidates += [value for state in getattr(optimizer, "state", {}).values() for value in state.values()]
         found = {id(t): t for t in candidates if torch.is_tensor(t)}
         return list(found.values())
 
     def freeze(self) -> None:
         """The state at the end of the loader's warm-up: the start of every segment."""
         if not self.batches:
-            raise RuntimeError("replay: the warm-up kept no batch (give the protocol warm-up "
-                               "iterations)")
+            raise RuntimeError("replay: the warm-up kept no batch (give the protocol warm-up iterations)")
         self.tensors = self._tensors()
         self.saved = [t.detach().clone() for t in self.tensors]
         self.step = self.job.state.step
@@ -82,8 +81,7 @@ class Replay:
             for tensor in flatten(self.batches[index]):
                 if torch.is_tensor(tensor):
                     h.update(str((tensor.dtype, tuple(tensor.shape))).encode())
-                    h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-                             .numpy().tobytes())
+                    h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
                 else:
                     h.update(repr(tensor).encode())
             each[index] = h.hexdigest()
@@ -93,9 +91,12 @@ class Replay:
 def random_state(restore: dict | None = None) -> dict:
     """torch's generators (host and devices), Python's and numpy's: read, or set to `restore`."""
     if restore is None:
-        return {"torch": torch.get_rng_state(), "python": random.getstate(),
-                "numpy": numpy.random.get_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+        return {
+            "torch": torch.get_rng_state(),
+            "python": random.getstate(),
+            "numpy": numpy.random.get_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        }
     torch.set_rng_state(restore["torch"])
     random.setstate(restore["python"])
     numpy.random.set_state(restore["numpy"])

@@ -33,6 +33,7 @@ then restores that state, re-warms on the kept batches and times the next ones, 
 every segment. The data wait's share is read from the second half of that warm-up (the
 loader at its pace); the timed iterations wait on no loader.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,6 +69,7 @@ class Utilisation:
         self.samples: list[tuple[float, float]] = []
         try:
             import pynvml
+
             pynvml.nvmlInit()
             index = int((os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0] or 0)
             self.handle, self.nvml = pynvml.nvmlDeviceGetHandleByIndex(index), pynvml
@@ -95,6 +97,7 @@ class Driver:
         import torch
 
         from pipeline.strategies import sweep
+
         self.loop, self.torch = loop, torch
         run = sweep.fill(entry, cfg)
         self.job = loop.setup(train_config(cfg), run, out)
@@ -118,10 +121,15 @@ class Driver:
         costs a refill of the prefetch queue, not a fork of every worker."""
         old = self.job.loader
         if old.num_workers > 0:
-            self.job.loader = type(old)(old.dataset, batch_sampler=old.batch_sampler,
-                                        collate_fn=old.collate_fn, num_workers=old.num_workers,
-                                        generator=old.generator, pin_memory=old.pin_memory,
-                                        persistent_workers=True)
+            self.job.loader = type(old)(
+                old.dataset,
+                batch_sampler=old.batch_sampler,
+                collate_fn=old.collate_fn,
+                num_workers=old.num_workers,
+                generator=old.generator,
+                pin_memory=old.pin_memory,
+                persistent_workers=True,
+            )
 
     def _record(self, record) -> None:
         if hasattr(self.loop, "iterate"):
@@ -160,8 +168,7 @@ class Driver:
             pending, losses = loop.timed_iteration(job, batch, job.state.epoch, self.stopwatch)
             job.state.batch += 1
             now = time.perf_counter()
-            pending.record.update(time_iter=self.stopwatch.lap_seconds(now),
-                                  elapsed=self.stopwatch.elapsed(now))
+            pending.record.update(time_iter=self.stopwatch.lap_seconds(now), elapsed=self.stopwatch.elapsed(now))
             self._record(job.clock.push(pending, losses))
         self.stopwatch.lap()
 
@@ -173,6 +180,7 @@ class Driver:
 
     def steps(self, count: int) -> None:
         from pipeline.training.state import Stopwatch
+
         self.stopwatch = Stopwatch(self.job.state)
         for _ in range(count):
             self._step()
@@ -193,19 +201,19 @@ class Driver:
         share = None
         if self.replay is None:
             from replay import Replay  # benchmarks/replay.py, beside this script: HEAD's, for any tree
+
             self._fresh_epoch_if_short(warmup)
             self.replay = Replay(self.job)
             self.steps(warmup)
             self._settle()
-            share = data_share(self.log_file.records[len(self.log_file.records) // 2:])
+            share = data_share(self.log_file.records[len(self.log_file.records) // 2 :])
             self.replay.freeze()
         self.replay.restore()
         self.steps(rewarm)
         self._settle()
         return share
 
-    def segment(self, warmup: int, timed: int, utilisation: Utilisation, rewarm: int = 0,
-                replay: bool = False) -> dict:
+    def segment(self, warmup: int, timed: int, utilisation: Utilisation, rewarm: int = 0, replay: bool = False) -> dict:
         if replay:
             share = self._replayed(warmup, rewarm)
             self.loader_share = share if share is not None else self.loader_share
@@ -220,16 +228,21 @@ class Driver:
         self._settle()
         end = time.perf_counter()
         records = self.log_file.records
-        return {"seconds": end - start, "iterations": timed, "images": timed * self.per_step,
-                "images_per_second": timed * self.per_step / (end - start),
-                "data_share": self.loader_share if replay else data_share(records),
-                "sm_percent": utilisation.between(start, end),
-                "losses_finite": all(r.get("loss") == r.get("loss") for r in records),
-                "losses": [r.get("loss") for r in records],
-                "batches": self.replay.digest() if replay else None}
+        return {
+            "seconds": end - start,
+            "iterations": timed,
+            "images": timed * self.per_step,
+            "images_per_second": timed * self.per_step / (end - start),
+            "data_share": self.loader_share if replay else data_share(records),
+            "sm_percent": utilisation.between(start, end),
+            "losses_finite": all(r.get("loss") == r.get("loss") for r in records),
+            "losses": [r.get("loss") for r in records],
+            "batches": self.replay.digest() if replay else None,
+        }
 
     def profile(self, warmup: int, steps: int, trace: str) -> dict:
         from torch.profiler import ProfilerActivity, profile
+
         torch = self.torch
         if self.replay is not None:  # the timed segments' batches and state, re-warmed
             self._replayed(0, warmup)
@@ -241,6 +254,7 @@ class Driver:
         if self.job.ctx.device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
         from pipeline.training.state import Stopwatch
+
         self.stopwatch = Stopwatch(self.job.state)
         with profile(activities=activities, with_stack=True) as prof:
             for step in range(steps):  # the summariser's window: these annotations
@@ -267,19 +281,20 @@ def load_cfg(tree: Path, *overrides: dict, defaults: dict | None = None):
     params defaults: a knob at its default is the behaviour an older tree has without it), and
     refused otherwise (the same settings on every tree, or none)."""
     from pipeline.config import params
+
     cfg = params.load_resolved(tree / "params.yaml", preset="coco2017")
     typed = not isinstance(cfg, dict)
     for override in overrides:
         for section, values in override.items():
             known = set(getattr(cfg, section).model_dump() if typed else cfg[section])
             neutral = (defaults or {}).get(section) or {}
-            unknown = sorted(k for k in set(values) - known
-                             if k not in neutral or values[k] != neutral[k])
+            unknown = sorted(k for k in set(values) - known if k not in neutral or values[k] != neutral[k])
             if unknown:
                 raise KeyError(f"{tree}: {section} has no {', '.join(unknown)} in this tree")
             kept = {k: v for k, v in values.items() if k in known}
             if typed:
                 from pipeline.config import schema
+
                 cfg = schema.replaced(cfg, **{section: kept})
             else:
                 cfg[section].update(kept)
@@ -292,6 +307,7 @@ def train_config(cfg):
     if isinstance(cfg, dict):
         return cfg
     from pipeline.config import stages
+
     return stages.view(cfg, "train")
 
 
@@ -308,25 +324,30 @@ def main(argv: list[str] | None = None) -> int:
     tree = Path(args.tree).resolve()
     sys.path.insert(0, str(tree))
     os.chdir(tree)  # the tree's own relative paths (its params' schema, its code digests)
-    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-                       "MASTER_ADDR": "127.0.0.1"}.items():
+    for key, value in {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+    }.items():
         os.environ.setdefault(key, value)
     os.environ.setdefault("MASTER_PORT", str(free_port()))
     import logging
+
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     from pipeline.training import train as loop
+
     setup = json.loads(Path(args.setup).read_text())
     drivers: list = []
     for config in setup["configs"]:
         try:
-            cfg = load_cfg(tree, setup["overrides"], config.get("settings", {}),
-                           defaults=setup.get("defaults"))
+            cfg = load_cfg(tree, setup["overrides"], config.get("settings", {}), defaults=setup.get("defaults"))
             drivers.append(Driver(loop, cfg, config["entry"], Path(config["out"])))
             reply({"built": len(drivers) - 1})
         except Exception as err:
             drivers.append(f"{type(err).__name__}: {err}")
-            reply({"built": len(drivers) - 1, "error": drivers[-1],
-                   "traceback": traceback.format_exc()[-2000:]})
+            reply({"built": len(drivers) - 1, "error": drivers[-1], "traceback": traceback.format_exc()[-2000:]})
     utilisation = Utilisation()
     for line in sys.stdin:
         request = json.loads(line)
@@ -341,8 +362,15 @@ def main(argv: list[str] | None = None) -> int:
             if "profile" in request:
                 reply(driver.profile(request["warmup"], request["steps"], request["trace"]))
             else:
-                reply(driver.segment(request["warmup"], request["timed"], utilisation,
-                                     request.get("rewarm", 0), request.get("replay", False)))
+                reply(
+                    driver.segment(
+                        request["warmup"],
+                        request["timed"],
+                        utilisation,
+                        request.get("rewarm", 0),
+                        request.get("replay", False),
+                    )
+                )
         except Exception as err:  # this config stops here; the others go on
             drivers[index] = f"{type(err).__name__}: {err}".splitlines()[0][:500]
             reply({"error": drivers[index], "traceback": traceback.format_exc()[-2000:]})
@@ -351,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -12,6 +12,7 @@
    twelve numbers, on the accuracy runs' predictions and on --images synthetic COCO images
    with 20 detections each (val2017 is 5,000 images).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,12 @@ from pipeline.data import synthetic  # noqa: E402
 from pipeline.detection.scoring import BACKENDS, METRICS, coco_metrics  # noqa: E402
 from pipeline.strategies import sweep
 
-CONFIGS = {"before": ("fp32", False, "torchvision"), "fp32": ("fp32", False, ""),
-           "bf16": ("bf16", False, ""), "bf16+channels-last": ("bf16", True, "")}
+CONFIGS = {
+    "before": ("fp32", False, "torchvision"),
+    "fp32": ("fp32", False, ""),
+    "bf16": ("bf16", False, ""),
+    "bf16+channels-last": ("bf16", True, ""),
+}
 ENTRIES = [{"strategy": "single", "workers": 1}, {"strategy": "ddp", "workers": 2, "images_per_worker": 4}]
 
 
@@ -47,8 +52,9 @@ def train_run(cfg: schema.Config, entry: dict, config: str, out: Path) -> dict:
 
 def throughput(cfg: schema.Config, work: Path, passes: int) -> None:
     cfg = schema.replaced(cfg, train={"epochs": 1, "lr_steps": []})
-    print(f"1. throughput: demo, 1 epoch of {cfg.data.synthetic.train_images} images, "
-          f"{passes} interleaved passes, median")
+    print(
+        f"1. throughput: demo, 1 epoch of {cfg.data.synthetic.train_images} images, {passes} interleaved passes, median"
+    )
     for entry in ENTRIES:
         speed, wait = {c: [] for c in CONFIGS}, {c: [] for c in CONFIGS}
         for p in range(passes):
@@ -59,8 +65,10 @@ def throughput(cfg: schema.Config, work: Path, passes: int) -> None:
         before = statistics.median(speed["before"])
         for config in CONFIGS:
             value = statistics.median(speed[config])
-            print(f"   {entry['strategy']:<6} {config:<19} {value:6.1f} images/s  x{value / before:.2f}"
-                  f"  data wait {100 * statistics.median(wait[config]):.1f} % of an iteration")
+            print(
+                f"   {entry['strategy']:<6} {config:<19} {value:6.1f} images/s  x{value / before:.2f}"
+                f"  data wait {100 * statistics.median(wait[config]):.1f} % of an iteration"
+            )
 
 
 def accuracy(cfg: schema.Config, work: Path, seeds: int) -> list[Path]:
@@ -77,8 +85,10 @@ def accuracy(cfg: schema.Config, work: Path, seeds: int) -> list[Path]:
         for name in ("AP", "AP50"):
             values = [getattr(s, name) for s in scores]
             spread = statistics.stdev(values) if len(values) > 1 else 0
-            print(f"   {config:<5} {name:<5} {statistics.mean(values):.4f} ± {spread:.4f}"
-                  f"  ({', '.join(f'{v:.3f}' for v in values)})")
+            print(
+                f"   {config:<5} {name:<5} {statistics.mean(values):.4f} ± {spread:.4f}"
+                f"  ({', '.join(f'{v:.3f}' for v in values)})"
+            )
     return runs
 
 
@@ -93,15 +103,33 @@ def synthetic_ground_truth(path: Path, images: int, seed: int = 0) -> tuple[dict
         for _ in range(rng.randint(1, 8)):
             w, h = rng.uniform(8, 300), rng.uniform(8, 300)
             x, y = rng.uniform(0, 640 - w), rng.uniform(0, 480 - h)
-            doc["annotations"].append({"id": len(doc["annotations"]) + 1, "image_id": i,
-                                       "category_id": rng.randint(1, 80), "bbox": [x, y, w, h],
-                                       "area": w * h, "iscrowd": 0})
-            found.append({"image_id": i, "category_id": doc["annotations"][-1]["category_id"],
-                          "bbox": [x + rng.gauss(0, 0.1 * w), y + rng.gauss(0, 0.1 * h), w, h],
-                          "score": rng.random()})
+            doc["annotations"].append(
+                {
+                    "id": len(doc["annotations"]) + 1,
+                    "image_id": i,
+                    "category_id": rng.randint(1, 80),
+                    "bbox": [x, y, w, h],
+                    "area": w * h,
+                    "iscrowd": 0,
+                }
+            )
+            found.append(
+                {
+                    "image_id": i,
+                    "category_id": doc["annotations"][-1]["category_id"],
+                    "bbox": [x + rng.gauss(0, 0.1 * w), y + rng.gauss(0, 0.1 * h), w, h],
+                    "score": rng.random(),
+                }
+            )
         while sum(1 for d in found if d["image_id"] == i) < 20:
-            found.append({"image_id": i, "category_id": rng.randint(1, 80), "score": rng.random() * 0.5,
-                          "bbox": [rng.uniform(0, 500), rng.uniform(0, 400), rng.uniform(8, 140), rng.uniform(8, 80)]})
+            found.append(
+                {
+                    "image_id": i,
+                    "category_id": rng.randint(1, 80),
+                    "score": rng.random() * 0.5,
+                    "bbox": [rng.uniform(0, 500), rng.uniform(0, 400), rng.uniform(8, 140), rng.uniform(8, 80)],
+                }
+            )
     path.write_text(json.dumps(doc))
     return doc, found
 
@@ -109,8 +137,9 @@ def synthetic_ground_truth(path: Path, images: int, seed: int = 0) -> tuple[dict
 def evaluation(cfg: schema.Config, runs: list[Path], work: Path, images: int) -> None:
     print("3. evaluation: pycocotools vs faster-coco-eval")
     gt = Path(cfg.data.root) / "annotations" / "instances_val2017.json"
-    cases = [(f"demo predictions ({run.name})", gt, json.loads((run / "predictions.json").read_text()))
-             for run in runs[:1]]
+    cases = [
+        (f"demo predictions ({run.name})", gt, json.loads((run / "predictions.json").read_text())) for run in runs[:1]
+    ]
     big = work / "instances_synthetic.json"
     _, found = synthetic_ground_truth(big, images)
     cases.append((f"{images} synthetic images, 20 detections each", big, found))
@@ -121,9 +150,11 @@ def evaluation(cfg: schema.Config, runs: list[Path], work: Path, images: int) ->
             numbers[backend] = coco_metrics(truth, detections, backend=backend)
             seconds[backend] = time.perf_counter() - start
         worst = max(abs(numbers["pycocotools"][m] - numbers["faster-coco-eval"][m]) for m in METRICS)
-        print(f"   {name}: pycocotools {seconds['pycocotools']:.2f} s, faster-coco-eval "
-              f"{seconds['faster-coco-eval']:.2f} s (x{seconds['pycocotools'] / seconds['faster-coco-eval']:.1f}); "
-              f"largest difference of the twelve numbers {worst:.1e}")
+        print(
+            f"   {name}: pycocotools {seconds['pycocotools']:.2f} s, faster-coco-eval "
+            f"{seconds['faster-coco-eval']:.2f} s (x{seconds['pycocotools'] / seconds['faster-coco-eval']:.1f}); "
+            f"largest difference of the twelve numbers {worst:.1e}"
+        )
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ The cost model (report's "Predicted against measured") charges DDP one all-reduc
 ZeRO-1 N broadcasts after it, from commbench's hot-loop fits; the ratios show how far the
 training step is from that on this machine. A diagnosis for the next model, not a target.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,9 @@ def batch(generator: torch.Generator, images: int, size: int):
     for _ in range(images):
         corner = torch.rand(3, 2, generator=generator) * size * 0.6
         side = size * 0.15 + torch.rand(3, 2, generator=generator) * size * 0.15
-        boxes.append({"boxes": torch.cat([corner, corner + side], 1),
-                      "labels": torch.randint(1, 3, (3,), generator=generator)})
+        boxes.append(
+            {"boxes": torch.cat([corner, corner + side], 1), "labels": torch.randint(1, 3, (3,), generator=generator)}
+        )
     return [torch.rand(3, size, size, generator=generator) for _ in range(images)], boxes
 
 
@@ -87,8 +89,7 @@ def main() -> None:
     zero = zero_spec.runtime().optimizer(trained, lr=1e-4, momentum=0.9)
     cases = {
         "fwd+bwd, plain": lambda: after_barrier(lambda: forward_backward(model)),
-        "fwd+bwd, plain + flat all-reduce": lambda: after_barrier(
-            lambda: (forward_backward(model), flat_all_reduce())),
+        "fwd+bwd, plain + flat all-reduce": lambda: after_barrier(lambda: (forward_backward(model), flat_all_reduce())),
         "fwd+bwd, DDP": lambda: after_barrier(lambda: forward_backward(ddp)),
         "SGD step alone": lambda: step_alone(sgd),
         "SGD step after DDP fwd+bwd": lambda: step_after_ddp(sgd),
@@ -111,8 +112,10 @@ def main() -> None:
         print(f"DDP / (plain + flat all-reduce)      x{ratio:.3f}")
         print(f"ZeRO step after fwd+bwd / alone      x{ms['ZeRO step after DDP fwd+bwd'] / ms['ZeRO step alone']:.3f}")
         print(f"SGD step after fwd+bwd / alone       x{ms['SGD step after DDP fwd+bwd'] / ms['SGD step alone']:.3f}")
-        print(f"(2 processes, gloo, 1 thread each, preset {args.preset}, {args.images} images per process, "
-              f"median of {args.repeats}, torch {torch.__version__})")
+        print(
+            f"(2 processes, gloo, 1 thread each, preset {args.preset}, {args.images} images per process, "
+            f"median of {args.repeats}, torch {torch.__version__})"
+        )
     distributed.destroy_process_group()  # keeps the group: DDP's reducer still holds it
 
 

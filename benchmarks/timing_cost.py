@@ -19,6 +19,7 @@ utilisation sampler is a thread of the process (it would slow every case alike):
 benchmarks/monitor_overhead.py times it on against off. On a GPU host the cases train on the
 GPU (benchmarks/gpu_check.py's `overhead` item times R50-FPN through the launcher there).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,11 @@ def cases(cfg: schema.Config) -> dict[str, tuple[dict, bool]]:
     """name -> (sweep entry, train.time_split): single each way (twice as measured: the
     resolution), and every other registered strategy at one process."""
     single = {"strategy": "single", "workers": 1}
-    found = {BASELINE: (single, True), f"{BASELINE} (a second copy)": (single, True),
-             "single, time split off": (single, False)}
+    found = {
+        BASELINE: (single, True),
+        f"{BASELINE} (a second copy)": (single, True),
+        "single, time split off": (single, False),
+    }
     for cls in REGISTERED:
         if cls.name != "single":
             entry = one_process_entry(cls, cfg)
@@ -67,6 +71,7 @@ class Case:
 
     def __init__(self, cfg: schema.Config, entry: dict, split: bool, out: Path):
         from pipeline.training import train  # torch, once the environment names the process
+
         self.train = train
         cfg = schema.replaced(cfg, train={"time_split": split})
         run = sweep.fill(dict(entry, data_mode="synthetic"), cfg)
@@ -99,22 +104,43 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=32, help="image side, px")
     parser.add_argument("--images", type=int, default=1, help="images a step")
     args = parser.parse_args()
-    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    os.environ.update(
+        RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+    )
     cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
     work = Path(tempfile.mkdtemp(prefix="timing-cost-"))
     cfg = schema.replaced(
-        cfg, data={"root": str(work / "data"), "workers": 0, "aspect_ratio_groups": 0,
-                   "synthetic": {"image_size": args.size, "train_images": 64, "val_images": 2}},
+        cfg,
+        data={
+            "root": str(work / "data"),
+            "workers": 0,
+            "aspect_ratio_groups": 0,
+            "synthetic": {"image_size": args.size, "train_images": 64, "val_images": 2},
+        },
         model={"min_size": args.size, "max_size": args.size},
-        train={"epochs": 1, "lr_steps": [], "checkpoint_every": 0, "threads": 1, "warmup_iters": 0,
-               "images_per_worker": args.images, "monitor_interval_s": 0})
+        train={
+            "epochs": 1,
+            "lr_steps": [],
+            "checkpoint_every": 0,
+            "threads": 1,
+            "warmup_iters": 0,
+            "images_per_worker": args.images,
+            "monitor_interval_s": 0,
+        },
+    )
     synthetic.generate(cfg.data.root, cfg.data.synthetic)
-    print(f"demo's tiny model, {args.images} in-memory image(s) of {args.size} px a step, 1 thread; "
-          f"{WARMUP} + {args.steps} iterations of each case, taking turns in one process; "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", flush=True)
-    plan = {name: Case(cfg, entry, split, work / name.replace(" ", "_"))
-            for name, (entry, split) in cases(cfg).items()}
+    print(
+        f"demo's tiny model, {args.images} in-memory image(s) of {args.size} px a step, 1 thread; "
+        f"{WARMUP} + {args.steps} iterations of each case, taking turns in one process; "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        flush=True,
+    )
+    plan = {name: Case(cfg, entry, split, work / name.replace(" ", "_")) for name, (entry, split) in cases(cfg).items()}
     running = [case for case in plan.values() if not case.skipped]
     for i in range(WARMUP + args.steps):
         shift = i % len(running)  # each case takes each place in the turn as often
@@ -131,8 +157,9 @@ def main() -> None:
     resolution = abs(median[f"{BASELINE} (a second copy)"] - single)
     off = median["single, time split off"]
     print(f"\nresolution: the two copies of single differ by {resolution:.2f} ms ({resolution / single:.1%})")
-    print(f"the time split costs {single - off:+.2f} ms an iteration ({(single - off) / off:+.1%} of the "
-          f"step without it)")
+    print(
+        f"the time split costs {single - off:+.2f} ms an iteration ({(single - off) / off:+.1%} of the step without it)"
+    )
 
 
 if __name__ == "__main__":

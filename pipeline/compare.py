@@ -12,6 +12,7 @@ noise, within it, or not judged where a side has fewer than 2 finished runs. Eve
 under results/runs/<preset>/ counts (a skipped or failed one does not). It reads the run
 summaries and metrics only, never torch: it runs in seconds on any machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,22 @@ from .report.noise import NOISE_RULE
 from .runtime.files import atomic_path
 
 METRICS = {"images_per_second": ("images/s", 1), "AP": ("AP", 3)}  # name shown, decimals
-CSV_COLUMNS = ["entry", "metric", "a_mean", "a_low", "a_high", "a_n", "b_mean", "b_low", "b_high",
-               "b_n", "ratio", "difference_low", "difference_high", "verdict"]
+CSV_COLUMNS = [
+    "entry",
+    "metric",
+    "a_mean",
+    "a_low",
+    "a_high",
+    "a_n",
+    "b_mean",
+    "b_low",
+    "b_high",
+    "b_n",
+    "ratio",
+    "difference_low",
+    "difference_high",
+    "verdict",
+]
 
 
 class CompareError(ValueError):
@@ -39,14 +54,13 @@ class CompareError(ValueError):
 class Side:
     """One side of the comparison: a preset's finished runs in one results tree."""
 
-    label: str            # A or B
-    runs_dir: Path        # RESULTS/runs/<preset>
+    label: str  # A or B
+    runs_dir: Path  # RESULTS/runs/<preset>
     runs: list[RunDir]
 
     def values(self, entry: str, metric: str) -> Spread:
         """`metric` over the entry's finished runs (AP: its scored runs), one per seed."""
-        return Spread.of(value(run, metric) for run in self.runs
-                         if run.entry == entry and run.ok)
+        return Spread.of(value(run, metric) for run in self.runs if run.entry == entry and run.ok)
 
     @property
     def entries(self) -> list[str]:
@@ -62,9 +76,11 @@ def value(run: RunDir, metric: str) -> float | None:
 def presets_in(results: Path) -> list[str]:
     runs = results / "runs"
     if not runs.is_dir():
-        raise CompareError(f"{results}: not a results tree (it has no runs/ folder); give the "
-                           "results/ folder of a finished workflow, e.g. `results` or "
-                           "`../other-clone/results`")
+        raise CompareError(
+            f"{results}: not a results tree (it has no runs/ folder); give the "
+            "results/ folder of a finished workflow, e.g. `results` or "
+            "`../other-clone/results`"
+        )
     return sorted(p.name for p in runs.iterdir() if p.is_dir())
 
 
@@ -74,17 +90,19 @@ def side(label: str, results: Path, preset: str | None) -> Side:
     found = presets_in(results)
     if preset is None:
         if len(found) != 1:
-            raise CompareError(f"{results}/runs holds {len(found)} presets ({', '.join(found) or 'none'}); "
-                               f"name one with --preset-{label.lower()} (or --preset for both sides)")
+            raise CompareError(
+                f"{results}/runs holds {len(found)} presets ({', '.join(found) or 'none'}); "
+                f"name one with --preset-{label.lower()} (or --preset for both sides)"
+            )
         preset = found[0]
     runs_dir = results / "runs" / preset
     if preset not in found:
-        raise CompareError(f"{runs_dir}: no such preset folder; {results}/runs holds "
-                           f"{', '.join(found) or 'none'}")
+        raise CompareError(f"{runs_dir}: no such preset folder; {results}/runs holds {', '.join(found) or 'none'}")
     finished = sorted(d for d in runs_dir.iterdir() if (d / "train_summary.json").is_file())
     if not finished:
-        raise CompareError(f"{runs_dir}: no finished run (no */train_summary.json); run the "
-                           f"workflow for preset {preset} first")
+        raise CompareError(
+            f"{runs_dir}: no finished run (no */train_summary.json); run the workflow for preset {preset} first"
+        )
     return Side(label, runs_dir, [load_result(d) for d in finished])
 
 
@@ -98,11 +116,24 @@ def compare(a: Side, b: Side) -> list[dict]:
                 continue  # timed only (in-memory data), or never scored
             d = difference(sb, sa)  # B - A: B's ratio over A
             (a_low, a_high), (b_low, b_high) = sa.interval, sb.interval
-            rows.append({"entry": entry, "metric": metric, "a_mean": sa.mean, "a_low": a_low,
-                         "a_high": a_high, "a_n": sa.n, "b_mean": sb.mean, "b_low": b_low,
-                         "b_high": b_high, "b_n": sb.n, "ratio": d.ratio,
-                         "difference_low": d.low, "difference_high": d.high,
-                         "verdict": verdict(entry in a.entries, entry in b.entries, d)})
+            rows.append(
+                {
+                    "entry": entry,
+                    "metric": metric,
+                    "a_mean": sa.mean,
+                    "a_low": a_low,
+                    "a_high": a_high,
+                    "a_n": sa.n,
+                    "b_mean": sb.mean,
+                    "b_low": b_low,
+                    "b_high": b_high,
+                    "b_n": sb.n,
+                    "ratio": d.ratio,
+                    "difference_low": d.low,
+                    "difference_high": d.high,
+                    "verdict": verdict(entry in a.entries, entry in b.entries, d),
+                }
+            )
     return rows
 
 
@@ -130,14 +161,27 @@ def table(rows: list[dict], a: Side, b: Side) -> str:
     for row in rows:
         name, places = METRICS[row["metric"]]
         ratio = "" if math.isnan(row["ratio"]) else f"{row['ratio']:.3f}"
-        lines.append([row["entry"], name,
-                      shown(row["a_mean"], row["a_low"], row["a_high"], row["a_n"], places),
-                      shown(row["b_mean"], row["b_low"], row["b_high"], row["b_n"], places),
-                      ratio, row["verdict"]])
+        lines.append(
+            [
+                row["entry"],
+                name,
+                shown(row["a_mean"], row["a_low"], row["a_high"], row["a_n"], places),
+                shown(row["b_mean"], row["b_low"], row["b_high"], row["b_n"], places),
+                ratio,
+                row["verdict"],
+            ]
+        )
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     body = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=False)).rstrip() for line in lines]
-    return "\n".join([f"A: {a.runs_dir} ({len(a.runs)} runs)", f"B: {b.runs_dir} ({len(b.runs)} runs)",
-                      f"verdict: {NOISE_RULE}", "", *body])
+    return "\n".join(
+        [
+            f"A: {a.runs_dir} ({len(a.runs)} runs)",
+            f"B: {b.runs_dir} ({len(b.runs)} runs)",
+            f"verdict: {NOISE_RULE}",
+            "",
+            *body,
+        ]
+    )
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
@@ -167,10 +211,16 @@ def body(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli.run_stage("Put two presets, or one preset of two results trees, side by side, entry by "
-                  "entry, with the noise rule's verdict.", body, arguments=arguments,
-                  errors=(ValueError, OSError), follows_parent=False, prog="python -m pipeline.compare",
-                  argv=argv)
+    cli.run_stage(
+        "Put two presets, or one preset of two results trees, side by side, entry by "
+        "entry, with the noise rule's verdict.",
+        body,
+        arguments=arguments,
+        errors=(ValueError, OSError),
+        follows_parent=False,
+        prog="python -m pipeline.compare",
+        argv=argv,
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ With the tiny model, each cause is measured with and without it (`causes`, one p
 step is taken again with GroupNorm (no batch statistics), and pipeline/detection/split_probe.py
 sets the split beside a resampling of the same 8 images (sampling alone).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,20 +37,27 @@ from .runtime.files import write_json
 from .runtime.run import NORMS, Run
 from .strategies import sweep
 
-WHY = ("Two causes make averaged per-worker gradients differ from the gradient of the merged "
-       "batch: BatchNorm trained from scratch normalises over each worker's images, not the "
-       "whole batch; and Faster R-CNN's RPN and box-head losses sample anchors and proposals "
-       "per image batch, normalise by the sample count, and each worker draws its samples with "
-       "its own random stream. On a loss that is a plain mean over samples the strategies agree "
-       "to float rounding (tested). The replicas of one run stay identical to each other.")
+WHY = (
+    "Two causes make averaged per-worker gradients differ from the gradient of the merged "
+    "batch: BatchNorm trained from scratch normalises over each worker's images, not the "
+    "whole batch; and Faster R-CNN's RPN and box-head losses sample anchors and proposals "
+    "per image batch, normalise by the sample count, and each worker draws its samples with "
+    "its own random stream. On a loss that is a plain mean over samples the strategies agree "
+    "to float rounding (tested). The replicas of one run stay identical to each other."
+)
 ABLATED = "groupnorm"  # the tiny model's norm without batch statistics
 
 
 def start_step(cfg: schema.TrainStage, run: Run, out: Path) -> subprocess.Popen:
     """One SGD step of `run`, started as the workflow starts a training job."""
     argv = command(cfg, run, str(out / sweep.run_id(run))) + ["--max-steps", "1"]
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=functools.partial(lifetime.become_launcher, os.getpid()))
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=functools.partial(lifetime.become_launcher, os.getpid()),
+    )
 
 
 def finished_step(run: Run, started: subprocess.Popen, out: Path) -> dict[str, torch.Tensor]:
@@ -67,7 +75,7 @@ def one_step_each(cfg: schema.TrainStage, runs: dict[str, Run], out: Path) -> di
     at_once = 1 if distributed.gpu_count() else 2
     names, states = list(runs), {}
     for first in range(0, len(names), at_once):
-        batch = names[first:first + at_once]
+        batch = names[first : first + at_once]
         started = {name: start_step(cfg, runs[name], out) for name in batch}
         for name in batch:
             states[name] = finished_step(runs[name], started[name], out)
@@ -77,8 +85,7 @@ def one_step_each(cfg: schema.TrainStage, runs: dict[str, Run], out: Path) -> di
 def with_ablation(runs: list[Run]) -> list[Run]:
     """The check's runs, and the baseline's and ddp's again under GroupNorm where ddp is
     checked with BatchNorm: the step without batch statistics."""
-    ablated = [r.replace(norm=ABLATED) for r in runs
-               if r.norm != ABLATED and (r is runs[0] or r.strategy == "ddp")]
+    ablated = [r.replace(norm=ABLATED) for r in runs if r.norm != ABLATED and (r is runs[0] or r.strategy == "ddp")]
     return runs + ablated if len(ablated) == 2 else runs
 
 
@@ -88,38 +95,46 @@ def flat(state: dict, names: list[str]) -> torch.Tensor:
 
 def step_distance(state: dict, reference: dict, initial: dict, names: list[str]) -> float:
     """|step - reference's step| / |reference's step| over the weights `names`."""
-    return split_probe.distance(flat(state, names) - flat(initial, names),
-                                flat(reference, names) - flat(initial, names))
+    return split_probe.distance(
+        flat(state, names) - flat(initial, names), flat(reference, names) - flat(initial, names)
+    )
 
 
-def measure(stage_cfg: schema.EquivalenceStage, compared: list[str] | None = None,
-            norms: list[str] | None = None) -> dict:
+def measure(
+    stage_cfg: schema.EquivalenceStage, compared: list[str] | None = None, norms: list[str] | None = None
+) -> dict:
     """One step of each strategy `compared` (sweep.equivalence_runs) against the baseline; and
     where the sweep trains the tiny model under both `norms` (sweep.swept_norms), each cause
     with and without it (`causes`). Without that question asked, nothing of it runs."""
-    cfg = schema.TrainStage.model_validate(schema.merged(stage_cfg.model_dump(), {
-        # The same pixels for every strategy (no random flips), and the full learning rate.
-        "data": {"horizontal_flip": 0.0}, "train": {"warmup_iters": 0, "epochs": 1},
-        "eval": {"every_epochs": 0, "batch_size": 1},  # one step: nothing to evaluate during training
-        # On one node, whatever parallel.nnodes says: the rule's job asks for one node, and a
-        # torchrun told to expect a second node would wait for it forever.
-        "parallel": {"nnodes": 1}}))
+    cfg = schema.TrainStage.model_validate(
+        schema.merged(
+            stage_cfg.model_dump(),
+            {
+                # The same pixels for every strategy (no random flips), and the full learning rate.
+                "data": {"horizontal_flip": 0.0},
+                "train": {"warmup_iters": 0, "epochs": 1},
+                "eval": {"every_epochs": 0, "batch_size": 1},  # one step: nothing to evaluate during training
+                # On one node, whatever parallel.nnodes says: the rule's job asks for one node, and a
+                # torchrun told to expect a second node would wait for it forever.
+                "parallel": {"nnodes": 1},
+            },
+        )
+    )
     listed = sweep.equivalence_runs(cfg, compared)
     ablating = cfg.model.arch == "tiny" and set(norms or ()) == set(NORMS)
     if ablating:
         listed = with_ablation(listed)
     runs = {sweep.run_id(r): r for r in listed}
-    skipped = {name: why for name, r in runs.items()
-               if (why := strategies.get(r, cfg.parallel).unavailable())}
+    skipped = {name: why for name, r in runs.items() if (why := strategies.get(r, cfg.parallel).unavailable())}
     with tempfile.TemporaryDirectory(prefix="equivalence-") as work:
-        states = one_step_each(cfg, {name: r for name, r in runs.items() if name not in skipped},
-                               Path(work))
+        states = one_step_each(cfg, {name: r for name, r in runs.items() if name not in skipped}, Path(work))
     num_classes = states[next(iter(states))]["roi_heads.box_predictor.cls_score.weight"].shape[0]
     initial = {}
     for norm in {r.norm for r in listed}:
         torch.manual_seed(cfg.train.seed)  # the initial weights, as train.py makes them
-        initial[norm] = build_model(cfg.model.model_copy(update={"norm": norm, "backbone_weights": None}),
-                                    num_classes).state_dict()
+        initial[norm] = build_model(
+            cfg.model.model_copy(update={"norm": norm, "backbone_weights": None}), num_classes
+        ).state_dict()
     # Each run against the baseline's run under its own norm (the first of each norm).
     references = {}
     for name, r in runs.items():
@@ -141,12 +156,23 @@ def measure(stage_cfg: schema.EquivalenceStage, compared: list[str] | None = Non
         if norm != cfg.model.norm:
             continue
         diff = max((state[n] - reference[n]).abs().max().item() for n in names)
-        results[name] = {"max_abs_difference": diff, "relative_to_step": diff / step if step else None,
-                         "step_distance": distance}
-    causes = ([dataclasses.replace(split_probe.measure(cfg, norm), launched=launched.get(norm))
-               for norm in NORMS] if ablating else [])
-    return {"reference": reference_id, "max_abs_step_of_single": step, "strategies": results,
-            "why": WHY, **({"causes": [c.to_json() for c in causes]} if causes else {})}
+        results[name] = {
+            "max_abs_difference": diff,
+            "relative_to_step": diff / step if step else None,
+            "step_distance": distance,
+        }
+    causes = (
+        [dataclasses.replace(split_probe.measure(cfg, norm), launched=launched.get(norm)) for norm in NORMS]
+        if ablating
+        else []
+    )
+    return {
+        "reference": reference_id,
+        "max_abs_step_of_single": step,
+        "strategies": results,
+        "why": WHY,
+        **({"causes": [c.to_json() for c in causes]} if causes else {}),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -157,13 +183,16 @@ def main(argv: list[str] | None = None) -> None:
 
     def arguments(parser):
         parser.add_argument("--out", required=True)
-        parser.add_argument("--strategies", required=True,
-                            help="comma-separated: the strategies the sweep runs (sweep.swept)")
-        parser.add_argument("--norms", default="batchnorm",
-                            help="comma-separated: the norms the sweep trains with (sweep.swept_norms)")
+        parser.add_argument(
+            "--strategies", required=True, help="comma-separated: the strategies the sweep runs (sweep.swept)"
+        )
+        parser.add_argument(
+            "--norms", default="batchnorm", help="comma-separated: the norms the sweep trains with (sweep.swept_norms)"
+        )
 
-    cli.run_stage("One-step difference of each strategy from single.", body, stage="equivalence",
-                  arguments=arguments, argv=argv)
+    cli.run_stage(
+        "One-step difference of each strategy from single.", body, stage="equivalence", arguments=arguments, argv=argv
+    )
 
 
 if __name__ == "__main__":

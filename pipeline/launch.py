@@ -15,6 +15,7 @@ Inside a SLURM allocation a run over several nodes (parallel.nnodes > 1) starts 
 per node itself: `srun` on the allocation's nodes, rendezvous on its first node
 (pipeline/runtime/slurm.py). Outside SLURM the launcher starts torchrun on this node only, as before.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,30 +43,44 @@ def run_config(cfg: RunStage, run: Run) -> str:
     return json.dumps(cfg.model_dump())
 
 
-def command(cfg: schema.TrainStage, run: Run, out: str, python: str = sys.executable,
-            rdzv_endpoint: str | None = None) -> list[str]:
+def command(
+    cfg: schema.TrainStage, run: Run, out: str, python: str = sys.executable, rdzv_endpoint: str | None = None
+) -> list[str]:
     """The training command; `rdzv_endpoint` replaces parallel.rdzv_endpoint for torchrun only
     (the run's config, and so its checkpoint's identity, stays the same)."""
-    parallel = (cfg.parallel if rdzv_endpoint is None else
-                cfg.parallel.model_copy(update={"rdzv_endpoint": rdzv_endpoint}))
+    parallel = (
+        cfg.parallel if rdzv_endpoint is None else cfg.parallel.model_copy(update={"rdzv_endpoint": rdzv_endpoint})
+    )
     strategy = strategies.get(run, parallel)
     return strategy.launcher(python) + [
-        "-m", "pipeline.training.train", "--config", run_config(cfg, run),
-        "--entry", json.dumps(run.to_json()), "--out", out]
+        "-m",
+        "pipeline.training.train",
+        "--config",
+        run_config(cfg, run),
+        "--entry",
+        json.dumps(run.to_json()),
+        "--out",
+        out,
+    ]
 
 
 def evaluation_command(cfg: schema.EvaluateStage, run: Run, run_dir: str, python: str = sys.executable) -> list[str]:
     """A run is evaluated the way its strategy says (a ddp run on as many processes as it
     trained with)."""
     launcher = strategies.get(run, cfg.parallel).evaluation_launcher(python)
-    return launcher + ["-m", "pipeline.detection.evaluate", "--config", run_config(cfg, run),
-                       "--run-dir", run_dir]
+    return launcher + ["-m", "pipeline.detection.evaluate", "--config", run_config(cfg, run), "--run-dir", run_dir]
 
 
 def commbench_command(cfg: schema.CommbenchStage, processes: int, out: str, python: str = sys.executable) -> list[str]:
     """The commbench stage at `processes` processes on this node (pipeline/commbench/job.py)."""
     return commbench_job.launcher(python, processes, cfg.parallel) + [
-        "-m", commbench_job.MODULE, "--config", json.dumps(cfg.model_dump()), "--out", out]
+        "-m",
+        commbench_job.MODULE,
+        "--config",
+        json.dumps(cfg.model_dump()),
+        "--out",
+        out,
+    ]
 
 
 def multi_node_command(cfg: schema.TrainStage, run: Run, out: str) -> list[str]:
@@ -78,15 +93,21 @@ def multi_node_command(cfg: schema.TrainStage, run: Run, out: str) -> list[str]:
     alloc = slurm.allocation() if nnodes > 1 else None
     if alloc is None:
         if nnodes > 1:
-            print(f"node 1 of {nnodes}: start the same command on every other node; rendezvous "
-                  f"at {cfg.parallel.rdzv_endpoint}", file=sys.stderr)
+            print(
+                f"node 1 of {nnodes}: start the same command on every other node; rendezvous "
+                f"at {cfg.parallel.rdzv_endpoint}",
+                file=sys.stderr,
+            )
         return command(cfg, run, out)
     # This process becomes srun; each node's torchrun is started by SLURM's step daemon, and
     # its workers must follow that torchrun, their parent, not this process.
     os.environ.pop(lifetime.LAUNCHER_PID, None)
     endpoint = slurm.rdzv_endpoint(alloc, cfg.parallel.rdzv_endpoint)
-    print(f"SLURM job {alloc.job_id}: one torchrun on each of {nnodes} nodes "
-          f"({', '.join(alloc.hosts)}); rendezvous at {endpoint}", file=sys.stderr)
+    print(
+        f"SLURM job {alloc.job_id}: one torchrun on each of {nnodes} nodes "
+        f"({', '.join(alloc.hosts)}); rendezvous at {endpoint}",
+        file=sys.stderr,
+    )
     return slurm.srun(alloc, nnodes) + command(cfg, run, out, rdzv_endpoint=endpoint)
 
 
@@ -121,9 +142,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument("--processes", type=int, help="how many processes to time (commbench)")
         parser.add_argument("--out", required=True, help="run directory (commbench: its JSON file)")
         parser.add_argument("--stage", choices=["train", "evaluate", "commbench"], default="train")
-        parser.add_argument("--log", help="the job's log: stdout and stderr go there once the run "
-                                           "is locked (a refused job leaves the running one's log as it is; "
-                                           "commbench locks none)")
+        parser.add_argument(
+            "--log",
+            help="the job's log: stdout and stderr go there once the run "
+            "is locked (a refused job leaves the running one's log as it is; "
+            "commbench locks none)",
+        )
 
     def body(args):
         # Killed with its job: the rule's shell execs us, so our parent is Snakemake (or srun's
@@ -158,9 +182,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.flush()
         os.execv(argv[0], argv)
 
-    cli.run_stage("Launch one training run, or the commbench stage (see module docstring).",
-                  body, arguments=arguments,
-                  errors=(run_lock.RunBusyError, OutputError), follows_parent=False, argv=argv)
+    cli.run_stage(
+        "Launch one training run, or the commbench stage (see module docstring).",
+        body,
+        arguments=arguments,
+        errors=(run_lock.RunBusyError, OutputError),
+        follows_parent=False,
+        argv=argv,
+    )
 
 
 if __name__ == "__main__":

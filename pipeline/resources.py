@@ -6,6 +6,7 @@ only counts them, on a cluster snakemake-executor-plugin-slurm maps them onto `s
 names: profiles/slurm, docs/clusters.md). Plain functions of the config, so tests/test_resources.py checks
 them without Snakemake.
 """
+
 from __future__ import annotations
 
 from . import strategies
@@ -20,8 +21,11 @@ def scheduler(cfg: schema.Config) -> dict:
     names; profiles/slurm). None leaves a resource unset: the cluster's default partition, no
     account."""
     resources = cfg.resources
-    return {"runtime": resources.runtime_minutes, "slurm_partition": resources.partition,
-            "slurm_account": resources.account}
+    return {
+        "runtime": resources.runtime_minutes,
+        "slurm_partition": resources.partition,
+        "slurm_account": resources.account,
+    }
 
 
 def job_resources(cfg: schema.Config, nodes: int, per_node: int, gpus_per_node: int) -> dict:
@@ -76,8 +80,9 @@ def equivalence_resources(cfg: schema.Config) -> dict:
     """One step of each of pipeline/equivalence.py's entries, one after another, on one node
     (pipeline/equivalence.py runs them with nnodes=1 whatever parallel.nnodes says): the job is
     as large as the largest of them, in processes and in GPUs."""
-    steps = [strategies.get(entry, cfg.parallel.model_copy(update={"nnodes": 1}))
-             for entry in sweep.equivalence_runs(cfg)]
+    steps = [
+        strategies.get(entry, cfg.parallel.model_copy(update={"nnodes": 1})) for entry in sweep.equivalence_runs(cfg)
+    ]
     return job_resources(cfg, 1, max(s.processes() for s in steps), max(s.gpus() for s in steps))
 
 
@@ -91,5 +96,4 @@ def commbench_processes(cfg: schema.Config, runs: dict[str, Run]) -> list[int]:
     """The process counts whose links the cost model needs: every multi-process run on one node
     that this machine can run (a run over several nodes crosses links commbench does not time)."""
     steps = [strategies.get(run, cfg.parallel) for run in runs.values()]
-    return sorted({s.processes() for s in steps
-                   if s.processes() > 1 and s.nodes() == 1 and s.unavailable() is None})
+    return sorted({s.processes() for s in steps if s.processes() > 1 and s.nodes() == 1 and s.unavailable() is None})

@@ -16,6 +16,7 @@ which the report predicts out of sample instead. It imports the
 strategies' specs, the cost model and the report's loaders, never torch: it runs in seconds on
 any machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,14 @@ from .runtime.records.commbench import CommbenchRecord
 from .strategies import sweep
 
 LABEL = "PREDICTION (cost model, not measured)"
-CSV_COLUMNS = ["label", *COLUMNS, "predicted_images_per_second_low",
-               "predicted_images_per_second_high", "predicted_rank", "told_apart_from_next"]
+CSV_COLUMNS = [
+    "label",
+    *COLUMNS,
+    "predicted_images_per_second_low",
+    "predicted_images_per_second_high",
+    "predicted_rank",
+    "told_apart_from_next",
+]
 CLUSTER_FLAGS = {  # report.predict's cluster keys, as flags: (type, help)
     "name": (str, "the cluster's name (default: the file's)"),
     "gpus_per_node": (int, "GPUs in each node"),
@@ -59,31 +66,49 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", type=Path, help=f"a YAML or JSON cluster file, as {EXAMPLE}")
     for key, (kind, text) in CLUSTER_FLAGS.items():
         parser.add_argument(f"--{key.replace('_', '-')}", dest=key, type=kind, help=text + " (over the file's)")
-    parser.add_argument("--from", dest="results", type=Path,
-                        help="a results folder holding the finished preset (results/runs/<preset>/, "
-                             "results/commbench/<preset>/): its single run's compute, its runs' band")
+    parser.add_argument(
+        "--from",
+        dest="results",
+        type=Path,
+        help="a results folder holding the finished preset (results/runs/<preset>/, "
+        "results/commbench/<preset>/): its single run's compute, its runs' band",
+    )
     parser.add_argument("--preset", help="the finished preset under --from (default: params.yaml's preset)")
-    parser.add_argument("--gpu-seconds-per-image", type=float,
-                        help="one GPU's measured forward + backward (+ data wait, optimizer) per image")
+    parser.add_argument(
+        "--gpu-seconds-per-image",
+        type=float,
+        help="one GPU's measured forward + backward (+ data wait, optimizer) per image",
+    )
     parser.add_argument("--gradient-bytes", type=float, help="M, the model's gradient bytes (with the above)")
     parser.add_argument("--images-per-gpu", type=int, help="images per GPU a step (default: report.predict's)")
     parser.add_argument("--gpus", type=int, help="the GPU count to rank at (default: the whole cluster)")
-    parser.add_argument("--params", type=Path, default=stages.ROOT / "params.yaml",
-                        help="params.yaml, for report.predict's comm hook and images per GPU")
+    parser.add_argument(
+        "--params",
+        type=Path,
+        default=stages.ROOT / "params.yaml",
+        help="params.yaml, for report.predict's comm hook and images per GPU",
+    )
     parser.add_argument("--csv", type=Path, help="also write every GPU count's prediction here")
 
 
 def finished_runs(results: Path, preset: str) -> tuple[list[RunDir], dict[int, CommbenchRecord]]:
     """The preset's finished runs (a summary and metrics each) and its commbench records."""
     folder = results / "runs" / preset
-    runs = [load_run(summary.parent) for summary in sorted(folder.glob("*/train_summary.json"))
-            if (summary.parent / "metrics.json").is_file()]
+    runs = [
+        load_run(summary.parent)
+        for summary in sorted(folder.glob("*/train_summary.json"))
+        if (summary.parent / "metrics.json").is_file()
+    ]
     if not runs:
-        raise WhatIfError(f"{folder}: no finished run (a train_summary.json and metrics.json); finish "
-                          f"the preset first (snakemake --cores all --config preset={preset}), or give "
-                          "one GPU's --gpu-seconds-per-image and --gradient-bytes instead of --from")
-    links = {found.processes: found for found in
-             map(CommbenchRecord.read, sorted((results / "commbench" / preset).glob("p*.json")))}
+        raise WhatIfError(
+            f"{folder}: no finished run (a train_summary.json and metrics.json); finish "
+            f"the preset first (snakemake --cores all --config preset={preset}), or give "
+            "one GPU's --gpu-seconds-per-image and --gradient-bytes instead of --from"
+        )
+    links = {
+        found.processes: found
+        for found in map(CommbenchRecord.read, sorted((results / "commbench" / preset).glob("p*.json")))
+    }
     return runs, links
 
 
@@ -102,16 +127,22 @@ def preset_compute(runs: list[RunDir], preset: str, where: Path) -> Compute:
     singles = [s for s in single_inputs(runs) if s["baseline"]]
     on_gpu = [s for s in singles if s["device"].startswith("cuda")]
     if not singles:
-        raise WhatIfError(f"{where}: no finished baseline `single` run with a time split, whose "
-                          "compute the model scales; finish one, or give --gpu-seconds-per-image "
-                          "and --gradient-bytes")
+        raise WhatIfError(
+            f"{where}: no finished baseline `single` run with a time split, whose "
+            "compute the model scales; finish one, or give --gpu-seconds-per-image "
+            "and --gradient-bytes"
+        )
     single = (on_gpu or singles)[0]
     if not math.isfinite(single["gradient_bytes"]):
-        raise WhatIfError(f"{where}/{single['run_id']}: its summary records no gradient bytes; "
-                          "give --gpu-seconds-per-image and --gradient-bytes")
-    return Compute.measured(single, f"measured: {single['run_id']} of the {preset} preset on "
-                                    f"{single['device']}" + ("" if on_gpu else
-                                    ": no GPU run, so the cluster's GPUs are taken as fast as it"))
+        raise WhatIfError(
+            f"{where}/{single['run_id']}: its summary records no gradient bytes; "
+            "give --gpu-seconds-per-image and --gradient-bytes"
+        )
+    return Compute.measured(
+        single,
+        f"measured: {single['run_id']} of the {preset} preset on "
+        f"{single['device']}" + ("" if on_gpu else ": no GPU run, so the cluster's GPUs are taken as fast as it"),
+    )
 
 
 def inputs(args: argparse.Namespace, predict: schema.Predict, preset: str) -> tuple[Compute, Band]:
@@ -120,76 +151,110 @@ def inputs(args: argparse.Namespace, predict: schema.Predict, preset: str) -> tu
     if (given[0] is None) != (given[1] is None):
         raise WhatIfError("give --gpu-seconds-per-image and --gradient-bytes together")
     if given[0] is not None and not (given[0] > 0 and given[1] > 0):
-        raise WhatIfError(f"--gpu-seconds-per-image {given[0]:g} and --gradient-bytes {given[1]:g}: "
-                          "both must be above 0")
+        raise WhatIfError(
+            f"--gpu-seconds-per-image {given[0]:g} and --gradient-bytes {given[1]:g}: both must be above 0"
+        )
     if args.results is None and given[0] is None:
-        raise WhatIfError("no compute to predict from: give --from RESULTS (a finished preset) or "
-                          "--gpu-seconds-per-image and --gradient-bytes")
+        raise WhatIfError(
+            "no compute to predict from: give --from RESULTS (a finished preset) or "
+            "--gpu-seconds-per-image and --gradient-bytes"
+        )
     runs, links, where, held = [], {}, None, ()
     if args.results is not None:
         runs, links = finished_runs(args.results, preset)
         where = args.results / "runs" / preset
         found = {run.entry for run in runs}
         held = tuple(entry for entry in held_out_entries(args.params, preset) if entry in found)
-    compute = (Compute(given[0], given[1], "given on the command line") if given[0] is not None
-               else preset_compute([run for run in runs if run.entry not in held], preset, where))
-    frame = (fitted(prediction_frame(runs, links, held), held) if runs
-             else pd.DataFrame(columns=["ratio", "flag"]))
-    source = (f"{where}" + (f", its held-out {', '.join(held)} left out" if held else "")
-              if where else "--from not given")
+    compute = (
+        Compute(given[0], given[1], "given on the command line")
+        if given[0] is not None
+        else preset_compute([run for run in runs if run.entry not in held], preset, where)
+    )
+    frame = fitted(prediction_frame(runs, links, held), held) if runs else pd.DataFrame(columns=["ratio", "flag"])
+    source = (
+        f"{where}" + (f", its held-out {', '.join(held)} left out" if held else "") if where else "--from not given"
+    )
     return compute, Band.of(list(frame[modelled(frame)]["ratio"]), BOUND, source)
 
 
 def predicted_frame(points: pd.DataFrame, band: Band) -> pd.DataFrame:
     """The report's points, in its order, with the label, the band and the rank at their GPU
     count."""
-    ranked = {(gpus, r.label): r for gpus, at in points.groupby("gpus")
-              for r in ranking(dict(zip(at["model"], at["predicted_images_per_second"], strict=False)), band)}
+    ranked = {
+        (gpus, r.label): r
+        for gpus, at in points.groupby("gpus")
+        for r in ranking(dict(zip(at["model"], at["predicted_images_per_second"], strict=False)), band)
+    }
     rows = []
     for row in points.to_dict("records"):
         r = ranked[row["gpus"], row["model"]]
-        rows.append({"label": LABEL, **row, "predicted_images_per_second_low": r.low,
-                     "predicted_images_per_second_high": r.high, "predicted_rank": r.rank,
-                     "told_apart_from_next": r.apart_from_next})
+        rows.append(
+            {
+                "label": LABEL,
+                **row,
+                "predicted_images_per_second_low": r.low,
+                "predicted_images_per_second_high": r.high,
+                "predicted_rank": r.rank,
+                "told_apart_from_next": r.apart_from_next,
+            }
+        )
     return pd.DataFrame(rows, columns=CSV_COLUMNS)
 
 
 def described(spec: schema.Cluster, per_gpu: int) -> str:
-    return (f"{spec.name}: {spec.gpus_per_node} GPU(s) per node x {spec.nodes} node(s); within "
-            f"a node {spec.intra_gbit_s:g} Gbit/s, {spec.intra_latency_us:g} us; between nodes "
-            f"{spec.inter_gbit_s:g} Gbit/s, {spec.inter_latency_us:g} us; "
-            f"{spec.spare_cpu_machines_per_node} spare CPU machine(s) per node; {per_gpu} image(s) per GPU")
+    return (
+        f"{spec.name}: {spec.gpus_per_node} GPU(s) per node x {spec.nodes} node(s); within "
+        f"a node {spec.intra_gbit_s:g} Gbit/s, {spec.intra_latency_us:g} us; between nodes "
+        f"{spec.inter_gbit_s:g} Gbit/s, {spec.inter_latency_us:g} us; "
+        f"{spec.spare_cpu_machines_per_node} spare CPU machine(s) per node; {per_gpu} image(s) per GPU"
+    )
 
 
 def printed(frame: pd.DataFrame, spec: schema.Cluster, per_gpu: int, compute: Compute, band: Band, gpus: int) -> str:
     """What the command prints: the prediction's label and inputs, the ranking at `gpus`, and
     images/s at every GPU count."""
     at = frame[frame["gpus"] == gpus].sort_values("predicted_rank")
-    table = pd.DataFrame({
-        "rank": at["predicted_rank"], "strategy": at["model"].str.ljust(at["model"].str.len().max()),
-        "images/s": at["predicted_images_per_second"].map("{:.1f}".format),
-        "band": [f"{lo:.1f}-{hi:.1f}" for lo, hi in zip(at["predicted_images_per_second_low"],
-                                                         at["predicted_images_per_second_high"], strict=False)],
-        "efficiency": at["predicted_efficiency"].map("{:.0%}".format),
-        "MiB per GPU": at["predicted_state_mb_per_gpu"].map("{:.0f}".format),
-        "apart from next": [("yes" if apart else "no") if rank < len(at) else "-"
-                            for apart, rank in zip(at["told_apart_from_next"], at["predicted_rank"], strict=False)]})
+    table = pd.DataFrame(
+        {
+            "rank": at["predicted_rank"],
+            "strategy": at["model"].str.ljust(at["model"].str.len().max()),
+            "images/s": at["predicted_images_per_second"].map("{:.1f}".format),
+            "band": [
+                f"{lo:.1f}-{hi:.1f}"
+                for lo, hi in zip(
+                    at["predicted_images_per_second_low"], at["predicted_images_per_second_high"], strict=False
+                )
+            ],
+            "efficiency": at["predicted_efficiency"].map("{:.0%}".format),
+            "MiB per GPU": at["predicted_state_mb_per_gpu"].map("{:.0f}".format),
+            "apart from next": [
+                ("yes" if apart else "no") if rank < len(at) else "-"
+                for apart, rank in zip(at["told_apart_from_next"], at["predicted_rank"], strict=False)
+            ],
+        }
+    )
     missing = sorted(set(frame["model"]) - set(at["model"]))
     curves = frame.pivot_table(index="model", columns="gpus", values="predicted_images_per_second", sort=False)
-    return "\n".join([
-        f"{LABEL}: {described(spec, per_gpu)}.",
-        f"One GPU's compute: {compute.seconds_per_image:.4g} s per image; gradient bytes M "
-        f"{compute.gradient_bytes / 1e6:.1f} MB ({compute.source}).",
-        f"Uncertainty band: {band.source}; a measured rate is expected in [predicted / "
-        f"{band.high:.2f}, predicted / {band.low:.2f}]; strategies whose bands overlap are not "
-        "told apart.",
-        f"Predicted ranking at {gpus} GPUs ({frame.loc[frame['gpus'] == gpus, 'nodes'].iloc[0]} node(s)):",
-        table.to_string(index=False),
-        *([f"Not predicted at {gpus} GPUs (the strategy cannot run there): {', '.join(missing)}."]
-          if missing else []),
-        "Predicted images/s at each GPU count:",
-        curves.map(lambda rate: "-" if math.isnan(rate) else f"{rate:.1f}").to_string(),
-        "(-: the strategy cannot run at that size)" if curves.isna().any().any() else ""]).rstrip()
+    return "\n".join(
+        [
+            f"{LABEL}: {described(spec, per_gpu)}.",
+            f"One GPU's compute: {compute.seconds_per_image:.4g} s per image; gradient bytes M "
+            f"{compute.gradient_bytes / 1e6:.1f} MB ({compute.source}).",
+            f"Uncertainty band: {band.source}; a measured rate is expected in [predicted / "
+            f"{band.high:.2f}, predicted / {band.low:.2f}]; strategies whose bands overlap are not "
+            "told apart.",
+            f"Predicted ranking at {gpus} GPUs ({frame.loc[frame['gpus'] == gpus, 'nodes'].iloc[0]} node(s)):",
+            table.to_string(index=False),
+            *(
+                [f"Not predicted at {gpus} GPUs (the strategy cannot run there): {', '.join(missing)}."]
+                if missing
+                else []
+            ),
+            "Predicted images/s at each GPU count:",
+            curves.map(lambda rate: "-" if math.isnan(rate) else f"{rate:.1f}").to_string(),
+            "(-: the strategy cannot run at that size)" if curves.isna().any().any() else "",
+        ]
+    ).rstrip()
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> None:
@@ -201,8 +266,10 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
         except (OSError, UnicodeDecodeError):
             ours = False
         if not ours or path.is_symlink():
-            raise WhatIfError(f"{path}: exists and is not a CSV this command wrote, so it was left "
-                              "untouched; give --csv a new path, or move that file away")
+            raise WhatIfError(
+                f"{path}: exists and is not a CSV this command wrote, so it was left "
+                "untouched; give --csv a new path, or move that file away"
+            )
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False)
 
@@ -219,8 +286,10 @@ def body(args: argparse.Namespace) -> str:
     cluster = Cluster.of(spec)
     gpus = args.gpus or cluster.gpus_per_node * cluster.nodes
     if gpus not in cluster.gpu_counts():
-        raise WhatIfError(f"--gpus {gpus}: the model predicts {spec.name} at "
-                          f"{', '.join(map(str, cluster.gpu_counts()))} GPUs; use one of those")
+        raise WhatIfError(
+            f"--gpus {gpus}: the model predicts {spec.name} at "
+            f"{', '.join(map(str, cluster.gpu_counts()))} GPUs; use one of those"
+        )
     frame = predicted_frame(prediction_points(predict, compute), band)
     text = printed(frame, spec, predict.images_per_gpu, compute, band, gpus)
     if args.csv is not None:
@@ -231,10 +300,16 @@ def body(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    cli.run_stage("Predict each strategy's images/s, efficiency and memory per GPU on your own cluster "
-                  "(the cost model: predictions, not measurements).", body, arguments=arguments,
-                  errors=(ValueError, OSError), follows_parent=False, prog="python -m pipeline.whatif",
-                  argv=argv)
+    cli.run_stage(
+        "Predict each strategy's images/s, efficiency and memory per GPU on your own cluster "
+        "(the cost model: predictions, not measurements).",
+        body,
+        arguments=arguments,
+        errors=(ValueError, OSError),
+        follows_parent=False,
+        prog="python -m pipeline.whatif",
+        argv=argv,
+    )
 
 
 if __name__ == "__main__":

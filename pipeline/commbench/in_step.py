@@ -16,6 +16,7 @@ the fixed cost per bucket and per message, the hooks' own work):
 The hooks' own work (fp16/bf16 compression and the copy back, plain's division) is timed apart,
 on each process's bucket, back to back.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -52,7 +53,8 @@ def ddp_buckets(model: torch.nn.Module) -> list[int]:
     for the demo's detector (measured: 3485736 + 591152 bytes)."""
     params = [p for p in model.parameters() if p.requires_grad][::-1]
     indices, _ = dist._compute_bucket_assignment_by_size(
-        params, [dist._DEFAULT_FIRST_BUCKET_BYTES, BUCKET_BYTES], [False] * len(params))
+        params, [dist._DEFAULT_FIRST_BUCKET_BYTES, BUCKET_BYTES], [False] * len(params)
+    )
     return [sum(params[i].numel() * params[i].element_size() for i in bucket) for bucket in indices]
 
 
@@ -72,8 +74,8 @@ class Exchanges:
         self._sent = torch.ones(self.grad_bytes // 4, device=device)
         self._received = {w: torch.empty(self.grad_bytes // 4, device=device) for w in range(processes)}
         self.compute: list[float] = []
-        self.exchange: list[float] = []   # seconds after the burst until the exchange ended
-        self.during: list[float] = []      # seconds of the all-reduce launched before the burst
+        self.exchange: list[float] = []  # seconds after the burst until the exchange ended
+        self.during: list[float] = []  # seconds of the all-reduce launched before the burst
         self._ended: list[float] = []
 
     def pattern(self, i: int) -> str:
@@ -118,9 +120,9 @@ class Exchanges:
     def _gathered(self, values: list[float]) -> list[list[float]]:
         """[repeat][rank] of `values` (this rank's, one per repeat), on every rank."""
         flat = [0.0] * (len(values) * self.processes)
-        flat[self.rank::self.processes] = values
+        flat[self.rank :: self.processes] = values
         flat = reduced(flat, self.device)
-        return [flat[i * self.processes:(i + 1) * self.processes] for i in range(len(values))]
+        return [flat[i * self.processes : (i + 1) * self.processes] for i in range(len(values))]
 
     def hook_seconds_per_byte(self) -> dict[str, float]:
         """Each hook's own work on a full bucket, per byte, this rank's median (the mean rank's
@@ -134,6 +136,7 @@ class Exchanges:
             else:
                 compressed = tensor.to(torch.float16 if kind == "fp16" else torch.bfloat16)
                 tensor.copy_(compressed.div_(self.processes))
+
         medians = []
         for kind in HOOKS:
             samples = []
@@ -157,24 +160,38 @@ class Exchanges:
         others = self.processes - 1
         (alone_variance,) = reduced([statistics.variance(alone) if len(alone) > 1 else 0.0], self.device)
         terms = {
-            "processes": self.processes, "images": images,
+            "processes": self.processes,
+            "images": images,
             "wait_s": in_step.wait_of(compute),
             "variance_s2": in_step.variance_of(compute),
             "alone_variance_s2": alone_variance,
             "contention": in_step.contention_of(during, link["all_reduce"].seconds(self.full_bucket)),
-            "bucket_s": in_step.fixed_cost_of([exchange[i] for i in rows["after_all_reduce"]],
-                                              [compute[i] for i in rows["after_all_reduce"]],
-                                              link["all_reduce"].seconds(self.last_bucket)),
+            "bucket_s": in_step.fixed_cost_of(
+                [exchange[i] for i in rows["after_all_reduce"]],
+                [compute[i] for i in rows["after_all_reduce"]],
+                link["all_reduce"].seconds(self.last_bucket),
+            ),
             # the server's port carries each other worker's gradients in, then its weights out
             "message_s": in_step.fixed_cost_of(
                 [exchange[i] for i in rows["after_send_recv"]],
                 [compute[i] for i in rows["after_send_recv"]],
-                2 * others * link["send_recv"].seconds(self.grad_bytes), messages=2 * others),
-            "bucket_bytes": self.last_bucket, "buckets": self.buckets,
-            "hook_s_per_byte": self.hook_seconds_per_byte()}
+                2 * others * link["send_recv"].seconds(self.grad_bytes),
+                messages=2 * others,
+            ),
+            "bucket_bytes": self.last_bucket,
+            "buckets": self.buckets,
+            "hook_s_per_byte": self.hook_seconds_per_byte(),
+        }
         terms["formula_wait_s"] = slowest_wait_check(terms)
-        return {**terms, "timings": {"compute_s": compute, "exchange_s": exchange,
-                                     "during_s": during, "patterns": [self.pattern(i) for i in range(len(compute))]}}
+        return {
+            **terms,
+            "timings": {
+                "compute_s": compute,
+                "exchange_s": exchange,
+                "during_s": during,
+                "patterns": [self.pattern(i) for i in range(len(compute))],
+            },
+        }
 
     def _gathered_during(self) -> list[list[float]]:
         return self._gathered(self.during) if self.during else []

@@ -4,6 +4,7 @@ pipeline/launch.py starts it from here while the workflow plans.
 The job is `processes` processes on one node (commbench times one host's links), one GPU each
 where the backend runs on GPUs, started by torchrun like a training run's processes.
 """
+
 from __future__ import annotations
 
 from ..config import schema

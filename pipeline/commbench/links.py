@@ -11,6 +11,7 @@ and keeps their spread and the CPU other processes took meanwhile (`with_other_l
 primitive outside its band (pipeline/costmodel/bands.py) is timed again, and marked disturbed
 if it stays outside.
 """
+
 from __future__ import annotations
 
 import logging
@@ -117,8 +118,9 @@ def with_other_load(measure, device: torch.device, rank: int):
     after = busy_seconds() if rank == 0 else 0.0
     known = busy is not None and after is not None
     # every rank's own CPU; rank 0's reading of the machine
-    own_cpu, machine, unknown = reduced([time.process_time() - own, (after - busy) if known else 0.0,
-                                         0.0 if known else 1.0], device)
+    own_cpu, machine, unknown = reduced(
+        [time.process_time() - own, (after - busy) if known else 0.0, 0.0 if known else 1.0], device
+    )
     seconds = time.perf_counter() - wall
     other = (machine - own_cpu) / seconds if not unknown and seconds > 0 else None
     return {**result, "other_load": None if other is None else max(0.0, other)}
@@ -136,8 +138,9 @@ def slowest_samples(call, repeats: int, warmups: int, device: torch.device) -> l
     return samples
 
 
-def measure(device: torch.device, rank: int, processes: int, message_sizes: list[int],
-            repeats: int, retries: int) -> dict[str, dict]:
+def measure(
+    device: torch.device, rank: int, processes: int, message_sizes: list[int], repeats: int, retries: int
+) -> dict[str, dict]:
     """Per primitive: the median seconds at each size (the slowest rank's), their spread, the
     fit, and its check (bands.checked: timed again, up to `retries` times, while outside its
     band)."""
@@ -152,33 +155,62 @@ def measure(device: torch.device, rank: int, processes: int, message_sizes: list
             medians, spreads = [], []
             for size in message_sizes:
                 tensor = torch.zeros(size // 4, device=device)
-                samples = slowest_samples(lambda: timed(tensor, rank), repeats, warmups=1,  # noqa: B023 (called here)
-                                          device=device)
+                samples = slowest_samples(
+                    lambda: timed(tensor, rank),  # noqa: B023 (called here)
+                    repeats,
+                    warmups=1,
+                    device=device,
+                )
                 medians.append(statistics.median(samples))
                 spreads.append(bands.relative_spread(samples))
             return fitted(name, processes, rank, message_sizes, medians, spreads)
+
         found, check = bands.checked(
-            f"{name} over {processes} processes", lambda once=once: with_other_load(once, device, rank),
+            f"{name} over {processes} processes",
+            lambda once=once: with_other_load(once, device, rank),
             bands.link_verdict,
-            lambda p: {"alpha_s": p["alpha_s"], "beta_s_per_byte": p["beta_s_per_byte"],
-                       "worst_residual": max(map(abs, p["relative_residuals"])),
-                       "median_spread": statistics.median(p["relative_spread"]),
-                       "other_load": p["other_load"]}, retries, speak=rank == 0)
+            lambda p: {
+                "alpha_s": p["alpha_s"],
+                "beta_s_per_byte": p["beta_s_per_byte"],
+                "worst_residual": max(map(abs, p["relative_residuals"])),
+                "median_spread": statistics.median(p["relative_spread"]),
+                "other_load": p["other_load"],
+            },
+            retries,
+            speak=rank == 0,
+        )
         results[name] = {**found, "check": check}
     return results
 
 
-def fitted(name: str, processes: int, rank: int, message_sizes: list[int], medians: list[float],
-           spreads: list[float] | None = None) -> dict:
+def fitted(
+    name: str,
+    processes: int,
+    rank: int,
+    message_sizes: list[int],
+    medians: list[float],
+    spreads: list[float] | None = None,
+) -> dict:
     """One primitive's timings (and their spreads: bands.relative_spread of each size's
     repeats) and their latency/bandwidth fit, as the JSON keeps them."""
     found = fit(message_sizes, medians)
-    result = {"bytes": message_sizes, "seconds": medians, "alpha_s": found.link.alpha,
-              "beta_s_per_byte": found.link.beta,
-              "bandwidth_gbit_s": 8 / found.link.beta / 1e9 if found.link.beta > 0 else None,
-              "relative_residuals": found.residuals, "r2": found.r2,
-              "relative_spread": spreads if spreads is not None else [0.0] * len(medians)}
+    result = {
+        "bytes": message_sizes,
+        "seconds": medians,
+        "alpha_s": found.link.alpha,
+        "beta_s_per_byte": found.link.beta,
+        "bandwidth_gbit_s": 8 / found.link.beta / 1e9 if found.link.beta > 0 else None,
+        "relative_residuals": found.residuals,
+        "r2": found.r2,
+        "relative_spread": spreads if spreads is not None else [0.0] * len(medians),
+    }
     if rank == 0:
-        log.info("%s over %d processes: alpha %.1f us, %.2f Gbit/s (r2 %.4f)", name, processes,
-                 found.link.alpha * 1e6, result["bandwidth_gbit_s"] or 0, found.r2)
+        log.info(
+            "%s over %d processes: alpha %.1f us, %.2f Gbit/s (r2 %.4f)",
+            name,
+            processes,
+            found.link.alpha * 1e6,
+            result["bandwidth_gbit_s"] or 0,
+            found.r2,
+        )
     return result

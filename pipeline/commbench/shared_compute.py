@@ -11,6 +11,7 @@ JSON, and times with `together` what a strategy that asks for it (`Strategy.cali
 adds to the same step when it wraps the model. Each timing keeps the spread of its repeats, and
 the stage measures again what falls outside its band (pipeline/costmodel/bands.py).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -44,18 +45,26 @@ def step_of(model_cfg: schema.Model, images: int, device: torch.device, wrap=Non
     side = model_cfg.min_size
     batch = [torch.rand(3, side, side, device=device) for _ in range(images)]
     box = torch.tensor([[side * 0.2, side * 0.2, side * 0.6, side * 0.7]], device=device)
-    targets = [{"boxes": box, "labels": torch.ones(1, dtype=torch.int64, device=device)}
-               for _ in range(images)]
+    targets = [{"boxes": box, "labels": torch.ones(1, dtype=torch.int64, device=device)} for _ in range(images)]
 
     def step() -> None:
         model.zero_grad(set_to_none=True)
         sum(model(batch, targets).values()).backward()
+
     step.model = model  # what in_step.py sizes its buckets and messages by
     return step
 
 
-def measure(model_cfg: schema.Model, images: int, repeats: int, device: torch.device, rank: int,
-            processes: int, expected: float = 1.0, primitives: dict | None = None) -> dict:
+def measure(
+    model_cfg: schema.Model,
+    images: int,
+    repeats: int,
+    device: torch.device,
+    rank: int,
+    processes: int,
+    expected: float = 1.0,
+    primitives: dict | None = None,
+) -> dict:
     """{alone_s, together_s, factor, images, repeats, alone_spread, together_spread, expected}:
     the medians (seconds per step), their ratio, the relative spreads of their repeats
     (bands.relative_spread; together's, the largest rank's) and the factor a quiet machine
@@ -63,8 +72,11 @@ def measure(model_cfg: schema.Model, images: int, repeats: int, device: torch.de
     (`primitives`), each repeat together also exchanges as a step does, and `in_step` holds
     the terms fitted from it (in_step.py)."""
     step = step_of(model_cfg, images, device)
-    exchanges = (in_step.Exchanges(in_step.ddp_buckets(step.model), rank, processes, device)
-                 if primitives and processes > 1 else None)
+    exchanges = (
+        in_step.Exchanges(in_step.ddp_buckets(step.model), rank, processes, device)
+        if primitives and processes > 1
+        else None
+    )
     for _ in range(WARMUPS):
         step()
     alone = []
@@ -74,15 +86,20 @@ def measure(model_cfg: schema.Model, images: int, repeats: int, device: torch.de
             alone.append(seconds_of(step, device))
         dist.barrier()
     alone_s, alone_spread = reduced(  # rank 0's, on every rank
-        [statistics.median(alone) if rank == 0 else 0.0,
-         bands.relative_spread(alone) if rank == 0 else 0.0], device)
-    together_s, together_spread = together_timed(step, repeats, device, processes, warmups=0,
-                                                 around=exchanges)
-    return {"alone_s": alone_s, "together_s": together_s,
-            "factor": together_s / alone_s, "images": images, "repeats": repeats,
-            "alone_spread": alone_spread, "together_spread": together_spread,
-            "expected": expected,
-            **({"in_step": exchanges.fitted(primitives, alone, images)} if exchanges else {})}
+        [statistics.median(alone) if rank == 0 else 0.0, bands.relative_spread(alone) if rank == 0 else 0.0], device
+    )
+    together_s, together_spread = together_timed(step, repeats, device, processes, warmups=0, around=exchanges)
+    return {
+        "alone_s": alone_s,
+        "together_s": together_s,
+        "factor": together_s / alone_s,
+        "images": images,
+        "repeats": repeats,
+        "alone_spread": alone_spread,
+        "together_spread": together_spread,
+        "expected": expected,
+        **({"in_step": exchanges.fitted(primitives, alone, images)} if exchanges else {}),
+    }
 
 
 def together(step, repeats: int, device: torch.device, processes: int, warmups: int = WARMUPS) -> float:
@@ -92,8 +109,14 @@ def together(step, repeats: int, device: torch.device, processes: int, warmups: 
     return together_timed(step, repeats, device, processes, warmups)[0]
 
 
-def together_timed(step, repeats: int, device: torch.device, processes: int,
-                   warmups: int = WARMUPS, around: in_step.Exchanges | None = None) -> tuple[float, float]:
+def together_timed(
+    step,
+    repeats: int,
+    device: torch.device,
+    processes: int,
+    warmups: int = WARMUPS,
+    around: in_step.Exchanges | None = None,
+) -> tuple[float, float]:
     """`together`'s seconds, and the largest rank's relative spread of its repeats; `around`
     exchanges during and after each repeat as a step does (untimed here)."""
     for _ in range(warmups):
@@ -111,9 +134,18 @@ def together_timed(step, repeats: int, device: torch.device, processes: int,
     return mean, spread
 
 
-def calibrations(strategies, model_cfg: schema.Model, images: int, repeats: int, device: torch.device,
-                 processes: int, retries: int, shared: dict | None = None, speak: bool = True,
-                 rank: int = 0) -> dict:
+def calibrations(
+    strategies,
+    model_cfg: schema.Model,
+    images: int,
+    repeats: int,
+    device: torch.device,
+    processes: int,
+    retries: int,
+    shared: dict | None = None,
+    speak: bool = True,
+    rank: int = 0,
+) -> dict:
     """{images, repeats, strategies: name -> its timings, checks: name -> its check} for each
     strategy whose `calibrate` times itself on the model (pipeline/strategies/base.py), the same
     on every rank. Each is timed again, up to `retries` times, while outside its band
@@ -124,14 +156,14 @@ def calibrations(strategies, model_cfg: schema.Model, images: int, repeats: int,
         spreads: list[float] = []
 
         def timed(wrap, spreads=spreads) -> float:
-            seconds, spread = together_timed(step_of(model_cfg, images, device, wrap), repeats,
-                                             device, processes)
+            seconds, spread = together_timed(step_of(model_cfg, images, device, wrap), repeats, device, processes)
             spreads.append(spread)
             return seconds
 
         def once(strategy=strategy, spreads=spreads) -> dict:
             spreads.clear()
             return {"timings": strategy.calibrate(timed), "spread": max(spreads, default=0.0)}
+
         first = with_other_load(once, device, rank)
         if first["timings"] is None:
             continue  # nothing to time: its links say it all
@@ -141,6 +173,8 @@ def calibrations(strategies, model_cfg: schema.Model, images: int, repeats: int,
             lambda: pending.pop() if pending else with_other_load(once, device, rank),  # noqa: B023 (called here)
             lambda r: bands.calibration_verdict(r, alone_s, expected),
             lambda r: {**r["timings"], "spread": r["spread"], "other_load": r["other_load"]},
-            retries, speak=speak)
+            retries,
+            speak=speak,
+        )
         found[strategy.name] = result["timings"]
     return {"images": images, "repeats": repeats, "strategies": found, "checks": checks}

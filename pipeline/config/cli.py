@@ -14,6 +14,7 @@ diverged training: the run's result) is recorded as the run's failed summary by 
 that launched the run, which then ends with status 0, so that the workflow goes on: this
 process where it is its own launcher, else torchrun's (pipeline/runtime/elastic.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,12 +25,18 @@ from ..runtime import failure, lifetime, logs
 from . import stages
 
 
-def run_stage(description: str, body: Callable[[argparse.Namespace], object], *,
-              arguments: Callable[[argparse.ArgumentParser], None] | None = None,
-              stage: str | None = None, errors: tuple[type[BaseException], ...] = (),
-              explain: Callable[[BaseException, argparse.Namespace], str | None] | None = None,
-              follows_parent: bool = True, prog: str | None = None,
-              argv: list[str] | None = None) -> object:
+def run_stage(
+    description: str,
+    body: Callable[[argparse.Namespace], object],
+    *,
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    stage: str | None = None,
+    errors: tuple[type[BaseException], ...] = (),
+    explain: Callable[[BaseException, argparse.Namespace], str | None] | None = None,
+    follows_parent: bool = True,
+    prog: str | None = None,
+    argv: list[str] | None = None,
+) -> object:
     parser = argparse.ArgumentParser(prog=prog, description=description)
     if stage is not None:
         stages.add_config_arguments(parser)

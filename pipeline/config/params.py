@@ -6,6 +6,7 @@ wrong key or value is reported once, before any job starts, naming the file (or 
 line), the key where the mistake was made, and the remedy. The sweep's entries belong to the
 strategies and are filled and checked by pipeline/strategies/sweep.py.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -42,7 +43,8 @@ class _StrictLoader(yaml.SafeLoader):
                     f"{mark.name}:{mark.line + 1}:{mark.column + 1}: the key '{key}' is given a second "
                     f"time in this mapping (first at line {first.line + 1}, column {first.column + 1}); "
                     f"YAML would keep only the last and silently drop the first's values: merge the "
-                    f"two into one '{key}:'")
+                    f"two into one '{key}:'"
+                )
             seen[key] = mark
         return super().construct_mapping(node, deep)
 
@@ -57,8 +59,9 @@ def parse_yaml(text: str, source: str) -> Any:
         mark = err.problem_mark or err.context_mark
         where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
         what = " ".join(part for part in (err.context, err.problem) if part)
-        raise ParamsError(f"{where}: not valid YAML: {what}; check the indentation and the quotes "
-                          f"there (or the line before)") from None
+        raise ParamsError(
+            f"{where}: not valid YAML: {what}; check the indentation and the quotes there (or the line before)"
+        ) from None
     except yaml.YAMLError as err:
         raise ParamsError(f"{source}: not valid YAML: {err}") from None
     finally:
@@ -82,12 +85,24 @@ def _key_path(path) -> str:
 
 
 # How the schema's types read in a remedy.
-TYPE_WORDS = {"integer": "a whole number", "number": "a number", "string": "text",
-              "boolean": "true or false", "array": "a list", "object": "a mapping", "null": "null"}
-LIMIT_REMEDIES = {"minimum": "set it to {} or more", "exclusiveMinimum": "set it above {}",
-                  "maximum": "set it to {} or less", "exclusiveMaximum": "set it below {}",
-                  "minItems": "give it at least {} item(s)",
-                  "minLength": "give it at least {} character(s)", "const": "set it to {!r}"}
+TYPE_WORDS = {
+    "integer": "a whole number",
+    "number": "a number",
+    "string": "text",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "a mapping",
+    "null": "null",
+}
+LIMIT_REMEDIES = {
+    "minimum": "set it to {} or more",
+    "exclusiveMinimum": "set it above {}",
+    "maximum": "set it to {} or less",
+    "exclusiveMaximum": "set it below {}",
+    "minItems": "give it at least {} item(s)",
+    "minLength": "give it at least {} character(s)",
+    "const": "set it to {!r}",
+}
 SCHEMA_HINT = "see the comment beside the key in params.yaml, or pipeline/config/schema.py"
 
 
@@ -143,16 +158,16 @@ def _describe(error: jsonschema.ValidationError, source: str, where: str) -> str
         for key in extra:
             close = difflib.get_close_matches(key, allowed, n=1)
             hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
-        return (f"{source}: {where}: unknown key {', '.join(hints)}; "
-                f"allowed keys: {', '.join(allowed)}")
+        return f"{source}: {where}: unknown key {', '.join(hints)}; allowed keys: {', '.join(allowed)}"
     if error.validator == "required":
         return f"{source}: {where}: {error.message}; add it (see the demo preset for an example)"
     if error.validator in ("oneOf", "anyOf"):
         if all(e.validator == "type" and not e.path for e in error.context):  # wrong type
-            return (f"{source}: {where}: {error.instance!r} is not of type "
-                    f"{' or '.join(map(repr, _kinds(error)))}; {_type_remedy(error)}")
-        return (f"{source}: {where}: {error.instance!r} is not valid here: {error.message}; "
-                f"{SCHEMA_HINT}")
+            return (
+                f"{source}: {where}: {error.instance!r} is not of type "
+                f"{' or '.join(map(repr, _kinds(error)))}; {_type_remedy(error)}"
+            )
+        return f"{source}: {where}: {error.instance!r} is not valid here: {error.message}; {SCHEMA_HINT}"
     return f"{source}: {where}: {error.message}; {remedy(error)}"
 
 
@@ -173,8 +188,10 @@ def schema_errors(document, schema: dict, source: str, locate=None) -> list[str]
     key, the remedy), each once: `locate(path)` names where the value at `path` was written
     (a preset's value inherited from `defaults` is named there, once, not in every preset)."""
     validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted((inner for e in validator.iter_errors(document) for inner in _innermost(e)),
-                    key=lambda e: list(map(str, e.absolute_path)))
+    errors = sorted(
+        (inner for e in validator.iter_errors(document) for inner in _innermost(e)),
+        key=lambda e: list(map(str, e.absolute_path)),
+    )
     messages: list[str] = []
     for error in errors:
         path = tuple(error.absolute_path)
@@ -201,15 +218,18 @@ def resolve_presets(raw: dict, source: str = "params.yaml") -> dict[str, dict]:
         if name in resolved:
             return resolved[name]
         if name in chain:
-            raise ParamsError(f"{source}: presets.{name}.extends: a cycle "
-                              f"({' -> '.join(chain + (name,))}); one preset must extend defaults")
+            raise ParamsError(
+                f"{source}: presets.{name}.extends: a cycle "
+                f"({' -> '.join(chain + (name,))}); one preset must extend defaults"
+            )
         own = presets[name]
         if not isinstance(own, dict):
             raise ParamsError(f"{source}: presets.{name}: expected a mapping of parameter groups")
         parent = own.get("extends")
         if parent is not None and parent not in presets:
-            raise ParamsError(f"{source}: presets.{name}.extends: '{parent}' is not one of the "
-                              f"presets ({', '.join(presets)})")
+            raise ParamsError(
+                f"{source}: presets.{name}.extends: '{parent}' is not one of the presets ({', '.join(presets)})"
+            )
         base = resolve_one(parent, chain + (name,)) if parent else defaults
         body = {k: v for k, v in own.items() if k != "extends"}
         resolved[name] = merged(base, body)
@@ -255,19 +275,21 @@ def validate(raw: dict, source: str = "params.yaml") -> dict[str, dict]:
     """Check the file and return its presets, each resolved in full."""
     extra = sorted(set(raw) - {"preset", "defaults", "presets", "report"})
     if extra:
-        raise ParamsError(f"{source}: unknown top-level key(s) {', '.join(extra)}; allowed: "
-                          "preset, defaults, presets, report")
+        raise ParamsError(
+            f"{source}: unknown top-level key(s) {', '.join(extra)}; allowed: preset, defaults, presets, report"
+        )
     presets = resolve_presets(raw, source)
     document = {k: v for k, v in raw.items() if k != "defaults"} | {"presets": presets}
     errors = schema_errors(document, schema.json_schema(), source, _locator(raw))
     if errors:
         raise ParamsError("invalid parameters:\n  " + "\n  ".join(errors))
     if raw["preset"] not in presets:
-        raise ParamsError(f"{source}: preset: '{raw['preset']}' is not one of the presets "
-                          f"({', '.join(presets)}); use --config preset=NAME with one of them")
+        raise ParamsError(
+            f"{source}: preset: '{raw['preset']}' is not one of the presets "
+            f"({', '.join(presets)}); use --config preset=NAME with one of them"
+        )
     for name, preset in presets.items():
-        _check_consistency(_typed(schema.Preset, preset, f"{source}: presets.{name}"),
-                           f"{source}: presets.{name}")
+        _check_consistency(_typed(schema.Preset, preset, f"{source}: presets.{name}"), f"{source}: presets.{name}")
     return presets
 
 
@@ -277,8 +299,10 @@ def _typed(model: type[schema.S], document: dict, where: str) -> schema.S:
     try:
         return model.model_validate(document)
     except pydantic.ValidationError as err:
-        raise ParamsError(f"{where}.{schema.first_error(err)}; write the value as the comment "
-                          "beside its key in params.yaml says (e.g. 2, not 2.0)") from None
+        raise ParamsError(
+            f"{where}.{schema.first_error(err)}; write the value as the comment "
+            "beside its key in params.yaml says (e.g. 2, not 2.0)"
+        ) from None
 
 
 def _check_consistency(preset: schema.Preset, where: str) -> None:
@@ -287,29 +311,33 @@ def _check_consistency(preset: schema.Preset, where: str) -> None:
     if data.synthetic is not None and data.fetch is not None:
         raise ParamsError(f"{where}.data: synthetic and fetch are alternatives; set one to null")
     if data.name == "synthetic" and data.synthetic is None:
-        raise ParamsError(f"{where}.data.synthetic: the synthetic dataset needs its generator "
-                          "settings (seed, image_size, ...); see the demo preset")
+        raise ParamsError(
+            f"{where}.data.synthetic: the synthetic dataset needs its generator "
+            "settings (seed, image_size, ...); see the demo preset"
+        )
     if model.arch == "tiny":
         for key in ("anchor_sizes", "channels", "representation_size"):
             if getattr(model, key) is None:
                 raise ParamsError(f"{where}.model.{key}: required for arch 'tiny'")
         if model.backbone_weights is not None:
-            raise ParamsError(f"{where}.model.backbone_weights: arch 'tiny' has no pretrained "
-                              "backbone; set it to null")
+            raise ParamsError(f"{where}.model.backbone_weights: arch 'tiny' has no pretrained backbone; set it to null")
     if model.max_size < model.min_size:
-        raise ParamsError(f"{where}.model.max_size ({model.max_size}) is smaller than "
-                          f"min_size ({model.min_size})")
+        raise ParamsError(f"{where}.model.max_size ({model.max_size}) is smaller than min_size ({model.min_size})")
     steps = train.lr_steps
     if steps != sorted(steps) or len(set(steps)) != len(steps):
-        raise ParamsError(f"{where}.train.lr_steps: {steps} must be strictly increasing epochs; "
-                          f"list each once, in order: {sorted(set(steps))}")
+        raise ParamsError(
+            f"{where}.train.lr_steps: {steps} must be strictly increasing epochs; "
+            f"list each once, in order: {sorted(set(steps))}"
+        )
     # Epochs count from 0 and a step N lowers the lr from epoch N on, so a step at or past
     # `epochs` never fires: usually a preset that shortened epochs and kept its parent's steps.
     late = [step for step in steps if step >= train.epochs]
     if late:
-        raise ParamsError(f"{where}.train.lr_steps: {late} reach past the last epoch (epochs: "
-                          f"{train.epochs}) and would never lower the lr; keep every step "
-                          f"below {train.epochs} (lr_steps: [] for no decay) or raise epochs")
+        raise ParamsError(
+            f"{where}.train.lr_steps: {late} reach past the last epoch (epochs: "
+            f"{train.epochs}) and would never lower the lr; keep every step "
+            f"below {train.epochs} (lr_steps: [] for no decay) or raise epochs"
+        )
 
 
 def parse_overrides(text: str) -> dict[str, Any]:
@@ -337,10 +365,15 @@ def _overridden(config: dict, overrides: dict[str, Any]) -> dict:
                 known = sorted(node) if isinstance(node, dict) else []
                 close = difflib.get_close_matches(part, known, n=1)
                 where = ".".join(parts[:depth]) or "(top level)"
-                errors.append(f"--config set: {key}: {where} has no key '{part}'"
-                              + (f" (did you mean '{close[0]}'?)" if close else "")
-                              + (f"; its keys: {', '.join(known)}" if known else
-                                 f"; {'.'.join(parts[:depth])} is a value, not a mapping"))
+                errors.append(
+                    f"--config set: {key}: {where} has no key '{part}'"
+                    + (f" (did you mean '{close[0]}'?)" if close else "")
+                    + (
+                        f"; its keys: {', '.join(known)}"
+                        if known
+                        else f"; {'.'.join(parts[:depth])} is a value, not a mapping"
+                    )
+                )
                 break
             node = node[part]
     if errors:
@@ -361,14 +394,16 @@ def resolve(raw: dict, source: str = "params.yaml") -> schema.Config:
         errors = schema_errors(config, schema.json_schema(schema.Config), "--config set")
         if errors:
             raise ParamsError("invalid overrides:\n  " + "\n  ".join(errors))
-        _check_consistency(_typed(schema.Preset, {k: v for k, v in config.items()
-                                                  if k not in ("preset", "report")}, "--config set"),
-                           "--config set: the result")
+        _check_consistency(
+            _typed(schema.Preset, {k: v for k, v in config.items() if k not in ("preset", "report")}, "--config set"),
+            "--config set: the result",
+        )
     return _typed(schema.Config, config, source)
 
 
-def load_resolved(path: str | Path = "params.yaml", preset: str | None = None,
-                  overrides: str | None = None) -> schema.Config:
+def load_resolved(
+    path: str | Path = "params.yaml", preset: str | None = None, overrides: str | None = None
+) -> schema.Config:
     raw = load(path)
     if preset is not None:
         raw["preset"] = preset
@@ -385,10 +420,12 @@ def check_command_line(entries: dict[str, Any]) -> None:
     value as text, so a number would arrive as a string)."""
     extra = sorted(set(entries) - set(COMMAND_LINE_KEYS))
     if extra:
-        raise ParamsError(f"--config {extra[0]}=...: the command line sets "
-                          f"{' and '.join(COMMAND_LINE_KEYS.values())} only; change a value with "
-                          f"{OVERRIDE_FORM}, or write the presets you want into a file and pass "
-                          f"--configfile FILE (docs/presets.md)")
+        raise ParamsError(
+            f"--config {extra[0]}=...: the command line sets "
+            f"{' and '.join(COMMAND_LINE_KEYS.values())} only; change a value with "
+            f"{OVERRIDE_FORM}, or write the presets you want into a file and pass "
+            f"--configfile FILE (docs/presets.md)"
+        )
 
 
 def scaled_lr(train: schema.Train, global_batch: int) -> float:

@@ -12,6 +12,7 @@ number is an error, and `model_dump()` gives back exactly what was read, so a st
 hashes the same whether it came from params.yaml or from its command line. Default values live
 in params.yaml's `defaults`, not here: every field is required once a preset is resolved.
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, TypeVar
@@ -27,22 +28,25 @@ Count = Annotated[int, Field(ge=0)]
 AnyNumber = Annotated[int | float, WithJsonSchema({"type": "number"})]
 PositiveNumber = Annotated[int | float, Field(gt=0), WithJsonSchema({"type": "number", "exclusiveMinimum": 0})]
 NonNegativeNumber = Annotated[int | float, Field(ge=0), WithJsonSchema({"type": "number", "minimum": 0})]
-Fraction = Annotated[int | float, Field(ge=0, le=1),
-                     WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
-PositiveFraction = Annotated[int | float, Field(gt=0, le=1),
-                             WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "maximum": 1})]
+Fraction = Annotated[int | float, Field(ge=0, le=1), WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
+PositiveFraction = Annotated[
+    int | float, Field(gt=0, le=1), WithJsonSchema({"type": "number", "exclusiveMinimum": 0, "maximum": 1})
+]
 UNIQUE = {"uniqueItems": True}  # a list of distinct values
 
 
 class Section(BaseModel):
     """A mapping of params.yaml: closed, strict, immutable."""
+
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 # --- data ---------------------------------------------------------------------------------
 
+
 class Synthetic(Section):
     """The embedded dataset's deterministic generator (pipeline/data/synthetic.py)."""
+
     seed: Count
     image_size: Annotated[int, Field(ge=64, le=1024)]
     train_images: PositiveInt
@@ -65,6 +69,7 @@ class Archives(Section):
 
 class Fetch(Section):
     """A downloaded dataset (COCO 2017): dvc.yaml's stages fetch and extract it."""
+
     base_url: Annotated[str, Field(pattern="^(https?|file)://")]
     splits: Annotated[list[Literal["train", "val"]], Field(min_length=1, json_schema_extra=UNIQUE)]
     subset: PositiveInt | None
@@ -79,8 +84,7 @@ class Data(Section):
     mode: Literal["real", "synthetic"] = Field(description="synthetic: in-memory tensors, no loader")
     synthetic: Synthetic | None
     fetch: Fetch | None
-    workers: Count | Literal["auto"] = Field(
-        description="auto: the cores of one training process, less one for it")
+    workers: Count | Literal["auto"] = Field(description="auto: the cores of one training process, less one for it")
     aspect_ratio_groups: Count
     horizontal_flip: Fraction
     exif_orientation: Literal["refuse", "apply", "ignore"]
@@ -88,6 +92,7 @@ class Data(Section):
 
 
 # --- model, training, processes -----------------------------------------------------------
+
 
 class Model(Section):
     arch: Literal["tiny", "fasterrcnn_resnet50_fpn"]
@@ -109,8 +114,7 @@ class Train(Section):
     base_batch: PositiveInt
     momentum: Fraction
     weight_decay: NonNegativeNumber
-    warmup_iters: Count | Literal["auto"] = Field(
-        description="auto: min(1000, iterations of the first epoch - 1)")
+    warmup_iters: Count | Literal["auto"] = Field(description="auto: min(1000, iterations of the first epoch - 1)")
     warmup_factor: PositiveFraction
     lr_steps: list[PositiveInt]
     lr_gamma: PositiveFraction
@@ -139,6 +143,7 @@ class Parallel(Section):
 class EvalSchedule(Section):
     """What training reads of `eval`: how often it evaluates as it goes, in batches of how many
     (the final evaluation's other settings retrain nothing)."""
+
     every_epochs: Count = Field(description="0: no evaluation during training")
     batch_size: PositiveInt
 
@@ -151,6 +156,7 @@ class Eval(EvalSchedule):
 
 class Commbench(Section):
     """The machine's links and shared compute, timed for the cost model."""
+
     min_bytes: Annotated[int, Field(ge=4)]
     max_bytes: Annotated[int, Field(ge=8)]
     repeats: PositiveInt
@@ -161,6 +167,7 @@ class Commbench(Section):
 
 class Resources(Section):
     """What a job asks a scheduler for; no stage reads it, so changing it reruns nothing."""
+
     memory_mb_per_process: PositiveInt
     cpus_per_process: PositiveInt
     runtime_minutes: PositiveInt
@@ -170,8 +177,10 @@ class Resources(Section):
 
 # --- report -------------------------------------------------------------------------------
 
+
 class Cluster(Section):
     """A cluster the cost model predicts (report.predict.clusters, or `python -m pipeline.whatif`)."""
+
     name: Annotated[str, Field(min_length=1)]
     gpus_per_node: PositiveInt
     nodes: PositiveInt
@@ -215,14 +224,17 @@ class Report(Section):
     figure_formats: Annotated[list[Literal["png", "pdf", "svg"]], Field(min_length=1, json_schema_extra=UNIQUE)]
     dpi: Annotated[int, Field(ge=50, le=600)]
     target_ap: dict[str, PositiveFraction] = Field(
-        description="preset name -> the AP@[.5:.95] whose first reaching the time-to-accuracy table reports")
+        description="preset name -> the AP@[.5:.95] whose first reaching the time-to-accuracy table reports"
+    )
     predict: Predict
 
 
 # --- a preset, the file, the stages ---------------------------------------------------------
 
+
 class Preset(Section):
     """One entry of params.yaml's `presets`, resolved."""
+
     data: Data
     model: Model
     train: Train
@@ -237,12 +249,14 @@ class Preset(Section):
 
 class Config(Preset):
     """The preset the workflow runs: its name, its sections, and the file's `report`."""
+
     preset: str
     report: Report
 
 
 class ParamsFile(Section):
     """params.yaml with every preset resolved (`defaults` and `extends` merged in)."""
+
     preset: str = Field(description="name of the entry under presets to run")
     presets: dict[str, Preset] = Field(json_schema_extra={"minProperties": 1})
     report: Report

@@ -10,6 +10,7 @@ checkpoints with `code_digest("train", ...)`: the rerun decision and the resume 
 read the same list, so they cannot disagree. A stage's process rebuilds its view from its
 command line (`parsed_config`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]  # the directory that holds pipeline/
 @dataclass(frozen=True)
 class Stage:
     config: type[pydantic.BaseModel]  # what it reads of the resolved preset (schema.py)
-    modules: tuple[str, ...]   # what it runs with `python -m` (a launcher and what it execs)
+    modules: tuple[str, ...]  # what it runs with `python -m` (a launcher and what it execs)
     # Settings (section.key) that shape how the stage runs, not what it computes: they reach
     # the stage, but are neither a rerun trigger nor part of a checkpoint's identity, so raising
     # max_restarts after a crash does not retrain the runs that finished.
@@ -67,18 +68,28 @@ STAGES = {
     # Training evaluates as it goes (time-to-accuracy) with COCO's standard settings, so of
     # `eval` it reads only how often and in batches of how many: the final evaluation's other
     # knobs do not retrain anything.
-    "train": Stage(schema.TrainStage, ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.training.train"),
-                   FAULT_KNOBS + SPEED_KNOBS, COMMBENCH_LAUNCH),
-    "evaluate": Stage(schema.EvaluateStage,
-                      ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.detection.evaluate"), FAULT_KNOBS,
-                      COMMBENCH_LAUNCH),
-    "equivalence": Stage(schema.EquivalenceStage,
-                         ("pipeline.equivalence", "pipeline.runtime.elastic", "pipeline.training.train"),
-                         FAULT_KNOBS + SPEED_KNOBS),
+    "train": Stage(
+        schema.TrainStage,
+        ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.training.train"),
+        FAULT_KNOBS + SPEED_KNOBS,
+        COMMBENCH_LAUNCH,
+    ),
+    "evaluate": Stage(
+        schema.EvaluateStage,
+        ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.detection.evaluate"),
+        FAULT_KNOBS,
+        COMMBENCH_LAUNCH,
+    ),
+    "equivalence": Stage(
+        schema.EquivalenceStage,
+        ("pipeline.equivalence", "pipeline.runtime.elastic", "pipeline.training.train"),
+        FAULT_KNOBS + SPEED_KNOBS,
+    ),
     # The machine's links for the cost model, and how much its processes slow each other's
     # compute (with the run's model): one job per process count the sweep runs
-    "commbench": Stage(schema.CommbenchStage,
-                       ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.commbench"), FAULT_KNOBS),
+    "commbench": Stage(
+        schema.CommbenchStage, ("pipeline.launch", "pipeline.runtime.elastic", "pipeline.commbench"), FAULT_KNOBS
+    ),
     "report": Stage(schema.ReportStage, ("pipeline.report",)),
     "paper": Stage(schema.PaperStage, ("pipeline.report.paper",)),
 }
@@ -124,8 +135,7 @@ def view(cfg: schema.Config, stage: str) -> Any:
 
 def with_knobs(config: dict, knobs: dict) -> dict:
     """A stage's config (`config_for`) with its knobs put back: what its process runs with."""
-    merged = {name: dict(value) if isinstance(value, dict) else value
-              for name, value in config.items()}
+    merged = {name: dict(value) if isinstance(value, dict) else value for name, value in config.items()}
     for section, values in knobs.items():
         merged.setdefault(section, {}).update(values)
     return merged
@@ -141,9 +151,12 @@ def knobs_environment(cfg: schema.Config) -> str:
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """--config (what the stage's results depend on) and --knobs (how it runs), as JSON."""
     parser.add_argument("--config", required=True, help="the stage's part of the resolved preset, as JSON")
-    parser.add_argument("--knobs", help=f"the stage's knobs (pipeline/config/stages.py), as JSON; "
-                                        f"default: from ${KNOBS_ENV}, set by the workflow, else those in "
-                                        f"--config, else params.yaml's default preset's")
+    parser.add_argument(
+        "--knobs",
+        help=f"the stage's knobs (pipeline/config/stages.py), as JSON; "
+        f"default: from ${KNOBS_ENV}, set by the workflow, else those in "
+        f"--config, else params.yaml's default preset's",
+    )
 
 
 def parsed_config(args: argparse.Namespace, stage: str) -> Any:
@@ -155,22 +168,26 @@ def parsed_config(args: argparse.Namespace, stage: str) -> Any:
     try:
         config = json.loads(args.config)
     except json.JSONDecodeError as err:
-        raise SystemExit(f"error: --config is not valid JSON ({err}); pass the stage's config as "
-                         "`snakemake -p` prints it") from None
+        raise SystemExit(
+            f"error: --config is not valid JSON ({err}); pass the stage's config as `snakemake -p` prints it"
+        ) from None
     if args.knobs:
         config = with_knobs(config, json.loads(args.knobs))
     elif KNOBS_ENV in os.environ:
         config = with_knobs(config, json.loads(os.environ[KNOBS_ENV]).get(stage, {}))
     else:
-        missing = [name for name in STAGES[stage].knobs
-                   if name.partition(".")[2] not in config.get(name.partition(".")[0], {})]
+        missing = [
+            name for name in STAGES[stage].knobs if name.partition(".")[2] not in config.get(name.partition(".")[0], {})
+        ]
         if missing:
             config = with_knobs(config, default_knobs(stage, missing))
     try:
         return STAGES[stage].config.model_validate(config)
     except pydantic.ValidationError as err:
-        raise SystemExit(f"error: --config ({stage} stage): {schema.first_error(err)}; pass the "
-                         "stage's config as `snakemake -p` prints it") from None
+        raise SystemExit(
+            f"error: --config ({stage} stage): {schema.first_error(err)}; pass the "
+            "stage's config as `snakemake -p` prints it"
+        ) from None
 
 
 def default_knobs(stage: str, names: list[str], path: str | Path = "params.yaml") -> dict:
@@ -183,18 +200,23 @@ def default_knobs(stage: str, names: list[str], path: str | Path = "params.yaml"
     timeouts, restarts, checkpoint interval) may differ from the workflow's."""
     where = f"--knobs '<JSON>' or ${KNOBS_ENV} (the workflow sets it; `snakemake -p` does not print it)"
     if not Path(path).is_file():
-        raise SystemExit(f"error: the {stage} stage's knobs ({', '.join(names)}) are neither in "
-                         f"--config nor given: pass {where}, or run from the directory that "
-                         f"holds params.yaml to use its default preset's")
+        raise SystemExit(
+            f"error: the {stage} stage's knobs ({', '.join(names)}) are neither in "
+            f"--config nor given: pass {where}, or run from the directory that "
+            f"holds params.yaml to use its default preset's"
+        )
     try:
         cfg = params.load_resolved(path)
     except params.ParamsError as err:
         raise SystemExit(f"error: {err} (read for the {stage} stage's knobs; or pass {where})") from None
     knobs = _values(cfg, names)
     if os.environ.get("RANK", "0") == "0":
-        print(f"{KNOBS_ENV} is not set and no --knobs given: the {stage} stage takes its knobs "
-              f"from {path}'s default preset ({cfg.preset}): {json.dumps(knobs, sort_keys=True)}",
-              file=sys.stderr, flush=True)
+        print(
+            f"{KNOBS_ENV} is not set and no --knobs given: the {stage} stage takes its knobs "
+            f"from {path}'s default preset ({cfg.preset}): {json.dumps(knobs, sort_keys=True)}",
+            file=sys.stderr,
+            flush=True,
+        )
     return knobs
 
 
@@ -228,7 +250,7 @@ def _parsed_imports(path: Path, module: str, mtime_ns: int, size: int) -> frozen
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                parent = package_parts[:len(package_parts) - (node.level - 1)]
+                parent = package_parts[: len(package_parts) - (node.level - 1)]
                 base = ".".join(parent + ([base] if base else []))
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)  # `from . import x`

@@ -35,6 +35,7 @@ over the stage's 41-56 s; loaded = beside two `python -c 'while True: pass'`, or
 A machine whose processes share physical cores (hyperthreads) can stay outside the compute band
 without another job; the mark then says "disturbed" all the same, and the report names it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,17 +44,19 @@ from collections.abc import Callable
 
 log = logging.getLogger("commbench")
 
-OTHER_LOAD = 0.30           # cores other processes took while a measurement ran
+OTHER_LOAD = 0.30  # cores other processes took while a measurement ran
 FACTOR_BAND = (0.90, 1.20)  # shared compute: together / alone, over the expected factor
-SPREAD = 0.30               # relative interquartile range of the model's step over its repeats
-LINK_SPREAD = 0.50          # ... of a link's timings, the median over message sizes
+SPREAD = 0.30  # relative interquartile range of the model's step over its repeats
+LINK_SPREAD = 0.50  # ... of a link's timings, the median over message sizes
 
-BANDS_TEXT = (f"other processes' CPU while it ran at most {OTHER_LOAD:.2f} cores, the "
-              f"shared-compute factor within [{FACTOR_BAND[0]:.2f}, {FACTOR_BAND[1]:.2f}] x a quiet "
-              "machine's (1 where the processes have the cores to themselves), the relative "
-              f"interquartile range of a timing's repeats at most {SPREAD:.2f} for the model's "
-              f"step and {LINK_SPREAD:.2f} for a link; outside, measured again (commbench.retries), "
-              "then marked disturbed")
+BANDS_TEXT = (
+    f"other processes' CPU while it ran at most {OTHER_LOAD:.2f} cores, the "
+    f"shared-compute factor within [{FACTOR_BAND[0]:.2f}, {FACTOR_BAND[1]:.2f}] x a quiet "
+    "machine's (1 where the processes have the cores to themselves), the relative "
+    f"interquartile range of a timing's repeats at most {SPREAD:.2f} for the model's "
+    f"step and {LINK_SPREAD:.2f} for a link; outside, measured again (commbench.retries), "
+    "then marked disturbed"
+)
 
 
 def relative_spread(samples: list[float]) -> float:
@@ -76,15 +79,15 @@ Verdict = tuple[float, list[str]]
 
 
 def _spread(name: str, value: float, limit: float = SPREAD) -> Verdict:
-    return value / limit, ([f"{name} spread {value:.2f} over its repeats > {limit:.2f}"]
-                           if value > limit else [])
+    return value / limit, ([f"{name} spread {value:.2f} over its repeats > {limit:.2f}"] if value > limit else [])
 
 
 def _other(value: float | None) -> Verdict:
     if value is None:  # not judged (bands' docstring)
         return 0.0, []
-    return value / OTHER_LOAD, ([f"other processes took {value:.2f} cores meanwhile > "
-                                 f"{OTHER_LOAD:.2f}"] if value > OTHER_LOAD else [])
+    return value / OTHER_LOAD, (
+        [f"other processes took {value:.2f} cores meanwhile > {OTHER_LOAD:.2f}"] if value > OTHER_LOAD else []
+    )
 
 
 def _factor(name: str, factor: float, expected: float) -> Verdict:
@@ -107,9 +110,12 @@ def link_verdict(primitive: dict) -> Verdict:
 def shared_verdict(shared: dict) -> Verdict:
     """shared_compute.measure's dict (with `other_load`): the factor against a quiet machine's,
     both timings' spreads, the other processes' load."""
-    return _worst(_factor("factor", shared["factor"], shared["expected"]),
-                  _spread("alone", shared["alone_spread"]),
-                  _spread("together", shared["together_spread"]), _other(shared.get("other_load")))
+    return _worst(
+        _factor("factor", shared["factor"], shared["expected"]),
+        _spread("alone", shared["alone_spread"]),
+        _spread("together", shared["together_spread"]),
+        _other(shared.get("other_load")),
+    )
 
 
 def calibration_verdict(found: dict, alone_s: float, expected: float) -> Verdict:
@@ -124,9 +130,14 @@ def calibration_verdict(found: dict, alone_s: float, expected: float) -> Verdict
     return _worst(*verdicts)
 
 
-def checked(what: str, measure: Callable[[], dict], verdict: Callable[[dict], Verdict],
-            values: Callable[[dict], dict], retries: int,
-            speak: bool = True) -> tuple[dict, dict]:
+def checked(
+    what: str,
+    measure: Callable[[], dict],
+    verdict: Callable[[dict], Verdict],
+    values: Callable[[dict], dict],
+    retries: int,
+    speak: bool = True,
+) -> tuple[dict, dict]:
     """measure() until verdict() puts it in its band, at most 1 + `retries` times: the kept
     attempt (the first inside the band, else the one least outside it) and its check,
     {attempts: [values() of each, with its score], kept: index, disturbed: None or the
@@ -141,10 +152,17 @@ def checked(what: str, measure: Callable[[], dict], verdict: Callable[[dict], Ve
         if score <= 1:
             break
         if speak:
-            log.warning("%s outside its band (%s): %s", what, "; ".join(reasons),
-                        "measuring again" if attempt < retries else "marked disturbed")
+            log.warning(
+                "%s outside its band (%s): %s",
+                what,
+                "; ".join(reasons),
+                "measuring again" if attempt < retries else "marked disturbed",
+            )
     kept = min(range(len(found)), key=lambda i: found[i][0])
     score, reasons, result = found[kept]
-    disturbed = None if score <= 1 else (
-        f"{'; '.join(reasons)} (the least disturbed of {len(found)} attempts, all outside the band)")
+    disturbed = (
+        None
+        if score <= 1
+        else (f"{'; '.join(reasons)} (the least disturbed of {len(found)} attempts, all outside the band)")
+    )
     return result, {"attempts": attempts, "kept": kept, "disturbed": disturbed}

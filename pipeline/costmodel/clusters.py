@@ -2,6 +2,7 @@
 or a user's own, read from a YAML or JSON file and flags and checked against the same schema
 (`read_cluster`, for the what-if command pipeline/whatif.py); and one GPU's measured or assumed
 compute (pipeline/report/clusters.py fills them in)."""
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,12 @@ class Compute:
     def measured(cls, single: dict, source: str) -> Compute:
         """From one `single` run's inputs (pipeline/report/prediction.py `single_inputs`): its
         compute and data wait per image, its optimizer step shared over its images."""
-        return cls(single["compute"] + single["data"] + single["optimizer"] / single["images"],
-                   single["gradient_bytes"], source, single["compute_variance"])
+        return cls(
+            single["compute"] + single["data"] + single["optimizer"] / single["images"],
+            single["gradient_bytes"],
+            source,
+            single["compute_variance"],
+        )
 
 
 @dataclass(frozen=True)
@@ -43,23 +48,32 @@ class Cluster:
 
     @classmethod
     def of(cls, spec: schema.Cluster) -> Cluster:
-        return cls(spec.name, spec.gpus_per_node, spec.nodes,
-                   Link.from_bandwidth(spec.intra_gbit_s, spec.intra_latency_us),
-                   Link.from_bandwidth(spec.inter_gbit_s, spec.inter_latency_us),
-                   spec.spare_cpu_machines_per_node)
+        return cls(
+            spec.name,
+            spec.gpus_per_node,
+            spec.nodes,
+            Link.from_bandwidth(spec.intra_gbit_s, spec.intra_latency_us),
+            Link.from_bandwidth(spec.inter_gbit_s, spec.inter_latency_us),
+            spec.spare_cpu_machines_per_node,
+        )
 
     def gpu_counts(self) -> list[int]:
         """1, 2, 4 .. one node's GPUs, then whole nodes doubling up to all of them."""
-        within = [g for g in (2 ** i for i in range(12)) if g < self.gpus_per_node] + [self.gpus_per_node]
-        across = [self.gpus_per_node * n for n in (2 ** i for i in range(1, 12)) if n < self.nodes]
+        within = [g for g in (2**i for i in range(12)) if g < self.gpus_per_node] + [self.gpus_per_node]
+        across = [self.gpus_per_node * n for n in (2**i for i in range(1, 12)) if n < self.nodes]
         return within + across + ([self.gpus_per_node * self.nodes] if self.nodes > 1 else [])
 
     def nodes_for(self, gpus: int) -> int:
         return math.ceil(gpus / self.gpus_per_node)
 
     def network(self, gpus: int) -> Network:
-        return Network(intra=self.intra, inter=self.inter, gpus_per_node=self.gpus_per_node,
-                       nodes=self.nodes_for(gpus), server_machines=self.servers(gpus, spare_only=True))
+        return Network(
+            intra=self.intra,
+            inter=self.inter,
+            gpus_per_node=self.gpus_per_node,
+            nodes=self.nodes_for(gpus),
+            server_machines=self.servers(gpus, spare_only=True),
+        )
 
     def servers(self, gpus: int, spare_only: bool = False) -> int:
         """K of the sharded parameter server: one per spare CPU machine (without any, one on
@@ -82,13 +96,16 @@ def read_cluster(path: str | Path | None, given: dict) -> schema.Cluster:
         try:
             found = parse_yaml(Path(path).read_text(), str(path))  # JSON is YAML too
         except OSError as err:
-            raise ClusterError(f"{path}: cannot read the cluster file ({err.strerror}); give the "
-                               f"path of a YAML or JSON file such as {EXAMPLE}") from err
+            raise ClusterError(
+                f"{path}: cannot read the cluster file ({err.strerror}); give the "
+                f"path of a YAML or JSON file such as {EXAMPLE}"
+            ) from err
         except ParamsError as err:
             raise ClusterError(str(err)) from None
         if not isinstance(found, dict):
-            raise ClusterError(f"{path}: expected a mapping of the cluster's keys (as in {EXAMPLE}), "
-                               f"found {type(found).__name__}")
+            raise ClusterError(
+                f"{path}: expected a mapping of the cluster's keys (as in {EXAMPLE}), found {type(found).__name__}"
+            )
     cluster = {**found, **{k: v for k, v in given.items() if v is not None}}
     cluster.setdefault("name", Path(path).stem if path is not None else "your cluster")
     wanted = schema.json_schema(schema.Cluster)
@@ -96,8 +113,11 @@ def read_cluster(path: str | Path | None, given: dict) -> schema.Cluster:
     errors = schema_errors(cluster, {**wanted, "required": []}, source)
     missing = [key for key in wanted["required"] if key not in cluster]
     if missing:
-        errors.append(f"{source}: no {', '.join(missing)}; add " + ("them" if len(missing) > 1 else "it")
-                      + f" to the file (as in {EXAMPLE}) or give --{missing[0].replace('_', '-')}")
+        errors.append(
+            f"{source}: no {', '.join(missing)}; add "
+            + ("them" if len(missing) > 1 else "it")
+            + f" to the file (as in {EXAMPLE}) or give --{missing[0].replace('_', '-')}"
+        )
     if errors:
         raise ClusterError("invalid cluster:\n  " + "\n  ".join(errors))
     return schema.Cluster.model_validate(cluster)

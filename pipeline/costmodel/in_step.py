@@ -21,6 +21,7 @@ A step's exchange on this host is then its links' seconds + the fixed costs + th
 strategy's `communication_seconds` adds the fixed costs; predict.iteration the wait, from
 `variance_s2` in place of single's variance over its iterations alone).
 """
+
 from __future__ import annotations
 
 import math
@@ -34,21 +35,30 @@ class InStepTerms:
 
     processes: int
     images: int
-    wait_s: float                 # measured, the mean process's, per step of `images`
-    variance_s2: float            # of one process's compute of `images`, all computing at once
-    alone_variance_s2: float      # ... of rank 0's computing alone (the others at a barrier)
-    contention: float             # a bucket's all-reduce during compute over its back-to-back
-    bucket_s: float               # fixed cost of one all-reduce bucket after compute (plain hook)
-    message_s: float              # fixed cost of one point-to-point message after compute
+    wait_s: float  # measured, the mean process's, per step of `images`
+    variance_s2: float  # of one process's compute of `images`, all computing at once
+    alone_variance_s2: float  # ... of rank 0's computing alone (the others at a barrier)
+    contention: float  # a bucket's all-reduce during compute over its back-to-back
+    bucket_s: float  # fixed cost of one all-reduce bucket after compute (plain hook)
+    message_s: float  # fixed cost of one point-to-point message after compute
     buckets: list[float] = field(default_factory=list)  # DDP's buckets of the model, in order
     hook_s_per_byte: dict[str, float] = field(default_factory=dict)  # hook -> its own work
 
     @classmethod
     def of(cls, record) -> InStepTerms:
         """The terms of a commbench JSON's `in_step` (runtime/records/commbench.py InStep)."""
-        return cls(record.processes, record.images, record.wait_s, record.variance_s2,
-                   record.alone_variance_s2, record.contention, record.bucket_s, record.message_s,
-                   list(record.buckets), dict(record.hook_s_per_byte))
+        return cls(
+            record.processes,
+            record.images,
+            record.wait_s,
+            record.variance_s2,
+            record.alone_variance_s2,
+            record.contention,
+            record.bucket_s,
+            record.message_s,
+            list(record.buckets),
+            dict(record.hook_s_per_byte),
+        )
 
     def buckets_of(self, grad_bytes: float) -> list[float] | None:
         """DDP's buckets as commbench found them on the model, where it is the model of
@@ -88,13 +98,15 @@ def variance_of(compute: list[list[float]]) -> float:
     return statistics.fmean(statistics.variance(row) for row in rows) if rows else math.nan
 
 
-def fixed_cost_of(exchange: list[list[float]], compute: list[list[float]], link_s: float,
-                  messages: int = 1) -> float:
+def fixed_cost_of(exchange: list[list[float]], compute: list[list[float]], link_s: float, messages: int = 1) -> float:
     """Seconds per message that an exchange after a compute burst takes beyond its wait and its
     link's back-to-back `link_s` (for all its `messages`): the median over repeats and ranks of
     exchange - wait - link_s, over `messages`. `exchange` and `compute` are [repeat][rank]."""
-    extra = [t - (max(row) - c) - link_s
-             for times, row in zip(exchange, compute, strict=False) for t, c in zip(times, row, strict=False)]
+    extra = [
+        t - (max(row) - c) - link_s
+        for times, row in zip(exchange, compute, strict=False)
+        for t, c in zip(times, row, strict=False)
+    ]
     return statistics.median(extra) / messages if extra else math.nan
 
 

@@ -8,6 +8,7 @@ the gradients to and weights from the server shards in ps.py); `Network.seconds`
 by its busiest link, and the strategy says what overlaps (`communication_seconds`). Everything
 here is a prediction, and labelled as one where it is shown.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,8 +23,8 @@ from .in_step import InStepTerms
 class Link:
     """Seconds to move n bytes: alpha + beta * n (Hockney's model)."""
 
-    alpha: float   # latency, seconds per message
-    beta: float    # seconds per byte (1 / bandwidth)
+    alpha: float  # latency, seconds per message
+    beta: float  # seconds per byte (1 / bandwidth)
 
     def seconds(self, nbytes: float, messages: int = 1) -> float:
         return messages * self.alpha + nbytes * self.beta if nbytes > 0 else 0.0
@@ -37,8 +38,8 @@ class Link:
 @dataclass(frozen=True)
 class Fit:
     link: Link
-    residuals: list[float]   # measured - fitted seconds, per message size
-    r2: float                # coefficient of determination of the fit
+    residuals: list[float]  # measured - fitted seconds, per message size
+    r2: float  # coefficient of determination of the fit
 
     @property
     def worst_relative_residual(self) -> float:
@@ -143,7 +144,10 @@ def measured_network(commbench: CommbenchRecord | None) -> Network | None:
         return None
     links = {name: Link(p.alpha_s, p.beta_s_per_byte) for name, p in commbench.primitives.items()}
     measured = commbench.shared_compute.in_step if commbench.shared_compute else None
-    return Network(intra=links["send_recv"], all_reduce=links.get("all_reduce"),
-                   broadcast=links.get("broadcast"),
-                   calibrations=commbench.calibrations.strategies if commbench.calibrations else None,
-                   in_step=InStepTerms.of(measured) if measured else None)
+    return Network(
+        intra=links["send_recv"],
+        all_reduce=links.get("all_reduce"),
+        broadcast=links.get("broadcast"),
+        calibrations=commbench.calibrations.strategies if commbench.calibrations else None,
+        in_step=InStepTerms.of(measured) if measured else None,
+    )

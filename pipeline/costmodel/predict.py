@@ -6,6 +6,7 @@ The strategy is an argument (its spec: `StrategyModel` below), so the cost model
 strategy and stays below them in the layers. Everything here is a prediction, and labelled as
 one where it is shown (pipeline/report/prediction.py, clusters.py).
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,11 +32,9 @@ class StrategyModel(Protocol):
 
     def phases(self, run: Run, grad_bytes: float) -> list[list[Flow]] | None: ...
 
-    def communication_seconds(self, run: Run, grad_bytes: float, network: Network,
-                              backward: float) -> float: ...
+    def communication_seconds(self, run: Run, grad_bytes: float, network: Network, backward: float) -> float: ...
 
-    def timed_communication_seconds(self, run: Run, grad_bytes: float, network: Network,
-                                    backward: float) -> float: ...
+    def timed_communication_seconds(self, run: Run, grad_bytes: float, network: Network, backward: float) -> float: ...
 
     def waits_for_slowest(self, run: Run) -> bool: ...
 
@@ -48,12 +47,12 @@ class Iteration:
     communication from a strategy's model (which subtracts what overlaps), and the wait for
     the slowest worker of a synchronous step (`slowest_wait`)."""
 
-    compute: float          # forward + backward of one worker's batch (measured: single's)
-    data: float             # waiting for the loader
-    optimizer: float        # the update (on the worker, or on the server)
-    communication: float    # exposed communication: what overlap with backward leaves
-    images: int             # images per iteration over all workers
-    wait: float = 0.0       # for the slowest worker, past the mean one's compute
+    compute: float  # forward + backward of one worker's batch (measured: single's)
+    data: float  # waiting for the loader
+    optimizer: float  # the update (on the worker, or on the server)
+    communication: float  # exposed communication: what overlap with backward leaves
+    images: int  # images per iteration over all workers
+    wait: float = 0.0  # for the slowest worker, past the mean one's compute
     timed_communication: float = math.nan  # what of `communication` a run's time split counts
 
     @property
@@ -93,9 +92,19 @@ def expected_maximum(n: int) -> float:
     return float(np.sum(x * n * pdf * cdf ** (n - 1)) * (x[1] - x[0]))
 
 
-def iteration(strategy: StrategyModel, run: Run, *, compute: float, gradient_bytes: float,
-              network: Network | None, variance_per_image: float, images_per_worker: int,
-              images: int, data: float = 0.0, optimizer: float = 0.0) -> Iteration:
+def iteration(
+    strategy: StrategyModel,
+    run: Run,
+    *,
+    compute: float,
+    gradient_bytes: float,
+    network: Network | None,
+    variance_per_image: float,
+    images_per_worker: int,
+    images: int,
+    data: float = 0.0,
+    optimizer: float = 0.0,
+) -> Iteration:
     """`strategy`'s iteration of `run` (a sweep entry with its workers): `compute` seconds of
     one worker's forward + backward, its variance per image, M = `gradient_bytes`, over
     `network` (None: no links measured, communication NaN). Where commbench measured the
@@ -105,38 +114,43 @@ def iteration(strategy: StrategyModel, run: Run, *, compute: float, gradient_byt
     at once, which make nobody wait (on a loaded 2-core machine single's put the wait at
     460 ms where the runs measured 70 ms of communication, the wait included)."""
     backward = compute * BACKWARD_SHARE
-    communication = (strategy.communication_seconds(run, gradient_bytes, network, backward)
-                     if network else math.nan)
-    timed = (strategy.timed_communication_seconds(run, gradient_bytes, network, backward)
-             if network else math.nan)
+    communication = strategy.communication_seconds(run, gradient_bytes, network, backward) if network else math.nan
+    timed = strategy.timed_communication_seconds(run, gradient_bytes, network, backward) if network else math.nan
     if network and network.in_step:
         variance_per_image = network.in_step.variance_per_image
-    wait = (slowest_wait(run.workers, variance_per_image, images_per_worker)
-            if strategy.waits_for_slowest(run) else 0.0)  # none without a measured variance
+    wait = (
+        slowest_wait(run.workers, variance_per_image, images_per_worker) if strategy.waits_for_slowest(run) else 0.0
+    )  # none without a measured variance
     return Iteration(compute, data, optimizer, communication, images, wait, timed)
 
 
-def predict_point(strategy: StrategyModel, run: Run, compute: Compute, per_gpu: int,
-                  network: Network) -> dict | None:
+def predict_point(strategy: StrategyModel, run: Run, compute: Compute, per_gpu: int, network: Network) -> dict | None:
     """Predicted images/s, efficiency, exposed communication, the busiest link's bytes and the
     memory per GPU of one run (a sweep entry with its workers) on one network; None where the
     strategy cannot run there (DataParallel past one node)."""
     gpus = run.workers
-    predicted = iteration(strategy, run, compute=compute.seconds_per_image * per_gpu,
-                          gradient_bytes=compute.gradient_bytes, network=network,
-                          variance_per_image=compute.variance_per_image,
-                          images_per_worker=per_gpu, images=per_gpu * gpus)
+    predicted = iteration(
+        strategy,
+        run,
+        compute=compute.seconds_per_image * per_gpu,
+        gradient_bytes=compute.gradient_bytes,
+        network=network,
+        variance_per_image=compute.variance_per_image,
+        images_per_worker=per_gpu,
+        images=per_gpu * gpus,
+    )
     if math.isnan(predicted.communication):
         return None
     rate = predicted.images_per_second
     flows = [f for phase in strategy.phases(run, compute.gradient_bytes) or [] for f in phase]
-    return {"predicted_images_per_second": rate,
-            "predicted_efficiency": rate * compute.seconds_per_image / gpus,
-            "predicted_communication_s": predicted.communication,
-            "busiest_link_bytes": max(network.loads(flows).values(), default=0.0),
-            # weights, gradients and optimizer state of the process that holds the most
-            "predicted_state_mb_per_gpu": sum(strategy.memory_theory(
-                run, compute.gradient_bytes).values()) / 2**20}
+    return {
+        "predicted_images_per_second": rate,
+        "predicted_efficiency": rate * compute.seconds_per_image / gpus,
+        "predicted_communication_s": predicted.communication,
+        "busiest_link_bytes": max(network.loads(flows).values(), default=0.0),
+        # weights, gradients and optimizer state of the process that holds the most
+        "predicted_state_mb_per_gpu": sum(strategy.memory_theory(run, compute.gradient_bytes).values()) / 2**20,
+    }
 
 
 def saturation(strategy: StrategyModel, cluster: Cluster, compute: Compute, per_gpu: int) -> int | None:
@@ -144,11 +158,12 @@ def saturation(strategy: StrategyModel, cluster: Cluster, compute: Compute, per_
     intra-node links, would spend as long communicating as computing (efficiency below 50 %):
     where its design, not the machine's size, stops it (DataParallel's device 0). None: not up
     to the cluster's GPUs."""
-    for gpus in (2 ** i for i in range(1, 16)):
+    for gpus in (2**i for i in range(1, 16)):
         if gpus > cluster.gpus_per_node * cluster.nodes:
             return None
-        point = predict_point(strategy, strategy.filled(workers=gpus), compute,
-                              per_gpu, Network(intra=cluster.intra, gpus_per_node=gpus))
+        point = predict_point(
+            strategy, strategy.filled(workers=gpus), compute, per_gpu, Network(intra=cluster.intra, gpus_per_node=gpus)
+        )
         if point["predicted_efficiency"] < 0.5:
             return gpus
     return None

@@ -7,6 +7,7 @@ in [predicted / highest ratio, predicted / lowest ratio]. It is a band seen in s
 machine those runs ran on: a cluster the model has not seen can only be less certain. Two
 strategies are told apart where their bands do not overlap. Everything here is a prediction.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,11 +28,19 @@ class Band:
         seen = [r for r in ratios if math.isfinite(r) and r > 0]
         low, high = min([1 - bound, *seen]), max([1 + bound, *seen])
         if not seen:
-            return cls(low, high, f"the report's +-{bound:.0%} bound, x{low:.2f}-{high:.2f} (no "
-                                  f"multi-process run with a prediction to widen it: {where})")
-        return cls(low, high, f"predicted/measured x{min(seen):.2f}-{max(seen):.2f} over {len(seen)} "
-                              f"multi-process run(s) of {where}, widened to at least the report's "
-                              f"+-{bound:.0%} bound: x{low:.2f}-{high:.2f}")
+            return cls(
+                low,
+                high,
+                f"the report's +-{bound:.0%} bound, x{low:.2f}-{high:.2f} (no "
+                f"multi-process run with a prediction to widen it: {where})",
+            )
+        return cls(
+            low,
+            high,
+            f"predicted/measured x{min(seen):.2f}-{max(seen):.2f} over {len(seen)} "
+            f"multi-process run(s) of {where}, widened to at least the report's "
+            f"+-{bound:.0%} bound: x{low:.2f}-{high:.2f}",
+        )
 
     def around(self, predicted: float) -> tuple[float, float]:
         """The images/s a run predicted at `predicted` is expected to measure, lowest first."""
@@ -45,16 +54,22 @@ class Band:
 @dataclass(frozen=True)
 class Ranked:
     label: str
-    rank: int                 # 1: the fastest predicted
-    low: float                # images/s its band allows, lowest and highest
+    rank: int  # 1: the fastest predicted
+    low: float  # images/s its band allows, lowest and highest
     high: float
-    apart_from_next: bool     # its band clears the next one's (the last: True)
+    apart_from_next: bool  # its band clears the next one's (the last: True)
 
 
 def ranking(rates: dict[str, float], band: Band) -> list[Ranked]:
     """`rates` (label -> predicted images/s), fastest first, each with its band and whether the
     band tells it apart from the next."""
     order = sorted(rates, key=rates.get, reverse=True)
-    return [Ranked(label, i + 1, *band.around(rates[label]),
-                   i + 1 == len(order) or band.told_apart(rates[label], rates[order[i + 1]]))
-            for i, label in enumerate(order)]
+    return [
+        Ranked(
+            label,
+            i + 1,
+            *band.around(rates[label]),
+            i + 1 == len(order) or band.told_apart(rates[label], rates[order[i + 1]]),
+        )
+        for i, label in enumerate(order)
+    ]

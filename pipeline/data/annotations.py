@@ -8,6 +8,7 @@ evaluation fails after training: `area` and `iscrowd` are optional in files many
 and where absent are filled in for evaluation, in memory only (`for_evaluation`), as the box's
 width x height and 0 (not a crowd), with one logged line; the user's file is never changed.
 """
+
 from __future__ import annotations
 
 import copy
@@ -22,13 +23,21 @@ from .errors import DatasetError, remedy
 from .tree import annotation_path
 
 log = logging.getLogger(__name__)
-REQUIRED_KEYS = {"images": ("id", "file_name", "width", "height"),
-                 "annotations": ("id", "image_id", "category_id", "bbox"),
-                 "categories": ("id", "name")}
+REQUIRED_KEYS = {
+    "images": ("id", "file_name", "width", "height"),
+    "annotations": ("id", "image_id", "category_id", "bbox"),
+    "categories": ("id", "name"),
+}
 # What COCOeval reads that COCO files may leave out, and what it means where absent.
 FILLED = {"area": "the box's width x height", "iscrowd": "0 (not a crowd)"}
-JSON_KINDS = {list: "a JSON list", str: "a JSON string", int: "a JSON number",
-              float: "a JSON number", bool: "a JSON boolean", type(None): "JSON null"}
+JSON_KINDS = {
+    list: "a JSON list",
+    str: "a JSON string",
+    int: "a JSON number",
+    float: "a JSON number",
+    bool: "a JSON boolean",
+    type(None): "JSON null",
+}
 CATEGORY_MODES = ("refuse", "warn")  # data.category_mismatch
 
 
@@ -38,22 +47,29 @@ def load_annotations(root: str | Path, split: str) -> dict:
     it can read."""
     path = annotation_path(root, split)
     if not path.is_file():
-        raise DatasetError(f"{path}: annotation file not found; expected the COCO 2017 layout "
-                           f"(annotations/, train2017/, val2017/) under {root}")
+        raise DatasetError(
+            f"{path}: annotation file not found; expected the COCO 2017 layout "
+            f"(annotations/, train2017/, val2017/) under {root}"
+        )
     text = path.read_text()
     if not text:
-        raise DatasetError(f"{path}: is empty (0 bytes); "
-                           f"{remedy('restore it from your copy of the annotations', root)}")
+        raise DatasetError(
+            f"{path}: is empty (0 bytes); {remedy('restore it from your copy of the annotations', root)}"
+        )
     try:
         document = json.loads(text)
     except json.JSONDecodeError as err:
-        raise DatasetError(f"{path}: not valid JSON ({err.msg}, line {err.lineno}); "
-                           f"{remedy('correct the JSON there, or restore the file', root)}") from err
+        raise DatasetError(
+            f"{path}: not valid JSON ({err.msg}, line {err.lineno}); "
+            f"{remedy('correct the JSON there, or restore the file', root)}"
+        ) from err
     if not isinstance(document, dict):
         own = "write it as one object with the lists images, annotations and categories"
-        raise DatasetError(f"{path}: is {JSON_KINDS.get(type(document), 'not an object')}, not a "
-                           f"COCO annotation object (images, annotations, categories); "
-                           f"{remedy(own, root)}")
+        raise DatasetError(
+            f"{path}: is {JSON_KINDS.get(type(document), 'not an object')}, not a "
+            f"COCO annotation object (images, annotations, categories); "
+            f"{remedy(own, root)}"
+        )
     for section, keys in REQUIRED_KEYS.items():
         _check_entries(path, root, section, document.get(section), keys)
     _check_unique_ids(path, document)
@@ -63,25 +79,28 @@ def load_annotations(root: str | Path, split: str) -> dict:
 
 def _check_entries(path: Path, root, section: str, entries, keys: tuple[str, ...]) -> None:
     if not isinstance(entries, list):
-        raise DatasetError(f"{path}: missing the '{section}' list of a COCO annotation file; "
-                           f"{remedy('add it (an empty list if it has no entries)', root)}")
+        raise DatasetError(
+            f"{path}: missing the '{section}' list of a COCO annotation file; "
+            f"{remedy('add it (an empty list if it has no entries)', root)}"
+        )
     for entry in entries:
         if not isinstance(entry, dict):
             own = f"make it an object with {', '.join(keys)}, or remove it"
-            raise DatasetError(f"{path}: {section} holds {entry!r}, not an object; "
-                               f"{remedy(own, root)}")
+            raise DatasetError(f"{path}: {section} holds {entry!r}, not an object; {remedy(own, root)}")
     lacking = [entry for entry in entries if any(k not in entry for k in keys)]
     if not lacking:
         return
     missing = [k for k in keys if k not in lacking[0]]
-    more = (f" (and {len(lacking) - 1} more of its entries lack some of {', '.join(keys)})"
-            if len(lacking) > 1 else "")
+    more = f" (and {len(lacking) - 1} more of its entries lack some of {', '.join(keys)})" if len(lacking) > 1 else ""
     # An annotation exported with a segmentation only (a mask tool's) has no box to learn from.
-    own = ("give each such annotation a bbox [x, y, width, height] (its object's bounding box), "
-           "or remove it" if "bbox" in missing else
-           f"add {', '.join(missing)} to each such entry, or remove it")
-    raise DatasetError(f"{path}: {section} entry {lacking[0].get('id', '?')} lacks "
-                       f"{', '.join(missing)}{more}; {remedy(own, root)}")
+    own = (
+        "give each such annotation a bbox [x, y, width, height] (its object's bounding box), or remove it"
+        if "bbox" in missing
+        else f"add {', '.join(missing)} to each such entry, or remove it"
+    )
+    raise DatasetError(
+        f"{path}: {section} entry {lacking[0].get('id', '?')} lacks {', '.join(missing)}{more}; {remedy(own, root)}"
+    )
 
 
 def _check_unique_ids(path: Path, document: dict) -> None:
@@ -96,8 +115,10 @@ def _check_unique_ids(path: Path, document: dict) -> None:
         names = [e["file_name"] for e in document["images"] if e["id"] == first]
         which = f" ({', '.join(names)})" if section == "images" else ""
         more = f" (and {len(repeated) - 1} more repeated ids)" if len(repeated) > 1 else ""
-        raise DatasetError(f"{path}: {kind} id {first} is used by {counts[first]} entries of "
-                           f"'{section}'{which}{more}; give each {kind} its own id")
+        raise DatasetError(
+            f"{path}: {kind} id {first} is used by {counts[first]} entries of "
+            f"'{section}'{which}{more}; give each {kind} its own id"
+        )
 
 
 def _is_number(value) -> bool:
@@ -112,15 +133,18 @@ def _check_evaluated_values(path: Path, document: dict) -> None:
         if not (isinstance(ann["id"], int) and not isinstance(ann["id"], bool)):
             bad.append((f"id {ann['id']!r}", "a whole number"))
         if "area" in ann and not (_is_number(ann["area"]) and ann["area"] >= 0):
-            bad.append((f"area {ann['area']!r}", "a number from 0, or no area key: then the "
-                        "box's width x height is used"))
+            bad.append(
+                (f"area {ann['area']!r}", "a number from 0, or no area key: then the box's width x height is used")
+            )
         if "iscrowd" in ann and ann["iscrowd"] not in (0, 1):
             bad.append((f"iscrowd {ann['iscrowd']!r}", "0 or 1"))
         if bad:
             wanted = "; ".join(f"{held.split()[0]}: {want}" for held, want in bad)
-            raise DatasetError(f"{path}: annotation {ann['id']!r} of image {ann['image_id']} has "
-                               f"{' and '.join(held for held, _ in bad)}, which COCOeval cannot "
-                               f"read; write {wanted}")
+            raise DatasetError(
+                f"{path}: annotation {ann['id']!r} of image {ann['image_id']} has "
+                f"{' and '.join(held for held, _ in bad)}, which COCOeval cannot "
+                f"read; write {wanted}"
+            )
 
 
 def box_area(ann: dict) -> float:
@@ -139,9 +163,11 @@ def missing_optional(document: dict) -> dict[str, int]:
 
 def filled_line(source: str | Path, missing: dict[str, int]) -> str:
     """The one line that says what was filled in, and that the file is not changed."""
-    return (f"{source}: " + "; ".join(f"{n} annotations lack {key}, read as {FILLED[key]}"
-                                      for key, n in missing.items())
-            + " (in memory, for evaluation; the file is not changed)")
+    return (
+        f"{source}: "
+        + "; ".join(f"{n} annotations lack {key}, read as {FILLED[key]}" for key, n in missing.items())
+        + " (in memory, for evaluation; the file is not changed)"
+    )
 
 
 def for_evaluation(path: str | Path) -> dict:
@@ -170,9 +196,11 @@ class CategoryUse:
 
     @classmethod
     def of(cls, path: Path, document: dict) -> CategoryUse:
-        return cls(path, {c["id"]: c["name"] for c in document["categories"]},
-                   Counter(a["category_id"] for a in document["annotations"]
-                           if not a.get("iscrowd", 0)))
+        return cls(
+            path,
+            {c["id"]: c["name"] for c in document["categories"]},
+            Counter(a["category_id"] for a in document["annotations"] if not a.get("iscrowd", 0)),
+        )
 
 
 def check_split_categories(train: CategoryUse, val: CategoryUse, mode: str) -> list[str]:
@@ -191,18 +219,22 @@ def check_split_categories(train: CategoryUse, val: CategoryUse, mode: str) -> l
         problems.append(
             f"{val.path}: category id(s) {named} are used by validation boxes but by no training "
             f"box in {train.path}, so the model can never predict them and each such box counts "
-            "as missed")
+            "as missed"
+        )
     if renamed:
-        named = ", ".join(f"{i} ({train.names[i]!r} in train, {val.names[i]!r} in val)"
-                          for i in renamed)
-        problems.append(f"{val.path}: category id(s) {named} are named differently in "
-                        f"{train.path}, so one id does not mean one category")
+        named = ", ".join(f"{i} ({train.names[i]!r} in train, {val.names[i]!r} in val)" for i in renamed)
+        problems.append(
+            f"{val.path}: category id(s) {named} are named differently in "
+            f"{train.path}, so one id does not mean one category"
+        )
     if not problems:
         return []
     if mode == "refuse":
-        fix = ("give both annotation files the same categories (one id for one name), with "
-               "training boxes of each category validation uses; or set data.category_mismatch: "
-               "warn to train and evaluate on them as they are")
+        fix = (
+            "give both annotation files the same categories (one id for one name), with "
+            "training boxes of each category validation uses; or set data.category_mismatch: "
+            "warn to train and evaluate on them as they are"
+        )
         raise DatasetError("\n".join(f"{p}; {fix}" for p in problems))
     for problem in problems:
         log.warning("%s; data.category_mismatch: warn uses both splits as they are", problem)
@@ -228,4 +260,3 @@ def clean_box(bbox, width: int, height: int):
     if x1 <= x0 or y1 <= y0:
         return None
     return [x0, y0, x1, y1]
-

@@ -18,6 +18,7 @@ share the result); the Snakefile's data rule runs DVC. Guarantees:
     directory or symlink at the output path is refused, untouched (pipeline/data/prepare.py uses
     such a directory as it is when it holds COCO 2017, before DVC runs).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,9 +43,11 @@ SPLIT_ARCHIVES = {"train": "train2017", "val": "val2017"}
 CHUNK = 1 << 20
 PROGRESS_EVERY_S = 30.0  # a download's progress line in a log file (on a terminal: each second)
 SAFETY_MARGIN = 1.05  # extracted size plus 5% for file-system overhead
-FOREIGN_OUT_REMEDY = ("move it away to extract COCO 2017 there; or, if it is your own COCO 2017, "
-                      "leave it: the workflow's data stage uses a COCO 2017 layout at data.root as "
-                      "it is, without DVC (run snakemake, not dvc repro)")
+FOREIGN_OUT_REMEDY = (
+    "move it away to extract COCO 2017 there; or, if it is your own COCO 2017, "
+    "leave it: the workflow's data stage uses a COCO 2017 layout at data.root as "
+    "it is, without DVC (run snakemake, not dvc repro)"
+)
 
 
 class FetchError(RuntimeError):
@@ -61,9 +64,11 @@ def check_free_space(path: str | Path, needed: int, what: str) -> None:
     probe = path if path.exists() else next(p for p in path.parents if p.exists())
     free = shutil.disk_usage(probe).free
     if free < needed:
-        raise FetchError(f"{what} needs {needed / 1e9:.2f} GB in {probe}, but only "
-                         f"{free / 1e9:.2f} GB are free; free space or point data.root and the "
-                         "DVC cache (dvc cache dir) at a larger disk")
+        raise FetchError(
+            f"{what} needs {needed / 1e9:.2f} GB in {probe}, but only "
+            f"{free / 1e9:.2f} GB are free; free space or point data.root and the "
+            "DVC cache (dvc cache dir) at a larger disk"
+        )
 
 
 def md5sum(path: Path) -> str:
@@ -105,9 +110,18 @@ def progress_bar(name: str, size: int | None, have: int):
     from tqdm import tqdm
 
     terminal = sys.stderr.isatty()
-    return tqdm(total=size, initial=have, desc=name, unit="B", unit_scale=True, unit_divisor=1024,
-                file=sys.stderr if terminal else _Lines(sys.stderr), ascii=not terminal,
-                mininterval=1.0 if terminal else PROGRESS_EVERY_S, dynamic_ncols=terminal)
+    return tqdm(
+        total=size,
+        initial=have,
+        desc=name,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        file=sys.stderr if terminal else _Lines(sys.stderr),
+        ascii=not terminal,
+        mininterval=1.0 if terminal else PROGRESS_EVERY_S,
+        dynamic_ncols=terminal,
+    )
 
 
 def _fetch_once(url: str, part: Path, timeout: float, size: int | None = None) -> None:
@@ -117,15 +131,24 @@ def _fetch_once(url: str, part: Path, timeout: float, size: int | None = None) -
     with urllib.request.urlopen(request, timeout=timeout) as response:
         if have and response.status != 206:  # the server ignored the range: start over
             have = 0
-        with part.open("ab" if have else "wb") as handle, \
-                progress_bar(part.name.removesuffix(".part"), size, have) as shown:
+        with (
+            part.open("ab" if have else "wb") as handle,
+            progress_bar(part.name.removesuffix(".part"), size, have) as shown,
+        ):
             for block in iter(lambda: response.read(CHUNK), b""):
                 handle.write(block)
                 shown.update(len(block))
 
 
-def download(url: str, dest: str | Path, md5: str | None, size: int | None = None,
-             retries: int = 5, timeout: float = 60.0, backoff: float = 2.0) -> Path:
+def download(
+    url: str,
+    dest: str | Path,
+    md5: str | None,
+    size: int | None = None,
+    retries: int = 5,
+    timeout: float = 60.0,
+    backoff: float = 2.0,
+) -> Path:
     """Download `url` to `dest`, resuming a partial `dest.part`; verify; then rename into place."""
     dest = Path(dest)
     if dest.exists() and (md5 is None or md5sum(dest) == md5):
@@ -135,8 +158,7 @@ def download(url: str, dest: str | Path, md5: str | None, size: int | None = Non
     part = dest.with_name(dest.name + ".part")
     size = size or _remote_size(url, timeout)
     if size:
-        check_free_space(dest.parent, size - (part.stat().st_size if part.exists() else 0),
-                         f"downloading {url}")
+        check_free_space(dest.parent, size - (part.stat().st_size if part.exists() else 0), f"downloading {url}")
     for attempt in range(1, retries + 1):
         try:
             _fetch_once(url, part, timeout, size)
@@ -147,23 +169,29 @@ def download(url: str, dest: str | Path, md5: str | None, size: int | None = Non
             if isinstance(err, urllib.error.HTTPError) and err.code in (403, 404, 410):
                 raise FetchError(f"{url}: HTTP {err.code}; check data.fetch.base_url") from err
             if attempt == retries:
-                raise FetchError(f"{url}: download failed after {retries} attempts ({err}); "
-                                 f"{part.name} is kept and the next run resumes it") from err
-            wait = backoff ** attempt
+                raise FetchError(
+                    f"{url}: download failed after {retries} attempts ({err}); "
+                    f"{part.name} is kept and the next run resumes it"
+                ) from err
+            wait = backoff**attempt
             log.warning("%s: attempt %d failed (%s); resuming in %.0f s", url, attempt, err, wait)
             time.sleep(wait)
     got_size = part.stat().st_size
     if size is not None and got_size != size:
         part.unlink()
-        raise FetchError(f"{url}: got {got_size} bytes, expected {size}; the partial file was "
-                         "removed, run again to download it afresh")
+        raise FetchError(
+            f"{url}: got {got_size} bytes, expected {size}; the partial file was "
+            "removed, run again to download it afresh"
+        )
     if md5 is not None:
         got = md5sum(part)
         if got != md5:
             part.unlink()
-            raise FetchError(f"{url}: MD5 {got} does not match the expected {md5}; the file was "
-                             "removed and did not enter the dataset. Run again, or correct "
-                             "data.fetch.md5 if the archive has legitimately changed")
+            raise FetchError(
+                f"{url}: MD5 {got} does not match the expected {md5}; the file was "
+                "removed and did not enter the dataset. Run again, or correct "
+                "data.fetch.md5 if the archive has legitimately changed"
+            )
     os.replace(part, dest)
     return dest
 
@@ -173,21 +201,26 @@ def safe_members(archive: zipfile.ZipFile, source: Path) -> list[zipfile.ZipInfo
     for info in archive.infolist():
         name = PurePosixPath(info.filename.replace("\\", "/"))
         if name.is_absolute() or ".." in name.parts or (name.parts and ":" in name.parts[0]):
-            raise FetchError(f"{source}: member {info.filename!r} would be written outside the "
-                             "dataset directory; refusing to extract this archive")
+            raise FetchError(
+                f"{source}: member {info.filename!r} would be written outside the "
+                "dataset directory; refusing to extract this archive"
+            )
     return archive.infolist()
 
 
-def extract(archives: dict[str, Path], out: str | Path, subset: int | None = None,
-            md5s: dict[str, str | None] | None = None) -> dict:
+def extract(
+    archives: dict[str, Path], out: str | Path, subset: int | None = None, md5s: dict[str, str | None] | None = None
+) -> dict:
     """Extract annotation and image archives into `out` (annotations/, train2017/, val2017/),
     optionally keeping only the first `subset` images (by id) of each split. `out` must be
     absent or a tree this function extracted before; `md5s` (as verified by download) are
     recorded in its marker."""
     out = Path(out)
-    provenance = {"made_by": "pipeline.data.coco_fetch extract", "subset": subset,
-                  "archives": {key: {"file": path.name, "md5": (md5s or {}).get(key)}
-                               for key, path in archives.items()}}
+    provenance = {
+        "made_by": "pipeline.data.coco_fetch extract",
+        "subset": subset,
+        "archives": {key: {"file": path.name, "md5": (md5s or {}).get(key)} for key, path in archives.items()},
+    }
     opened = {key: zipfile.ZipFile(path) for key, path in archives.items()}
     try:
         members = {key: safe_members(z, archives[key]) for key, z in opened.items()}
@@ -240,8 +273,7 @@ def _subset(document: dict, n: int) -> dict:
     """The first n images by id, with their annotations: a quick run on real data."""
     images = sorted(document["images"], key=lambda i: i["id"])[:n]
     ids = {img["id"] for img in images}
-    return {**document, "images": images,
-            "annotations": [a for a in document["annotations"] if a["image_id"] in ids]}
+    return {**document, "images": images, "annotations": [a for a in document["annotations"] if a["image_id"] in ids]}
 
 
 def fetch_config(params_path: str, preset: str | None) -> schema.Fetch:
@@ -266,18 +298,27 @@ def main(argv: list[str] | None = None) -> None:
             Path(args.out).mkdir(parents=True, exist_ok=True)
             for name in names:
                 archive = getattr(fetch.archives, name)
-                download(f"{fetch.base_url.rstrip('/')}/{archive.path}",
-                         Path(args.out) / Path(archive.path).name, archive.md5,
-                         archive.size, retries=fetch.retries)
+                download(
+                    f"{fetch.base_url.rstrip('/')}/{archive.path}",
+                    Path(args.out) / Path(archive.path).name,
+                    archive.md5,
+                    archive.size,
+                    retries=fetch.retries,
+                )
         else:
-            archives = {name: Path(args.archives) / Path(getattr(fetch.archives, name).path).name
-                        for name in names}
+            archives = {name: Path(args.archives) / Path(getattr(fetch.archives, name).path).name for name in names}
             md5s = {name: getattr(fetch.archives, name).md5 for name in names}
             counts = extract(archives, args.out, fetch.subset, md5s)
             print(json.dumps(counts))
 
-    cli.run_stage("Fetch and extract COCO 2017 (see module docstring).", body, arguments=arguments,
-                  errors=(FetchError, ParamsError), follows_parent=False, argv=argv)
+    cli.run_stage(
+        "Fetch and extract COCO 2017 (see module docstring).",
+        body,
+        arguments=arguments,
+        errors=(FetchError, ParamsError),
+        follows_parent=False,
+        argv=argv,
+    )
 
 
 if __name__ == "__main__":

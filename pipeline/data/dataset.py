@@ -20,6 +20,7 @@ evaluation and the data stage alike.
 splits load, agree on their categories, and every image decodes, in a pool of processes, before
 any training starts; the manifest counts the images' modes and the keys filled in for COCOeval.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,8 +49,18 @@ from .errors import DatasetError, remedy
 from .images import EXIF_REMEDY, ExifOrientationError, ImageReader, mode_rule, orientation_name
 from .tree import SPLIT_DIRS, annotation_path, file_sha256
 
-__all__ = ["SPLIT_DIRS", "CocoDetection", "DatasetError", "InMemory", "MIRROR", "annotation_path",
-           "build_manifest", "clean_box", "collate", "to_model_input"]
+__all__ = [
+    "SPLIT_DIRS",
+    "CocoDetection",
+    "DatasetError",
+    "InMemory",
+    "MIRROR",
+    "annotation_path",
+    "build_manifest",
+    "clean_box",
+    "collate",
+    "to_model_input",
+]
 log = logging.getLogger(__name__)
 MIRROR = v2.RandomHorizontalFlip(p=1.0)  # the image and its boxes, together
 SHOWN = 10  # unusable images named one per line in the data stage's error; the rest counted
@@ -66,8 +77,9 @@ class CocoDetection(torch.utils.data.Dataset):
     their EXIF orientation as `exif_orientation` says.
     """
 
-    def __init__(self, root: str | Path, split: str, train: bool, horizontal_flip: float = 0.0,
-                 exif_orientation: str = "refuse"):
+    def __init__(
+        self, root: str | Path, split: str, train: bool, horizontal_flip: float = 0.0, exif_orientation: str = "refuse"
+    ):
         self.root, self.split, self.train = Path(root), split, train
         self.reader = ImageReader(self.root, split, exif_orientation)
         self.image_dir, self.source = self.reader.image_dir, self.reader.source
@@ -101,49 +113,58 @@ class CocoDetection(torch.utils.data.Dataset):
         background: a category 0 (some exporters number from 0) would be learnt as background
         and never predicted (AP 0, silently); a negative one is no label at all."""
         used = Counter(ann["category_id"] for ann in document["annotations"])
-        bad = {i for i in [*self.categories, *used]
-               if not (isinstance(i, int) and not isinstance(i, bool) and i >= 1)}
+        bad = {i for i in [*self.categories, *used] if not (isinstance(i, int) and not isinstance(i, bool) and i >= 1)}
         if not bad:
             return
-        named = ", ".join(f"{i} ({self.categories[i]!r})" if i in self.categories
-                          else f"{i} (not in 'categories')"
-                          for i in sorted(bad, key=lambda i: (type(i).__name__, i)))
+        named = ", ".join(
+            f"{i} ({self.categories[i]!r})" if i in self.categories else f"{i} (not in 'categories')"
+            for i in sorted(bad, key=lambda i: (type(i).__name__, i))
+        )
         raise DatasetError(
             f"{self.source}: category id(s) {named}, used by {sum(used[i] for i in bad)} "
             "annotation(s), are not whole numbers from 1: torchvision's detector reserves label "
             "0 for the background (a category 0 would be learnt as background and never "
             "predicted) and has no negative labels; renumber the categories from 1 in "
             "'categories' and in every annotation's category_id (e.g. add 1 to each id if they "
-            "start at 0), the same way in the train and val annotation files")
+            "start at 0), the same way in the train and val annotation files"
+        )
 
     def _annotations_by_image(self, document: dict) -> dict[int, list[dict]]:
         by_image = {img["id"]: [] for img in document["images"]}
         for ann in document["annotations"]:
             if ann["image_id"] not in by_image:
-                raise DatasetError(f"{self.source}: annotation {ann['id']} refers to image "
-                                   f"{ann['image_id']}, which is not in 'images'; add the image "
-                                   "or remove the annotation")
+                raise DatasetError(
+                    f"{self.source}: annotation {ann['id']} refers to image "
+                    f"{ann['image_id']}, which is not in 'images'; add the image "
+                    "or remove the annotation"
+                )
             if ann["category_id"] not in self.categories:
-                raise DatasetError(f"{self.source}: annotation {ann['id']} has category_id "
-                                   f"{ann['category_id']}, which is not in 'categories'; add the "
-                                   "category or fix the annotation's category_id")
+                raise DatasetError(
+                    f"{self.source}: annotation {ann['id']} has category_id "
+                    f"{ann['category_id']}, which is not in 'categories'; add the "
+                    "category or fix the annotation's category_id"
+                )
             by_image[ann["image_id"]].append(ann)
         return by_image
 
     def _check_images(self) -> None:
         """Every kept image is on disk (its bytes are checked when it is decoded), and some are."""
-        missing = [img["file_name"] for img, _ in self.images
-                   if not (self.image_dir / img["file_name"]).is_file()]
+        missing = [img["file_name"] for img, _ in self.images if not (self.image_dir / img["file_name"]).is_file()]
         if missing:
-            own = (f"add the files to {self.image_dir}, or remove their entries in 'images' (and "
-                   f"their annotations) from {self.source}")
-            raise DatasetError(f"{self.image_dir}: {len(missing)} image(s) listed in {self.source} "
-                               f"are missing, e.g. {missing[:3]}; {remedy(own, self.root)}")
+            own = (
+                f"add the files to {self.image_dir}, or remove their entries in 'images' (and "
+                f"their annotations) from {self.source}"
+            )
+            raise DatasetError(
+                f"{self.image_dir}: {len(missing)} image(s) listed in {self.source} "
+                f"are missing, e.g. {missing[:3]}; {remedy(own, self.root)}"
+            )
         if not self.images:
             why = " (every image lacks a valid non-crowd box)" if self.train else ""
             own = f"add images{' with boxes' if self.train else ''} to it and to {self.image_dir}"
-            raise DatasetError(f"{self.source}: no usable images in the {self.split} split{why}; "
-                               f"{remedy(own, self.root)}")
+            raise DatasetError(
+                f"{self.source}: no usable images in the {self.split} split{why}; {remedy(own, self.root)}"
+            )
 
     def _skip(self, reason: str, example: str) -> None:
         self.skipped[reason] += 1
@@ -152,11 +173,9 @@ class CocoDetection(torch.utils.data.Dataset):
     def _log_skips(self) -> None:
         """One warning per kind of skip, with a count and an example; each box at INFO."""
         for reason, count in sorted(self.skipped.items()):
-            log.warning("%s: skipped %d %s (e.g. %s)", self.source, count, reason,
-                        self._examples[reason])
+            log.warning("%s: skipped %d %s (e.g. %s)", self.source, count, reason, self._examples[reason])
         if self.clamped:
-            log.warning("%s: clamped %d boxes that extend past their image to its edges",
-                        self.source, self.clamped)
+            log.warning("%s: clamped %d boxes that extend past their image to its edges", self.source, self.clamped)
 
     def _targets(self, img: dict, annotations: list[dict]) -> list[tuple]:
         kept = []
@@ -174,20 +193,33 @@ class CocoDetection(torch.utils.data.Dataset):
         try:
             box = clean_box(ann["bbox"], img["width"], img["height"])
         except ValueError as err:
-            raise DatasetError(f"{self.source}: annotation {ann['id']} of image {img['id']} "
-                               f"({img['file_name']}): bbox {ann['bbox']} {err}; fix or remove "
-                               "the annotation") from None
+            raise DatasetError(
+                f"{self.source}: annotation {ann['id']} of image {img['id']} "
+                f"({img['file_name']}): bbox {ann['bbox']} {err}; fix or remove "
+                "the annotation"
+            ) from None
         x, y, w, h = (float(v) for v in ann["bbox"])
         if box is None:
-            reason = ("boxes of zero width or height" if w == 0 or h == 0
-                      else "boxes entirely outside their image")
+            reason = "boxes of zero width or height" if w == 0 or h == 0 else "boxes entirely outside their image"
             self._skip(reason, f"annotation {ann['id']}")
-            log.info("%s: annotation %s of image %s: %s %s; skipped", self.source, ann["id"],
-                     img["file_name"], reason, ann["bbox"])
+            log.info(
+                "%s: annotation %s of image %s: %s %s; skipped",
+                self.source,
+                ann["id"],
+                img["file_name"],
+                reason,
+                ann["bbox"],
+            )
         elif box != [x, y, x + w, y + h]:
             self.clamped += 1
-            log.info("%s: annotation %s of image %s: box %s clamped to %s", self.source,
-                     ann["id"], img["file_name"], ann["bbox"], box)
+            log.info(
+                "%s: annotation %s of image %s: box %s clamped to %s",
+                self.source,
+                ann["id"],
+                img["file_name"],
+                ann["bbox"],
+                box,
+            )
         return box
 
     def __len__(self) -> int:
@@ -208,8 +240,7 @@ class CocoDetection(torch.utils.data.Dataset):
         img, targets = self.images[index]
         boxes = torch.tensor([t[0] for t in targets], dtype=torch.float32).reshape(-1, 4)
         return {
-            "boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY",
-                                              canvas_size=(img["height"], img["width"])),
+            "boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=(img["height"], img["width"])),
             "labels": torch.tensor([t[1] for t in targets], dtype=torch.int64),
             "image_id": img["id"],
             "area": torch.tensor([t[2] for t in targets], dtype=torch.float32),
@@ -251,8 +282,7 @@ class InMemory(torch.utils.data.Dataset):
             target = source.target(index)
             target["boxes"] = target["boxes"].as_subclass(torch.Tensor)
             # uint8, as the real loader hands them: the same copy and on-device scaling run
-            pixels = torch.randint(0, 256, (3, img["height"], img["width"]), dtype=torch.uint8,
-                                   generator=generator)
+            pixels = torch.randint(0, 256, (3, img["height"], img["width"]), dtype=torch.uint8, generator=generator)
             self.samples.append((pixels, target))
 
     def __len__(self) -> int:
@@ -283,21 +313,27 @@ def collate(batch):
     return tuple(zip(*batch, strict=False))
 
 
-def build_manifest(root: str | Path, splits=tuple(SPLIT_DIRS), exif_orientation: str = "refuse",
-                   category_mismatch: str = "refuse") -> dict:
+def build_manifest(
+    root: str | Path, splits=tuple(SPLIT_DIRS), exif_orientation: str = "refuse", category_mismatch: str = "refuse"
+) -> dict:
     """The data stage's check and summary of the splits: each loads, the two agree on their
     categories, and every image of each decodes as training and evaluation will read it, so
     that a bad image is found here rather than hours into training. What is wrong, in every
     split, is one DatasetError that names each file (up to SHOWN per split) and what to do."""
-    datasets = [CocoDetection(root, split, train=False, exif_orientation=exif_orientation)
-                for split in splits]
+    datasets = [CocoDetection(root, split, train=False, exif_orientation=exif_orientation) for split in splits]
     by_split = {dataset.split: dataset for dataset in datasets}
-    mismatches = (check_split_categories(by_split["train"].category_use,
-                                         by_split["val"].category_use, category_mismatch)
-                  if {"train", "val"} <= set(by_split) else [])
-    manifest = {"root": str(root), "exif_orientation": exif_orientation,
-                "category_mismatch": category_mismatch, "category_mismatches": mismatches,
-                "splits": {}}
+    mismatches = (
+        check_split_categories(by_split["train"].category_use, by_split["val"].category_use, category_mismatch)
+        if {"train", "val"} <= set(by_split)
+        else []
+    )
+    manifest = {
+        "root": str(root),
+        "exif_orientation": exif_orientation,
+        "category_mismatch": category_mismatch,
+        "category_mismatches": mismatches,
+        "splits": {},
+    }
     problems = []
     for dataset in datasets:
         unusable, oriented, modes = inspect_images(dataset)
@@ -306,15 +342,19 @@ def build_manifest(root: str | Path, splits=tuple(SPLIT_DIRS), exif_orientation:
         if dataset.missing_keys:
             log.info(filled_line(dataset.source, dataset.missing_keys))
         manifest["splits"][dataset.split] = {
-            "annotation_file": str(dataset.source), "sha256": file_sha256(dataset.source),
-            "images": len(dataset), "boxes": sum(len(t) for _, t in dataset.images),
-            "num_classes": dataset.num_classes, "skipped": dict(dataset.skipped),
+            "annotation_file": str(dataset.source),
+            "sha256": file_sha256(dataset.source),
+            "images": len(dataset),
+            "boxes": sum(len(t) for _, t in dataset.images),
+            "num_classes": dataset.num_classes,
+            "skipped": dict(dataset.skipped),
             # how many images a viewer shows turned from their stored pixels, and what was done
             "exif_oriented_images": len(oriented),
             # the PIL modes the images are stored in (images.py: how each is read), with counts
             "image_modes": dict(sorted(modes.items())),
             # annotations lacking a key COCOeval reads, filled in for it (annotations.py)
-            "filled_for_evaluation": dataset.missing_keys}
+            "filled_for_evaluation": dataset.missing_keys,
+        }
     if problems:
         raise DatasetError("\n".join(problems))
     return manifest
@@ -322,9 +362,11 @@ def build_manifest(root: str | Path, splits=tuple(SPLIT_DIRS), exif_orientation:
 
 def _log_modes(dataset: CocoDetection, modes: Counter) -> None:
     """One line per split: the stored modes seen, with counts and how each is read."""
-    log.info("%s: image modes: %s", dataset.image_dir,
-             ", ".join(f"{mode} {count} ({mode_rule(mode) or 'refused'})"
-                       for mode, count in sorted(modes.items())))
+    log.info(
+        "%s: image modes: %s",
+        dataset.image_dir,
+        ", ".join(f"{mode} {count} ({mode_rule(mode) or 'refused'})" for mode, count in sorted(modes.items())),
+    )
 
 
 def inspect_images(dataset: CocoDetection) -> tuple[list[str], list[tuple[str, int]], Counter]:
@@ -334,8 +376,11 @@ def inspect_images(dataset: CocoDetection) -> tuple[list[str], list[tuple[str, i
     infos = [info for info, _ in dataset.images]
     results = _inspect_all([(dataset.reader, info) for info in infos], str(dataset.image_dir))
     unusable = [problem for problem, _, _ in results if problem is not None]
-    oriented = [(info["file_name"], orientation)
-                for info, (_, orientation, _) in zip(infos, results, strict=False) if orientation != 1]
+    oriented = [
+        (info["file_name"], orientation)
+        for info, (_, orientation, _) in zip(infos, results, strict=False)
+        if orientation != 1
+    ]
     modes = Counter(mode for _, _, mode in results if mode is not None)
     return unusable, oriented, modes
 
@@ -370,8 +415,7 @@ def _inspect_all(tasks: list, what: str) -> list[tuple[str | None, int, str | No
     if workers <= 1:  # a small dataset: no processes to start
         return [progress.advance(_inspect(task)) for task in tasks]
     with multiprocessing.Pool(workers) as pool:
-        return [progress.advance(result)
-                for result in pool.imap(_inspect, tasks, chunksize=DECODE_CHUNK)]
+        return [progress.advance(result) for result in pool.imap(_inspect, tasks, chunksize=DECODE_CHUNK)]
 
 
 class _Progress:
@@ -388,9 +432,14 @@ class _Progress:
             self.shown = now
             rate = self.done / max(now - self.start, 1e-9)
             left = (self.total - self.done) / rate
-            log.info("%s: decoded %d/%d images, %.0f images/s, %s", self.what, self.done,
-                     self.total, rate, f"about {_duration(left)} left" if left else
-                     f"in {_duration(now - self.start)}")
+            log.info(
+                "%s: decoded %d/%d images, %.0f images/s, %s",
+                self.what,
+                self.done,
+                self.total,
+                rate,
+                f"about {_duration(left)} left" if left else f"in {_duration(now - self.start)}",
+            )
         return result
 
 
@@ -401,8 +450,10 @@ def _duration(seconds: float) -> str:
 def _unusable_problem(dataset: CocoDetection, unusable: list[str]) -> list[str]:
     if not unusable:
         return []
-    lines = [f"{dataset.source}: {len(unusable)} of the {dataset.split} split's {len(dataset)} "
-             "images cannot be used; each, and what to do:"]
+    lines = [
+        f"{dataset.source}: {len(unusable)} of the {dataset.split} split's {len(dataset)} "
+        "images cannot be used; each, and what to do:"
+    ]
     lines += [f"  {problem}" for problem in unusable[:SHOWN]]
     if len(unusable) > SHOWN:
         lines.append(f"  ... and {len(unusable) - SHOWN} more (the first {SHOWN} shown)")
@@ -414,16 +465,21 @@ def _orientation_problem(dataset: CocoDetection, oriented: list[tuple[str, int]]
     if not oriented:
         return []
     mode = dataset.reader.exif_orientation
-    what = (f"{dataset.image_dir}: {len(oriented)} of the {dataset.split} split's "
-            f"{len(dataset)} images have an EXIF orientation other than 1, so a viewer shows "
-            "them turned from their stored pixels (e.g. "
-            + ", ".join(f"{name} ({orientation_name(o)})" for name, o in oriented[:5]) + ")")
+    what = (
+        f"{dataset.image_dir}: {len(oriented)} of the {dataset.split} split's "
+        f"{len(dataset)} images have an EXIF orientation other than 1, so a viewer shows "
+        "them turned from their stored pixels (e.g. "
+        + ", ".join(f"{name} ({orientation_name(o)})" for name, o in oriented[:5])
+        + ")"
+    )
     if mode == "refuse":
-        return [f"{what}, and which of the two their boxes were drawn on cannot be told; "
-                f"{EXIF_REMEDY}"]
+        return [f"{what}, and which of the two their boxes were drawn on cannot be told; {EXIF_REMEDY}"]
     if mode == "apply":
         log.info("%s; data.exif_orientation: apply reads them as a viewer shows them", what)
     else:
-        log.warning("%s; data.exif_orientation: ignore reads their stored pixels as they are, "
-                    "so their boxes must have been drawn on those", what)
+        log.warning(
+            "%s; data.exif_orientation: ignore reads their stored pixels as they are, "
+            "so their boxes must have been drawn on those",
+            what,
+        )
     return []

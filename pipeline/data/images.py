@@ -24,6 +24,7 @@ An image whose EXIF orientation is not 1 is shown by a viewer turned from its st
 and nothing says which of the two its boxes were drawn on: `data.exif_orientation` says
 (refuse, the default; apply; ignore).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -41,17 +42,21 @@ DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, Image.Decompression
 EXIF_ORIENTATION = 0x0112  # the EXIF/TIFF tag; 1 (or absent): the stored pixels are upright
 # Orientation -> what a viewer does to the stored pixels (ExifTool's names) and the PIL
 # transpose that does it (PIL's ImageOps.exif_transpose table); other values mean 1.
-ORIENTATIONS = {2: ("mirror horizontal", Image.Transpose.FLIP_LEFT_RIGHT),
-                3: ("rotate 180", Image.Transpose.ROTATE_180),
-                4: ("mirror vertical", Image.Transpose.FLIP_TOP_BOTTOM),
-                5: ("mirror horizontal and rotate 270 CW", Image.Transpose.TRANSPOSE),
-                6: ("rotate 90 CW", Image.Transpose.ROTATE_270),
-                7: ("mirror horizontal and rotate 90 CW", Image.Transpose.TRANSVERSE),
-                8: ("rotate 270 CW", Image.Transpose.ROTATE_90)}
+ORIENTATIONS = {
+    2: ("mirror horizontal", Image.Transpose.FLIP_LEFT_RIGHT),
+    3: ("rotate 180", Image.Transpose.ROTATE_180),
+    4: ("mirror vertical", Image.Transpose.FLIP_TOP_BOTTOM),
+    5: ("mirror horizontal and rotate 270 CW", Image.Transpose.TRANSPOSE),
+    6: ("rotate 90 CW", Image.Transpose.ROTATE_270),
+    7: ("mirror horizontal and rotate 90 CW", Image.Transpose.TRANSVERSE),
+    8: ("rotate 270 CW", Image.Transpose.ROTATE_90),
+}
 EXIF_MODES = ("refuse", "apply", "ignore")
-EXIF_REMEDY = ("set data.exif_orientation: apply if the boxes were drawn on the images as a "
-               "viewer shows them, or ignore if they were drawn on the stored pixels; or rewrite "
-               "the images upright (orientation 1), their boxes to match")
+EXIF_REMEDY = (
+    "set data.exif_orientation: apply if the boxes were drawn on the images as a "
+    "viewer shows them, or ignore if they were drawn on the stored pixels; or rewrite "
+    "the images upright (orientation 1), their boxes to match"
+)
 # What an image's name promises, as PIL names formats. MPO is how PIL opens a JPEG that holds
 # several pictures (some cameras write them); it decodes as the JPEG it is.
 FORMATS = {".jpg": ("JPEG", "MPO"), ".jpeg": ("JPEG", "MPO"), ".png": ("PNG",)}
@@ -60,11 +65,16 @@ EXTENSIONS = {"JPEG": ".jpg", "MPO": ".jpg", "PNG": ".png"}
 WIDE = "stretched to 8 bits from the image's own min..max, gray"
 OPAQUE_ONLY = "alpha dropped where every pixel is opaque; a transparent pixel is refused"
 # PIL mode -> how it is read as RGB (the module's docstring says why); any other is refused.
-MODE_RULES = {"RGB": "as stored", "L": "gray", "1": "black and white as 0 and 255, gray",
-              "P": "through its palette", "CMYK": "PIL's conversion, no colour profile",
-              "YCbCr": "PIL's conversion (ITU-R BT.601)",
-              **{mode: WIDE for mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")},
-              **{mode: OPAQUE_ONLY for mode in ("RGBA", "LA", "PA")}}
+MODE_RULES = {
+    "RGB": "as stored",
+    "L": "gray",
+    "1": "black and white as 0 and 255, gray",
+    "P": "through its palette",
+    "CMYK": "PIL's conversion, no colour profile",
+    "YCbCr": "PIL's conversion (ITU-R BT.601)",
+    **{mode: WIDE for mode in ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")},
+    **{mode: OPAQUE_ONLY for mode in ("RGBA", "LA", "PA")},
+}
 TRANSPARENCY_KEY = " with transparency"  # a P, L or RGB image whose tRNS names a see-through value
 ALPHA_MODES = ("RGBA", "LA", "PA")
 KEYED_MODES = ("P", "L", "RGB")  # those whose transparency key is read (to 8-bit RGBA)
@@ -119,7 +129,8 @@ def to_rgb(image: Image.Image) -> Image.Image:
         raise ModeRefused(
             f"is stored in PIL mode {mode}, which has no rule here to be read as RGB (the modes "
             f"read: {', '.join(MODE_RULES)}, and P, L or RGB with a transparency key)",
-            "convert it to 8-bit RGB (or to one of those modes)")
+            "convert it to 8-bit RGB (or to one of those modes)",
+        )
     if rule == WIDE:
         return _stretched(image).convert("RGB")
     if rule == OPAQUE_ONLY:
@@ -131,8 +142,10 @@ def _stretched(image: Image.Image) -> Image.Image:
     """A 16- or 32-bit gray image linearly from its own min..max to 0..255 (module docstring)."""
     values = np.asarray(image).astype(np.float64)
     if not np.isfinite(values).all():
-        raise ModeRefused(f"holds NaN or infinite pixel values (PIL mode {image.mode}), which "
-                          "no scaling to 8 bits can read", "replace them with finite values")
+        raise ModeRefused(
+            f"holds NaN or infinite pixel values (PIL mode {image.mode}), which no scaling to 8 bits can read",
+            "replace them with finite values",
+        )
     low, high = (values.min(), values.max()) if values.size else (0.0, 0.0)
     scale = 255.0 / (high - low) if high > low else 0.0
     return Image.fromarray(np.rint((values - low) * scale).astype(np.uint8), mode="L")
@@ -147,7 +160,8 @@ def _opaque(rgba: Image.Image, mode: str) -> Image.Image:
             f"has {transparent} transparent or translucent pixels (PIL mode {mode}), whose "
             "colour depends on the background a viewer shows them on, and which background "
             "its boxes were drawn on cannot be told",
-            "flatten it onto that background (e.g. magick IN -background white -flatten OUT)")
+            "flatten it onto that background (e.g. magick IN -background white -flatten OUT)",
+        )
     return rgba.convert("RGB")
 
 
@@ -161,11 +175,9 @@ def _why_undecodable(path: Path, err: Exception) -> str:
     if not data:
         return "the file is empty (0 bytes)"
     if data.startswith(b"\xff\xd8\xff") and not data.rstrip(b"\0").endswith(b"\xff\xd9"):
-        return (f"the file is truncated: its JPEG data stops after {len(data)} bytes, without "
-                "the end-of-image marker")
+        return f"the file is truncated: its JPEG data stops after {len(data)} bytes, without the end-of-image marker"
     if data.startswith(b"\x89PNG\r\n\x1a\n") and b"IEND" not in data[-12:]:
-        return (f"the file is truncated: its PNG data stops after {len(data)} bytes, without "
-                "the IEND chunk")
+        return f"the file is truncated: its PNG data stops after {len(data)} bytes, without the IEND chunk"
     return str(err)
 
 
@@ -194,8 +206,7 @@ class ImageReader:
 
     def __post_init__(self):
         if self.exif_orientation not in EXIF_MODES:
-            raise ValueError(f"exif_orientation: {self.exif_orientation!r} is not one of "
-                             f"{', '.join(EXIF_MODES)}")
+            raise ValueError(f"exif_orientation: {self.exif_orientation!r} is not one of {', '.join(EXIF_MODES)}")
 
     @property
     def source(self) -> Path:
@@ -217,7 +228,10 @@ class ImageReader:
             raise ExifOrientationError(
                 f"{path}: has EXIF orientation {orientation_name(orientation)}, so a viewer shows "
                 f"it turned from its stored pixels, and data.exif_orientation is refuse; "
-                f"{EXIF_REMEDY}", orientation, read.mode)
+                f"{EXIF_REMEDY}",
+                orientation,
+                read.mode,
+            )
         if orientation != 1 and self.exif_orientation == "apply":
             image = image.transpose(ORIENTATIONS[orientation][1])
         self._check_size(path, info, image.size, orientation)
@@ -236,12 +250,14 @@ class ImageReader:
         except DatasetError:
             raise
         except ModeRefused as err:
-            raise ImageModeError(f"{path}: image {info['id']} {err.why}; "
-                                 f"{remedy(f'{err.fix}, or {removal}', self.root)}", mode) from None
+            raise ImageModeError(
+                f"{path}: image {info['id']} {err.why}; {remedy(f'{err.fix}, or {removal}', self.root)}", mode
+            ) from None
         except DECODE_ERRORS as err:
             own = f"replace the file with a readable copy, or {removal}"
-            raise DatasetError(f"{path}: cannot decode image {info['id']}: "
-                               f"{_why_undecodable(path, err)}; {remedy(own, self.root)}") from err
+            raise DatasetError(
+                f"{path}: cannot decode image {info['id']}: {_why_undecodable(path, err)}; {remedy(own, self.root)}"
+            ) from err
         # EXIF defines 1 to 8; anything else means 1, as it does to PIL and to viewers
         return ReadImage(image, orientation if orientation in range(2, 9) else 1, mode)
 
@@ -251,9 +267,11 @@ class ImageReader:
         expected = FORMATS.get(path.suffix.lower())
         if expected and found not in expected:
             extension = EXTENSIONS.get(found, f".{str(found).lower()}")
-            raise DatasetError(f"{path}: holds {found} data although its name says "
-                               f"{expected[0]}; re-encode it as {expected[0]}, or rename it to "
-                               f"{path.stem}{extension} and change its file_name in {self.source}")
+            raise DatasetError(
+                f"{path}: holds {found} data although its name says "
+                f"{expected[0]}; re-encode it as {expected[0]}, or rename it to "
+                f"{path.stem}{extension} and change its file_name in {self.source}"
+            )
 
     def _check_size(self, path: Path, info: dict, size: tuple[int, int], orientation: int) -> None:
         if size == (info["width"], info["height"]):
@@ -261,10 +279,16 @@ class ImageReader:
         hint = ""
         if orientation in (5, 6, 7, 8) and size == (info["height"], info["width"]):
             other = "ignore" if self.exif_orientation == "apply" else "apply"
-            hint = (f" (its EXIF orientation {orientation_name(orientation)} swaps width and "
-                    f"height: data.exif_orientation: {other} reads it as "
-                    f"{info['width']}x{info['height']})")
-        own = (f"correct width and height of image {info['id']} in {self.source}, or replace "
-               "the file with the image they describe")
-        raise DatasetError(f"{path}: is {size[0]}x{size[1]} but {self.source} says "
-                           f"{info['width']}x{info['height']}{hint}; {remedy(own, self.root)}")
+            hint = (
+                f" (its EXIF orientation {orientation_name(orientation)} swaps width and "
+                f"height: data.exif_orientation: {other} reads it as "
+                f"{info['width']}x{info['height']})"
+            )
+        own = (
+            f"correct width and height of image {info['id']} in {self.source}, or replace "
+            "the file with the image they describe"
+        )
+        raise DatasetError(
+            f"{path}: is {size[0]}x{size[1]} but {self.source} says "
+            f"{info['width']}x{info['height']}{hint}; {remedy(own, self.root)}"
+        )

@@ -12,6 +12,7 @@ a team copy), that is used as it is and DVC never runs (its extract stage would 
 over it, untouched). Any other dataset must already be in the COCO 2017 layout under
 data.root. The manifest (annotation checksums, counts, skips) is what training depends on.
 """
+
 from __future__ import annotations
 
 import collections
@@ -30,7 +31,6 @@ from .dataset import SPLIT_DIRS, DatasetError, annotation_path, build_manifest
 SHOWN_LINES_KEPT = 100  # of a DVC command's output shown as it came: the last, for its error
 
 
-
 def extract_stage(name: str) -> str:
     """dvc.yaml's stage that prepares the COCO 2017 tree of dataset `name` (one per preset)."""
     return f"coco_extract@{name}"
@@ -47,8 +47,9 @@ def dvc(*args: str, cwd: str | Path | None = None, shown: bool = False) -> subpr
     if not shown:
         return subprocess.run(command, env=env, capture_output=True, text=True, cwd=cwd)
     said = collections.deque(maxlen=SHOWN_LINES_KEPT)  # for the error message, where it fails
-    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, cwd=cwd) as process:
+    with subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd
+    ) as process:
         for line in process.stdout:
             sys.stderr.write(line)
             sys.stderr.flush()
@@ -66,23 +67,28 @@ def fetch_with_dvc(name: str, root: str | Path, fetch: schema.Fetch) -> str:
     it, and the extract command replaces only a tree it made."""
     remote, stage = fetch.remote, extract_stage(name)
     if Path(root) != Path("data") / name:
-        raise DatasetError(f"data.root is {root}, but dvc.yaml's {stage} extracts into data/{name}: "
-                           f"set data.root to data/{name}, or put a COCO 2017 copy at {root} to "
-                           "use it without downloading")
+        raise DatasetError(
+            f"data.root is {root}, but dvc.yaml's {stage} extracts into data/{name}: "
+            f"set data.root to data/{name}, or put a COCO 2017 copy at {root} to "
+            "use it without downloading"
+        )
     pulled = bool(remote) and pull_archives(remote)
     # Extraction, preceded by the download unless the pulled archives match dvc.lock.
     reproduced = dvc("repro", stage, shown=True)
     if reproduced.returncode != 0:
-        raise DatasetError(f"dvc repro {stage} failed:\n{reproduced.stdout[-2000:]}"
-                           f"{reproduced.stderr[-2000:]}\n(a preset of your own that fetches "
-                           "needs its name in the foreach list of dvc.yaml's coco_extract)")
+        raise DatasetError(
+            f"dvc repro {stage} failed:\n{reproduced.stdout[-2000:]}"
+            f"{reproduced.stderr[-2000:]}\n(a preset of your own that fetches "
+            "needs its name in the foreach list of dvc.yaml's coco_extract)"
+        )
     # repro leaves the downloaded archives a copy of what it put in the cache; relinking makes
     # the two one file wherever cache.type allows links (19 GB less for COCO). Pulled archives
     # are links already.
     relinked = dvc("checkout", "--relink", DOWNLOAD_STAGE)
     if relinked.returncode != 0:
-        logging.warning("dvc checkout --relink %s failed (the archives stay as copies): %s",
-                        DOWNLOAD_STAGE, relinked.stderr.strip())
+        logging.warning(
+            "dvc checkout --relink %s failed (the archives stay as copies): %s", DOWNLOAD_STAGE, relinked.stderr.strip()
+        )
     if remote:  # also after a pull: a no-op then, unless the remote lacked part of them
         pushed = dvc("push", DOWNLOAD_STAGE)
         if pushed.returncode != 0:
@@ -103,10 +109,14 @@ def pull_archives(remote: str) -> bool:
     if pulled.returncode != 0:
         # A 19 GB download where a pull was meant: said where it shows (dvc.lock, committed
         # after the first fetch, is what `dvc pull` needs: README, COCO 2017 through DVC)
-        logging.warning("the archives were not pulled from %s, so they are downloaded instead "
-                        "(does this clone have the dvc.lock of the fetch that pushed them? the "
-                        "data stage never runs DVC with --force: anything DVC names here is "
-                        "kept): %s", remote, pulled.stderr.strip()[-1000:])
+        logging.warning(
+            "the archives were not pulled from %s, so they are downloaded instead "
+            "(does this clone have the dvc.lock of the fetch that pushed them? the "
+            "data stage never runs DVC with --force: anything DVC names here is "
+            "kept): %s",
+            remote,
+            pulled.stderr.strip()[-1000:],
+        )
     return pulled.returncode == 0
 
 
@@ -130,9 +140,9 @@ def fetch_unless_present(name: str, root: str | Path, fetch: schema.Fetch) -> st
         raise DatasetError(
             f"{root} already exists, was not made by this pipeline and is not a COCO 2017 layout "
             f"(it lacks {', '.join(missing)}), so it was left untouched: move it away to let the "
-            "data stage download COCO 2017 there, or complete the layout in it to use it as it is")
-    return ("already holds a COCO 2017 layout (not made by this pipeline): using it as it is, "
-            "without downloading")
+            "data stage download COCO 2017 there, or complete the layout in it to use it as it is"
+        )
+    return "already holds a COCO 2017 layout (not made by this pipeline): using it as it is, without downloading"
 
 
 def prepare(data_cfg: schema.Data, manifest_path: str, tree_state: str = "") -> dict:
@@ -147,8 +157,7 @@ def prepare(data_cfg: schema.Data, manifest_path: str, tree_state: str = "") -> 
         splits = tuple(data_cfg.fetch.splits)
     if not small:
         refuse_missing_splits(data_cfg.root, splits)
-    manifest = build_manifest(data_cfg.root, splits, data_cfg.exif_orientation,
-                              data_cfg.category_mismatch)
+    manifest = build_manifest(data_cfg.root, splits, data_cfg.exif_orientation, data_cfg.category_mismatch)
     # What the workflow compares with the tree each time it plans (rules/data.smk), and the
     # data's identity in every checkpoint trained on it (pipeline/data/tree.py).
     manifest["files"] = tree.signature(data_cfg.root)
@@ -163,9 +172,11 @@ def refuse_missing_splits(root: str | Path, splits) -> None:
     by name, not read as a smaller dataset: a split that disappeared since the last run too."""
     missing = missing_coco_layout(root, splits)
     if missing:
-        raise DatasetError(f"{root}: lacks {', '.join(missing)} of the COCO 2017 layout the "
-                           f"dataset needs (splits: {', '.join(splits)}); put them back, or point "
-                           "data.root at a complete copy")
+        raise DatasetError(
+            f"{root}: lacks {', '.join(missing)} of the COCO 2017 layout the "
+            f"dataset needs (splits: {', '.join(splits)}); put them back, or point "
+            "data.root at a complete copy"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -175,8 +186,9 @@ def main(argv: list[str] | None = None) -> None:
         source.add_argument("--params", help="a params.yaml to read the data section from (dvc.yaml)")
         parser.add_argument("--preset", help="with --params: the preset (default: the file's own)")
         parser.add_argument("--manifest", required=True)
-        parser.add_argument("--tree-state", default="",
-                            help="the workflow's rerun trigger for the tree (pipeline/data/tree.py: plan)")
+        parser.add_argument(
+            "--tree-state", default="", help="the workflow's rerun trigger for the tree (pipeline/data/tree.py: plan)"
+        )
 
     def body(args):
         if args.params:
@@ -186,9 +198,14 @@ def main(argv: list[str] | None = None) -> None:
         manifest = prepare(data_cfg, args.manifest, args.tree_state)
         print(json.dumps(manifest["splits"], indent=1))
 
-    cli.run_stage("Prepare and validate the configured dataset.", body, arguments=arguments,
-                  errors=(DatasetError, ForeignDirectoryError, params.ParamsError),
-                  follows_parent=False, argv=argv)
+    cli.run_stage(
+        "Prepare and validate the configured dataset.",
+        body,
+        arguments=arguments,
+        errors=(DatasetError, ForeignDirectoryError, params.ParamsError),
+        follows_parent=False,
+        argv=argv,
+    )
 
 
 if __name__ == "__main__":

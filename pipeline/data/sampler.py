@@ -1,6 +1,7 @@
 """Batches for one training process: shuffled per epoch from (seed, epoch) alone, so a resumed
 run sees exactly the batches an uninterrupted one would; sharded by rank; full batches only;
 optionally grouped by aspect ratio (torchvision's recipe) so a batch pads little."""
+
 from __future__ import annotations
 
 import bisect
@@ -25,8 +26,15 @@ class ShardedBatchSampler(torch.utils.data.Sampler):
     batches (its shard padded by wrapping around, as DistributedSampler does), so no rank waits
     for a batch that never comes."""
 
-    def __init__(self, size: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
-                 group_ids: list[int] | None = None):
+    def __init__(
+        self,
+        size: int,
+        batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        group_ids: list[int] | None = None,
+    ):
         self.size, self.batch_size, self.seed = size, batch_size, seed
         self.rank, self.world_size = rank, world_size
         self.group_ids = group_ids or [0] * size
@@ -34,7 +42,8 @@ class ShardedBatchSampler(torch.utils.data.Sampler):
         if len(self) == 0:
             raise ValueError(
                 f"{size} training images over {world_size} process(es) give each {self.per_rank}, "
-                f"fewer than one batch of {batch_size}: lower images_per_worker or use more images")
+                f"fewer than one batch of {batch_size}: lower images_per_worker or use more images"
+            )
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
         """The epoch's batches from the `skip`-th on: a run resumed mid-epoch goes on there."""
@@ -53,8 +62,8 @@ class ShardedBatchSampler(torch.utils.data.Sampler):
         # replay. Either way each epoch is a uniformly random permutation.
         generator = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)
         order = torch.randperm(self.size, generator=generator).tolist()
-        order = (order * math.ceil(self.per_rank * self.world_size / self.size))[:self.per_rank * self.world_size]
-        shard = order[self.rank::self.world_size]
+        order = (order * math.ceil(self.per_rank * self.world_size / self.size))[: self.per_rank * self.world_size]
+        shard = order[self.rank :: self.world_size]
         batches, pending, members = [], {}, {}
         for index in shard:  # fill one buffer per group; a full buffer is a batch
             group = self.group_ids[index]
@@ -73,4 +82,4 @@ class ShardedBatchSampler(torch.utils.data.Sampler):
             if pending[group]:
                 missing = self.batch_size - len(pending[group])
                 batches.append(pending[group] + list(itertools.islice(itertools.cycle(members[group]), missing)))
-        return iter(batches[self.skip:len(self)])
+        return iter(batches[self.skip : len(self)])

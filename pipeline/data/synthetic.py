@@ -12,6 +12,7 @@ depend only on the settings, never on the run. A few images carry no objects, as
 
     python -m pipeline.data.synthetic --root data/synthetic --config '{"seed": 2017, ...}'
 """
+
 from __future__ import annotations
 
 import json
@@ -105,8 +106,9 @@ def _place_objects(rng: np.random.Generator, size: int, max_objects: int) -> lis
     return placed
 
 
-def render_image(seed: int, split_index: int, index: int, size: int, max_objects: int,
-                 clutter: int) -> tuple[Image.Image, list[dict]]:
+def render_image(
+    seed: int, split_index: int, index: int, size: int, max_objects: int, clutter: int
+) -> tuple[Image.Image, list[dict]]:
     """One image and its objects, from its own seed: (category, bbox xywh, visible area)."""
     rng = np.random.default_rng([seed, split_index, index])
     image = _background(rng, size, clutter)
@@ -121,24 +123,25 @@ def render_image(seed: int, split_index: int, index: int, size: int, max_objects
     annotations = []
     for i, (category, _box, _) in enumerate(objects):
         visible = masks[i].copy()
-        for later in masks[i + 1:]:
+        for later in masks[i + 1 :]:
             visible &= ~later
         ys, xs = np.nonzero(masks[i])
         x0, y0, x1, y1 = xs.min(), ys.min(), xs.max() + 1, ys.max() + 1
-        annotations.append({"category": category, "bbox": [int(x0), int(y0), int(x1 - x0), int(y1 - y0)],
-                            "area": int(visible.sum())})
+        annotations.append(
+            {"category": category, "bbox": [int(x0), int(y0), int(x1 - x0), int(y1 - y0)], "area": int(visible.sum())}
+        )
     return image, annotations
 
 
 def generate(root: str | Path, settings: schema.Synthetic) -> dict:
     """Write the dataset to `root` (replacing it whole, atomically) and return counts per split.
     `root` must be absent or a dataset written here before: anything else is refused, untouched."""
-    with replacing_dir(root, {"made_by": "pipeline.data.synthetic", "settings": settings.model_dump()},
-                       remedy=FOREIGN_ROOT_REMEDY) as staging:
+    with replacing_dir(
+        root, {"made_by": "pipeline.data.synthetic", "settings": settings.model_dump()}, remedy=FOREIGN_ROOT_REMEDY
+    ) as staging:
         (staging / "annotations").mkdir()
         sizes = {"train2017": settings.train_images, "val2017": settings.val_images}
-        return {split: _write_split(staging, split, n_images, settings)
-                for split, n_images in sizes.items()}
+        return {split: _write_split(staging, split, n_images, settings) for split, n_images in sizes.items()}
 
 
 def _write_split(root: Path, split: str, n_images: int, settings: schema.Synthetic) -> dict:
@@ -148,27 +151,44 @@ def _write_split(root: Path, split: str, n_images: int, settings: schema.Synthet
     for index in range(n_images):
         image_id = index + 1
         file_name = f"{image_id:012d}.jpg"
-        image, objects = render_image(settings.seed, SPLITS[split], index, size,
-                                      settings.max_objects, settings.clutter)
+        image, objects = render_image(settings.seed, SPLITS[split], index, size, settings.max_objects, settings.clutter)
         image.save(root / split / file_name, format="JPEG", quality=92)
-        images.append({"id": image_id, "file_name": file_name, "width": size, "height": size,
-                       "license": 0, "date_captured": "2017-01-01 00:00:00"})
+        images.append(
+            {
+                "id": image_id,
+                "file_name": file_name,
+                "width": size,
+                "height": size,
+                "license": 0,
+                "date_captured": "2017-01-01 00:00:00",
+            }
+        )
         for obj in objects:
             x, y, w, h = obj["bbox"]
-            annotations.append({
-                "id": len(annotations) + 1, "image_id": image_id,
-                "category_id": CATEGORIES.index(obj["category"]) + 1,
-                "bbox": [float(v) for v in obj["bbox"]], "area": float(obj["area"]), "iscrowd": 0,
-                "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]],
-            })
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": CATEGORIES.index(obj["category"]) + 1,
+                    "bbox": [float(v) for v in obj["bbox"]],
+                    "area": float(obj["area"]),
+                    "iscrowd": 0,
+                    "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]],
+                }
+            )
     document = {
-        "info": {"description": "Synthetic shapes in COCO 2017 layout (pipeline.data.synthetic)",
-                 "version": "1.0", "year": 2017, "contributor": "frcnn-dp-bench",
-                 "date_created": "2017-01-01", "generator_settings": settings.model_dump()},
+        "info": {
+            "description": "Synthetic shapes in COCO 2017 layout (pipeline.data.synthetic)",
+            "version": "1.0",
+            "year": 2017,
+            "contributor": "frcnn-dp-bench",
+            "date_created": "2017-01-01",
+            "generator_settings": settings.model_dump(),
+        },
         "licenses": [{"id": 0, "name": "CC0", "url": ""}],
-        "images": images, "annotations": annotations,
-        "categories": [{"id": i + 1, "name": name, "supercategory": "shape"}
-                       for i, name in enumerate(CATEGORIES)],
+        "images": images,
+        "annotations": annotations,
+        "categories": [{"id": i + 1, "name": name, "supercategory": "shape"} for i, name in enumerate(CATEGORIES)],
     }
     write_json(root / "annotations" / f"instances_{split}.json", document)
     return {"images": len(images), "annotations": len(annotations)}
@@ -183,8 +203,14 @@ def main(argv: list[str] | None = None) -> None:
         counts = generate(args.root, schema.Synthetic.model_validate(json.loads(args.config)))
         print(f"wrote synthetic dataset to {args.root}: {json.dumps(counts)}")
 
-    cli.run_stage(__doc__.split("\n\n")[0], body, arguments=arguments,
-                  errors=(ForeignDirectoryError,), follows_parent=False, argv=argv)
+    cli.run_stage(
+        __doc__.split("\n\n")[0],
+        body,
+        arguments=arguments,
+        errors=(ForeignDirectoryError,),
+        follows_parent=False,
+        argv=argv,
+    )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ run) and a digest of the image folder's file names. An image replaced by another
 name is not noticed: the names, not the pixels, are hashed (reading 19 GB to plan is too slow).
 No torch here: the workflow imports it to plan.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,8 +49,7 @@ def _images(folder: Path) -> dict | str:
         names = sorted(entry.name for entry in os.scandir(folder) if not entry.name.startswith("."))
     except (FileNotFoundError, NotADirectoryError):
         return MISSING
-    return {"count": len(names),
-            "names_sha256": hashlib.sha256("\n".join(names).encode()).hexdigest()}
+    return {"count": len(names), "names_sha256": hashlib.sha256("\n".join(names).encode()).hexdigest()}
 
 
 def signature(root: str | Path, known: dict | None = None) -> dict:
@@ -57,18 +57,25 @@ def signature(root: str | Path, known: dict | None = None) -> dict:
     names_sha256} or "missing"}} of both COCO splits under `root`. `known`: an earlier signature
     of the same tree, whose hashes are reused for files whose size and time are unchanged."""
     known = known or {}
-    return {split: {"annotations": _annotations(annotation_path(root, split),
-                                                known.get(split, {}).get("annotations")),
-                    "images": _images(Path(root) / folder)}
-            for split, folder in SPLIT_DIRS.items()}
+    return {
+        split: {
+            "annotations": _annotations(annotation_path(root, split), known.get(split, {}).get("annotations")),
+            "images": _images(Path(root) / folder),
+        }
+        for split, folder in SPLIT_DIRS.items()
+    }
 
 
 def identity(sig: dict) -> str:
     """The data's identity: the signature without file times (a copy of the same data, or the
     same files restored by DVC with new times, is the same data)."""
-    content = {split: {"annotations": parts["annotations"] if parts["annotations"] == MISSING
-                       else parts["annotations"]["sha256"], "images": parts["images"]}
-               for split, parts in sorted(sig.items())}
+    content = {
+        split: {
+            "annotations": parts["annotations"] if parts["annotations"] == MISSING else parts["annotations"]["sha256"],
+            "images": parts["images"],
+        }
+        for split, parts in sorted(sig.items())
+    }
     return hashlib.sha256(repr(content).encode()).hexdigest()[:16]
 
 
@@ -78,14 +85,16 @@ def changes(before: dict, now: dict) -> list[str]:
     for split, folder in SPLIT_DIRS.items():
         old, new = before.get(split, {}), now[split]
         if (old.get("images") or MISSING) != new["images"]:
-            counts = [parts if parts == MISSING else f"{parts['count']} images"
-                      for parts in (old.get("images") or MISSING, new["images"])]
-            said.append(f"{folder}: {counts[0]} -> {counts[1]}" if counts[0] != counts[1]
-                        else f"{folder}: other file names")
+            counts = [
+                parts if parts == MISSING else f"{parts['count']} images"
+                for parts in (old.get("images") or MISSING, new["images"])
+            ]
+            said.append(
+                f"{folder}: {counts[0]} -> {counts[1]}" if counts[0] != counts[1] else f"{folder}: other file names"
+            )
         old_ann, new_ann = old.get("annotations") or MISSING, new["annotations"]
         if (old_ann == MISSING or new_ann == MISSING) and old_ann != new_ann:
-            said.append(f"{annotation_path('', split)}: "
-                        f"{'missing' if new_ann == MISSING else 'appeared'}")
+            said.append(f"{annotation_path('', split)}: {'missing' if new_ann == MISSING else 'appeared'}")
         elif old_ann != MISSING and old_ann["sha256"] != new_ann["sha256"]:
             said.append(f"{annotation_path('', split)}: other contents")
     return said
@@ -121,6 +130,7 @@ def stale_manifest(root: str | Path, manifest_path: str | Path) -> tuple[dict, l
 class Plan:
     """What the planner makes of the tree: `state`, the data rule's param (a rerun trigger),
     and `changes`, said for a person when the tree differs from its manifest."""
+
     state: str
     changes: tuple[str, ...] = ()
 

@@ -7,6 +7,7 @@ Reads DIR/model_final.pt, predicts on the validation split, and writes
   DIR/metrics.json       AP@[.5:.95], AP50, AP75, AP small/medium/large, AR@1/10/100, AR s/m/l
   DIR/cocoeval.log       what COCOeval said (appended; its console gets one line of AP)
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,12 +40,10 @@ def evaluate(cfg: schema.EvaluateStage, run_dir: str | Path) -> dict | None:
     model.load_state_dict(checkpoint["model"])
     model.roi_heads.detections_per_img = cfg.eval.max_detections
     model.to(device)
-    dataset = CocoDetection(cfg.data.root, "val", train=False,
-                            exif_orientation=cfg.data.exif_orientation)
+    dataset = CocoDetection(cfg.data.root, "val", train=False, exif_orientation=cfg.data.exif_orientation)
     start = time.perf_counter()
     share = torch.utils.data.Subset(dataset, range(rank, len(dataset), world))
-    detections = predict(model, share, cfg.eval.batch_size, device,
-                         cfg.eval.score_threshold)
+    detections = predict(model, share, cfg.eval.batch_size, device, cfg.eval.score_threshold)
     if world > 1:
         gathered = distributed.all_gather(detections)
         distributed.destroy_process_group()
@@ -54,15 +53,28 @@ def evaluate(cfg: schema.EvaluateStage, run_dir: str | Path) -> dict | None:
     seconds = time.perf_counter() - start
     write_json(run_dir / "predictions.json", detections)
     scoring_start = time.perf_counter()
-    metrics = coco_metrics(annotation_path(cfg.data.root, "val"), detections,
-                           dataset.image_ids(), cfg.eval.backend, chatter=run_dir / CHATTER)
+    metrics = coco_metrics(
+        annotation_path(cfg.data.root, "val"),
+        detections,
+        dataset.image_ids(),
+        cfg.eval.backend,
+        chatter=run_dir / CHATTER,
+    )
     scoring_seconds = time.perf_counter() - scoring_start
-    record = {"run_id": run_dir.name, **metrics, "images": len(dataset),
-              "batch_size": cfg.eval.batch_size,
-              "detections": len(detections), "inference_seconds": seconds, "processes": world,
-              "scoring_seconds": scoring_seconds, "eval_backend": cfg.eval.backend,
-              "provenance": provenance.collect(stages.config_for(cfg, "evaluate"),
-                                               device=str(device), threads=torch.get_num_threads())}
+    record = {
+        "run_id": run_dir.name,
+        **metrics,
+        "images": len(dataset),
+        "batch_size": cfg.eval.batch_size,
+        "detections": len(detections),
+        "inference_seconds": seconds,
+        "processes": world,
+        "scoring_seconds": scoring_seconds,
+        "eval_backend": cfg.eval.backend,
+        "provenance": provenance.collect(
+            stages.config_for(cfg, "evaluate"), device=str(device), threads=torch.get_num_threads()
+        ),
+    }
     write_json(run_dir / "metrics.json", record)
     return record
 
@@ -75,15 +87,26 @@ def main(argv: list[str] | None = None) -> None:
             return
         record = evaluate(args.cfg, args.run_dir)
         if record is not None:  # one line: the twelve numbers are in metrics.json
-            log.info("AP %.4f AP50 %.4f AP75 %.4f over %d images (all twelve: %s; COCOeval's "
-                     "output: %s)", record["AP"], record["AP50"], record["AP75"], record["images"],
-                     Path(args.run_dir) / "metrics.json", Path(args.run_dir) / CHATTER)
+            log.info(
+                "AP %.4f AP50 %.4f AP75 %.4f over %d images (all twelve: %s; COCOeval's output: %s)",
+                record["AP"],
+                record["AP50"],
+                record["AP75"],
+                record["images"],
+                Path(args.run_dir) / "metrics.json",
+                Path(args.run_dir) / CHATTER,
+            )
 
     # A dataset that changed since the data stage checked it (an image rewritten or cut short)
     # ends the stage in one line naming the file, as it ends training.
-    cli.run_stage("COCO bbox evaluation of one trained run.", body, stage="evaluate", argv=argv,
-                  arguments=lambda parser: parser.add_argument("--run-dir", required=True),
-                  errors=(DatasetError,))
+    cli.run_stage(
+        "COCO bbox evaluation of one trained run.",
+        body,
+        stage="evaluate",
+        argv=argv,
+        arguments=lambda parser: parser.add_argument("--run-dir", required=True),
+        errors=(DatasetError,),
+    )
 
 
 if __name__ == "__main__":

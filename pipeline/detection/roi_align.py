@@ -8,6 +8,7 @@ torchvision's. The forward is torchvision's; off the CPU, or on one thread, the 
 torchvision's MultiScaleRoIAlign unchanged (and with FRCNN_BENCH_ROI_ALIGN=torchvision in the
 environment: benchmarks/speed_cpu.py's "before" path).
 """
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,18 @@ class ChannelThreadedRoIAlign(torch.autograd.Function):
         def part(bound):
             start, stop = bound
             return torch.ops.torchvision._roi_align_backward(
-                grad[:, start:stop].contiguous(), rois, scale, pooled_h, pooled_w, batch,
-                stop - start, height, width, sampling, False)
+                grad[:, start:stop].contiguous(),
+                rois,
+                scale,
+                pooled_h,
+                pooled_w,
+                batch,
+                stop - start,
+                height,
+                width,
+                sampling,
+                False,
+            )
 
         grad_feature = torch.cat(list(_pool(threads).map(part, bounds)), dim=1)
         return grad_feature.to(ctx.dtype), None, None, None, None
@@ -58,12 +69,18 @@ class ThreadedRoIPool(MultiScaleRoIAlign):
 
     def forward(self, x, boxes, image_shapes):
         feature = x[self.featmap_names[0]]
-        if (len(self.featmap_names) != 1 or feature.device.type != "cpu"
-                or os.environ.get("FRCNN_BENCH_ROI_ALIGN") == "torchvision"
-                or torch.get_num_threads() == 1 or not torch.is_grad_enabled()):
+        if (
+            len(self.featmap_names) != 1
+            or feature.device.type != "cpu"
+            or os.environ.get("FRCNN_BENCH_ROI_ALIGN") == "torchvision"
+            or torch.get_num_threads() == 1
+            or not torch.is_grad_enabled()
+        ):
             return super().forward(x, boxes, image_shapes)
         if self.scales is None:
-            self.scales, self.map_levels = _setup_scales([feature], image_shapes,
-                                                         self.canonical_scale, self.canonical_level)
-        return ChannelThreadedRoIAlign.apply(feature, _convert_to_roi_format(boxes),
-                                             self.output_size, self.scales[0], self.sampling_ratio)
+            self.scales, self.map_levels = _setup_scales(
+                [feature], image_shapes, self.canonical_scale, self.canonical_level
+            )
+        return ChannelThreadedRoIAlign.apply(
+            feature, _convert_to_roi_format(boxes), self.output_size, self.scales[0], self.sampling_ratio
+        )

@@ -8,6 +8,7 @@ same assertions, and to each other's twelve numbers within 1e-6.
 Kept apart from evaluate.py, the evaluation stage's command line, so that editing that stage
 does not rerun training (the Snakefile's code inputs follow each stage's imports).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -83,16 +84,22 @@ def coco_api(backend: str):
     if backend == "pycocotools":
         from pycocotools.coco import COCO
         from pycocotools.cocoeval import COCOeval
+
         return COCO, COCOeval
     if backend == "faster-coco-eval":
         from faster_coco_eval import COCO, COCOeval_faster
+
         return COCO, COCOeval_faster
     raise ValueError(f"eval.backend: {backend!r} is not one of {', '.join(BACKENDS)}")
 
 
-def coco_metrics(ground_truth_file: str | Path, detections: list[dict],
-                 image_ids: list[int] | None = None,
-                 backend: str = DEFAULT_BACKEND, chatter: Path | None = None) -> dict[str, float]:
+def coco_metrics(
+    ground_truth_file: str | Path,
+    detections: list[dict],
+    image_ids: list[int] | None = None,
+    backend: str = DEFAULT_BACKEND,
+    chatter: Path | None = None,
+) -> dict[str, float]:
     """COCOeval's twelve bbox numbers. No detections at all scores 0 (pycocotools would fail);
     -1 means the ground truth has no object of that size, as in COCOeval. What COCOeval itself
     says goes to file `chatter`, never to the console (chatter_into)."""
@@ -100,17 +107,23 @@ def coco_metrics(ground_truth_file: str | Path, detections: list[dict],
     with chatter_into(io.StringIO()) as said:
         coco_gt = ground_truth(ground_truth_file, backend)
         metrics = _scored(coco_gt, COCOeval, detections, image_ids)
-    keep_chatter(said.getvalue(), chatter,
-                 f"COCOeval ({backend}) of {len(detections)} detections on {ground_truth_file}")
+    keep_chatter(
+        said.getvalue(), chatter, f"COCOeval ({backend}) of {len(detections)} detections on {ground_truth_file}"
+    )
     return metrics
 
 
 def _scored(coco_gt, COCOeval, detections: list[dict], image_ids: list[int] | None) -> dict[str, float]:
     if not detections:
         ids = image_ids or coco_gt.getImgIds()
-        has = {size: any(True for a in coco_gt.loadAnns(coco_gt.getAnnIds(imgIds=ids))
-                         if not a.get("iscrowd", 0) and lo <= a["area"] < hi)
-               for size, (lo, hi) in {"s": (0, 32**2), "m": (32**2, 96**2), "l": (96**2, 1e10)}.items()}
+        has = {
+            size: any(
+                True
+                for a in coco_gt.loadAnns(coco_gt.getAnnIds(imgIds=ids))
+                if not a.get("iscrowd", 0) and lo <= a["area"] < hi
+            )
+            for size, (lo, hi) in {"s": (0, 32**2), "m": (32**2, 96**2), "l": (96**2, 1e10)}.items()
+        }
         zero = {name: 0.0 for name in METRICS}
         for size in "sml":
             if not has[size]:
@@ -129,19 +142,24 @@ def _scored(coco_gt, COCOeval, detections: list[dict], image_ids: list[int] | No
 def to_coco_results(image_id: int, output: dict, score_threshold: float) -> list[dict]:
     """torchvision's xyxy boxes -> COCO results entries with xywh boxes."""
     results = []
-    for box, score, label in zip(output["boxes"].tolist(), output["scores"].tolist(),
-                                 output["labels"].tolist(), strict=False):
+    for box, score, label in zip(
+        output["boxes"].tolist(), output["scores"].tolist(), output["labels"].tolist(), strict=False
+    ):
         if score < score_threshold:
             continue
         x0, y0, x1, y1 = box
-        results.append({"image_id": image_id, "category_id": int(label),
-                        "bbox": [round(x0, 2), round(y0, 2), round(x1 - x0, 2), round(y1 - y0, 2)],
-                        "score": round(float(score), 5)})
+        results.append(
+            {
+                "image_id": image_id,
+                "category_id": int(label),
+                "bbox": [round(x0, 2), round(y0, 2), round(x1 - x0, 2), round(y1 - y0, 2)],
+                "score": round(float(score), 5),
+            }
+        )
     return results
 
 
-def predict(model, dataset, batch_size: int, device: torch.device,
-            score_threshold: float) -> list[dict]:
+def predict(model, dataset, batch_size: int, device: torch.device, score_threshold: float) -> list[dict]:
     import torch
 
     from ..data.dataset import collate, to_model_input
@@ -158,16 +176,19 @@ def predict(model, dataset, batch_size: int, device: torch.device,
     return detections
 
 
-def score(model, dataset: CocoDetection, batch_size: int, device: torch.device,
-          chatter: Path | None = None) -> dict[str, float]:
+def score(
+    model, dataset: CocoDetection, batch_size: int, device: torch.device, chatter: Path | None = None
+) -> dict[str, float]:
     """COCO's standard box AP of `model` on `dataset` (every detection, up to the model's 100
     per image): the evaluations training makes as it goes (time-to-accuracy)."""
     detections = predict(model, dataset, batch_size, device, score_threshold=0.0)
     return coco_metrics(dataset.source, detections, dataset.image_ids(), chatter=chatter)
 
 
-SYNTHETIC_REASON = ("trained on in-memory random pixels (data_mode: synthetic) to time the "
-                    "strategy without its loader; its AP would say nothing, so it is not evaluated")
+SYNTHETIC_REASON = (
+    "trained on in-memory random pixels (data_mode: synthetic) to time the "
+    "strategy without its loader; its AP would say nothing, so it is not evaluated"
+)
 
 
 def not_evaluated(run_dir: str | Path) -> tuple[str, str] | None:
@@ -186,5 +207,7 @@ def record_not_evaluated(run_dir: str | Path, why: tuple[str, str]) -> None:
     """The metrics of a run that is not scored: its status and reason, every metric None."""
     run_dir = Path(run_dir)
     write_json(run_dir / "predictions.json", [])
-    write_json(run_dir / "metrics.json", {"run_id": run_dir.name, "status": why[0],
-                                          "reason": why[1], **{name: None for name in METRICS}})
+    write_json(
+        run_dir / "metrics.json",
+        {"run_id": run_dir.name, "status": why[0], "reason": why[1], **{name: None for name in METRICS}},
+    )

@@ -13,6 +13,7 @@ of the 4 + 4 average from the gradient of the 8 (both causes at play), `resample
 images again with another sampling seed (sampling alone). Under GroupNorm (`model.norm`) batch
 statistics are gone, so what `split` keeps beyond `resample` is the split's own.
 """
+
 from __future__ import annotations
 
 import copy
@@ -47,8 +48,9 @@ def measure(cfg: schema.TrainStage, norm: str) -> SplitDistance:
     """The two distances (SplitDistance's `split` and `resample`: 2 x 4 images each with its
     own sampling seed, and the 8 again with another) of the preset `cfg`'s model under `norm`,
     at train.seed's initial weights."""
-    dataset = CocoDetection(cfg.data.root, "train", train=True, horizontal_flip=0.0,
-                            exif_orientation=cfg.data.exif_orientation)
+    dataset = CocoDetection(
+        cfg.data.root, "train", train=True, horizontal_flip=0.0, exif_orientation=cfg.data.exif_orientation
+    )
     images, targets = collate([dataset[i] for i in range(IMAGES)])
     images = [to_model_input(image, "cpu") for image in images]
     seed = cfg.train.seed
@@ -57,7 +59,8 @@ def measure(cfg: schema.TrainStage, norm: str) -> SplitDistance:
     model.train()
     whole = gradient(model, images, targets, seed)
     half = IMAGES // 2
-    split = (gradient(model, images[:half], targets[:half], seed)
-             + gradient(model, images[half:], targets[half:], seed + 1)) / 2
+    split = (
+        gradient(model, images[:half], targets[:half], seed) + gradient(model, images[half:], targets[half:], seed + 1)
+    ) / 2
     resampled = gradient(model, images, targets, seed + 1)
     return SplitDistance(norm=norm, split=distance(split, whole), resample=distance(resampled, whole))

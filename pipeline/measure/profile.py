@@ -14,6 +14,7 @@ event):
 A trace with no device events (a CPU run) reads its ops as the "device": its busy share is the
 time the host spent inside aten ops, its gaps the Python in between; the summary says so.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -27,43 +28,54 @@ from pathlib import Path
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 HOST_CATEGORIES = ("cpu_op", "python_function", "user_annotation", "cuda_runtime", "cuda_driver")
 # What makes the host wait for the device (or copies a device value to it, which waits)
-SYNC_NAMES = re.compile(r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|"
-                        r"cudaMemcpy|cudaStreamWaitEvent|aten::item|aten::_local_scalar_dense|"
-                        r"aten::nonzero|aten::is_nonzero|aten::equal)$")
+SYNC_NAMES = re.compile(
+    r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|"
+    r"cudaMemcpy|cudaStreamWaitEvent|aten::item|aten::_local_scalar_dense|"
+    r"aten::nonzero|aten::is_nonzero|aten::equal)$"
+)
 STEP = re.compile(r"^ProfilerStep#\d+$")
 
 
 @dataclass(frozen=True)
 class Gap:
-    start_ms: float      # from the window's start
+    start_ms: float  # from the window's start
     ms: float
-    frames: list         # the innermost Python frames that cover most of the gap
-    ops: list            # the host ops with the largest overlap, with their overlap in ms
+    frames: list  # the innermost Python frames that cover most of the gap
+    ops: list  # the host ops with the largest overlap, with their overlap in ms
 
 
 @dataclass(frozen=True)
 class Summary:
-    device: str          # "kernels" or "cpu ops (no device events in the trace)"
+    device: str  # "kernels" or "cpu ops (no device events in the trace)"
     window_ms: float
-    steps: int           # profiled steps in the window (0: no step annotations)
+    steps: int  # profiled steps in the window (0: no step annotations)
     busy_share: float
-    gaps: list           # Gap, longest first
-    syncs: dict          # name -> {"count", "ms"}
-    top: list            # {"name", "count", "ms", "share"}, most time first
+    gaps: list  # Gap, longest first
+    syncs: dict  # name -> {"count", "ms"}
+    top: list  # {"name", "count", "ms", "share"}, most time first
 
     def to_json(self) -> dict:
         return asdict(self)
 
     def markdown(self) -> str:
-        lines = [f"- window {self.window_ms:.1f} ms over {self.steps} step(s); device ({self.device}) "
-                 f"busy {100 * self.busy_share:.1f} % of it",
-                 "- longest gaps (device idle), with what the host ran in them:"]
-        lines += [f"  - {g.ms:.2f} ms at +{g.start_ms:.1f} ms: frames {'; '.join(g.frames) or '-'}; "
-                  f"ops {'; '.join(f'{n} ({ms:.2f} ms)' for n, ms in g.ops) or '-'}" for g in self.gaps]
-        lines.append("- host-device syncs: " + (", ".join(
-            f"{name} x{s['count']} {s['ms']:.2f} ms" for name, s in self.syncs.items()) or "none"))
-        lines.append("- top device work: " + ", ".join(
-            f"{t['name'][:60]} {t['ms']:.1f} ms ({100 * t['share']:.1f} %)" for t in self.top))
+        lines = [
+            f"- window {self.window_ms:.1f} ms over {self.steps} step(s); device ({self.device}) "
+            f"busy {100 * self.busy_share:.1f} % of it",
+            "- longest gaps (device idle), with what the host ran in them:",
+        ]
+        lines += [
+            f"  - {g.ms:.2f} ms at +{g.start_ms:.1f} ms: frames {'; '.join(g.frames) or '-'}; "
+            f"ops {'; '.join(f'{n} ({ms:.2f} ms)' for n, ms in g.ops) or '-'}"
+            for g in self.gaps
+        ]
+        lines.append(
+            "- host-device syncs: "
+            + (", ".join(f"{name} x{s['count']} {s['ms']:.2f} ms" for name, s in self.syncs.items()) or "none")
+        )
+        lines.append(
+            "- top device work: "
+            + ", ".join(f"{t['name'][:60]} {t['ms']:.1f} ms ({100 * t['share']:.1f} %)" for t in self.top)
+        )
         return "\n".join(lines)
 
 
@@ -114,11 +126,15 @@ def summarise(events: list[dict], gaps: int = 8, top: int = 10) -> Summary:
         last = max(last, end)
     idle.sort(key=lambda gap: gap[0] - gap[1])
     host = [e for e in events if e.get("cat") in HOST_CATEGORIES and not STEP.match(e["name"])]
-    return Summary(kind, window / 1000, len(steps),
-                   sum(b - a for a, b in busy) / window if window else 0.0,
-                   [behind(start, end, low, host) for start, end in idle[:gaps]],
-                   syncs([e for e in events if low <= e["ts"] <= high]),
-                   top_work(device, window, top))
+    return Summary(
+        kind,
+        window / 1000,
+        len(steps),
+        sum(b - a for a, b in busy) / window if window else 0.0,
+        [behind(start, end, low, host) for start, end in idle[:gaps]],
+        syncs([e for e in events if low <= e["ts"] <= high]),
+        top_work(device, window, top),
+    )
 
 
 def behind(start: float, end: float, origin: float, host: list[dict]) -> Gap:
@@ -126,11 +142,20 @@ def behind(start: float, end: float, origin: float, host: list[dict]) -> Gap:
     length = end - start
     covering = [e for e in host if overlap(e, start, end) >= 0.5 * length]
     frames = sorted((e for e in covering if e.get("cat") == "python_function"), key=lambda e: e["dur"])
-    ops = sorted(((e["name"], overlap(e, start, end)) for e in host
-                  if e.get("cat") in ("cpu_op", "cuda_runtime") and overlap(e, start, end) > 0),
-                 key=lambda pair: -pair[1])
-    return Gap((start - origin) / 1000, length / 1000, [e["name"] for e in frames[:3]],
-               [(name, ms / 1000) for name, ms in ops[:3]])
+    ops = sorted(
+        (
+            (e["name"], overlap(e, start, end))
+            for e in host
+            if e.get("cat") in ("cpu_op", "cuda_runtime") and overlap(e, start, end) > 0
+        ),
+        key=lambda pair: -pair[1],
+    )
+    return Gap(
+        (start - origin) / 1000,
+        length / 1000,
+        [e["name"] for e in frames[:3]],
+        [(name, ms / 1000) for name, ms in ops[:3]],
+    )
 
 
 def syncs(events: list[dict]) -> dict:
@@ -149,8 +174,10 @@ def top_work(device: list[dict], window: float, top: int) -> list[dict]:
         totals[e["name"]][0] += 1
         totals[e["name"]][1] += e["dur"]
     ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:top]
-    return [{"name": name, "count": count, "ms": dur / 1000, "share": dur / window if window else 0.0}
-            for name, (count, dur) in ranked]
+    return [
+        {"name": name, "count": count, "ms": dur / 1000, "share": dur / window if window else 0.0}
+        for name, (count, dur) in ranked
+    ]
 
 
 def slim(path: Path, limit: int) -> str:
@@ -165,8 +192,9 @@ def slim(path: Path, limit: int) -> str:
             json.dump(dict(trace, traceEvents=kept), handle)
         if path.stat().st_size <= limit:
             break
-    return ("without Python frames" if floor_us == float("inf") else
-            f"without Python frames shorter than {floor_us:g} us")
+    return (
+        "without Python frames" if floor_us == float("inf") else f"without Python frames shorter than {floor_us:g} us"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

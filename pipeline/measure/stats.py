@@ -9,6 +9,7 @@ another revision) is the ratio of their medians with the 95 % Welch interval of 
 of their means, put on the reference's scale (`gap`; a configuration run once borrows the
 reference's spread). No scipy: the t quantiles are a table.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,9 +17,38 @@ import statistics
 from dataclasses import dataclass
 
 # Two-sided 95 % quantiles of Student's t, t(0.975; df) for df = 1..30; 1.96 (normal) beyond.
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 AGREEMENT = 0.03  # repeats of one configuration in one sitting agree when max/min - 1 <= this
 # A repeat is an outlier (Repeats.outliers) when it lies more than OUTLIER_MADS scaled median
 # absolute deviations (Iglewicz and Hoaglin's 3.5) AND more than the caller's relative margin
@@ -45,7 +75,7 @@ def _present(value) -> bool:
 @dataclass(frozen=True)
 class Spread:
     mean: float
-    sd: float   # sample standard deviation (n - 1); NaN for one run
+    sd: float  # sample standard deviation (n - 1); NaN for one run
     n: int
 
     @classmethod
@@ -76,9 +106,9 @@ class Spread:
 class Difference:
     a: Spread
     b: Spread
-    low: float    # the 95 % interval of mean(a) - mean(b); NaN when not judged
+    low: float  # the 95 % interval of mean(a) - mean(b); NaN when not judged
     high: float
-    t: float = math.nan   # Welch's t statistic and its Welch-Satterthwaite degrees of freedom
+    t: float = math.nan  # Welch's t statistic and its Welch-Satterthwaite degrees of freedom
     df: float = math.nan
 
     @property
@@ -97,11 +127,11 @@ def difference(a: Spread, b: Spread) -> Difference:
     diff = a.mean - b.mean
     if a.n < 2 or b.n < 2:
         return Difference(a, b, math.nan, math.nan)
-    va, vb = a.sd ** 2 / a.n, b.sd ** 2 / b.n
+    va, vb = a.sd**2 / a.n, b.sd**2 / b.n
     se = math.sqrt(va + vb)
     if se == 0:  # identical runs on both sides: any difference is beyond their (zero) spread
         return Difference(a, b, diff, diff, math.copysign(math.inf, diff) if diff else 0.0)
-    df = (va + vb) ** 2 / (va ** 2 / (a.n - 1) + vb ** 2 / (b.n - 1))
+    df = (va + vb) ** 2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
     half = t975(df) * se
     return Difference(a, b, diff - half, diff + half, diff / se, df)
 
@@ -144,8 +174,7 @@ class Repeats:
             return ()
         median = self.median
         mad = MAD_SCALE * statistics.median(abs(v - median) for v in self.values)
-        return tuple(v for v in self.values
-                     if abs(v - median) > OUTLIER_MADS * mad and abs(v / median - 1) > margin)
+        return tuple(v for v in self.values if abs(v - median) > OUTLIER_MADS * mad and abs(v / median - 1) > margin)
 
     def without(self, values) -> Repeats:
         """These repeats but `values` (each left out once)."""
@@ -162,8 +191,14 @@ class Repeats:
 
     def summary(self) -> dict:
         low, high = self.interval
-        return {"median": self.median, "low": low, "high": high, "repeats": len(self.values),
-                "disagreement": self.disagreement, "agree": self.agree}
+        return {
+            "median": self.median,
+            "low": low,
+            "high": high,
+            "repeats": len(self.values),
+            "disagreement": self.disagreement,
+            "agree": self.agree,
+        }
 
 
 @dataclass(frozen=True)
@@ -176,7 +211,7 @@ class Gap:
     ratio: float
     low: float
     high: float
-    noise: float      # the larger disagreement of the two sides' repeats (machine noise)
+    noise: float  # the larger disagreement of the two sides' repeats (machine noise)
     verdict: str
     # config - reference in the values' own unit (medians), and the 95 % interval of the
     # difference of the means
@@ -185,8 +220,13 @@ class Gap:
     delta_high: float = math.nan
 
     def summary(self) -> dict:
-        return {"ratio": self.ratio, "ratio_low": self.low, "ratio_high": self.high,
-                "noise": self.noise, "verdict": self.verdict}
+        return {
+            "ratio": self.ratio,
+            "ratio_low": self.low,
+            "ratio_high": self.high,
+            "noise": self.noise,
+            "verdict": self.verdict,
+        }
 
 
 def borrowed_difference(a: Spread, reference: Spread) -> Difference:
@@ -210,8 +250,6 @@ def gap(config: Repeats, reference: Repeats, borrow: bool = False) -> Gap:
     d = (borrowed_difference if borrow else difference)(config.spread, reference.spread)
     scale = reference.spread.mean
     ratio = config.median / reference.median if reference.median else math.nan
-    low, high = ((math.nan, math.nan) if math.isnan(d.low) or not scale else
-                 (1 + d.low / scale, 1 + d.high / scale))
-    noise = max((r.disagreement for r in (config, reference) if not math.isnan(r.disagreement)),
-                default=math.nan)
+    low, high = (math.nan, math.nan) if math.isnan(d.low) or not scale else (1 + d.low / scale, 1 + d.high / scale)
+    noise = max((r.disagreement for r in (config, reference) if not math.isnan(r.disagreement)), default=math.nan)
     return Gap(ratio, low, high, noise, d.verdict, config.median - reference.median, d.low, d.high)

@@ -49,6 +49,7 @@ Every file is written atomically (pipeline/runtime/files.py), so a crash never l
 No module imports matplotlib or seaborn until a figure is drawn, so importing pipeline.report.load
 (benchmarks) or pipeline.report.figures (the Snakefile) stays light.
 """
+
 from __future__ import annotations
 
 from .build import build_report

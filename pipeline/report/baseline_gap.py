@@ -2,6 +2,7 @@
 rule (BaselineGap, baseline_gaps), said in full and in one sentence; and why they differ, from the
 one-step equivalence check (equivalence_sentence, equivalence_short).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ class BaselineGap:
     spread: Spread
     workers: int
     batch: int
-    above: list[tuple[str, float]]      # (entry, baseline - entry) beyond the noise
+    above: list[tuple[str, float]]  # (entry, baseline - entry) beyond the noise
     below: list[tuple[str, float]]
     within: list[str]
     unjudged: list[str]
@@ -39,9 +40,11 @@ def baseline_gaps(summary: pd.DataFrame, metric: str = "AP") -> list[BaselineGap
     spreads = noise_spreads(done, metric)
     found = []
     for b, base in firsts[baseline_mask(firsts)].iterrows():
-        same = firsts[(firsts["global_batch"] == base["global_batch"])
-                      & (firsts["data_mode"] == base["data_mode"])
-                      & (firsts["workers"] > base["workers"])]
+        same = firsts[
+            (firsts["global_batch"] == base["global_batch"])
+            & (firsts["data_mode"] == base["data_mode"])
+            & (firsts["workers"] > base["workers"])
+        ]
         for workers, group in same.groupby("workers", sort=True):
             above, below, within, unjudged = [], [], [], []
             for e in group.index:
@@ -53,9 +56,19 @@ def baseline_gaps(summary: pd.DataFrame, metric: str = "AP") -> list[BaselineGap
                     within.append(e)
                 else:
                     unjudged.append(e)
-            found.append(BaselineGap(b, spreads[b], int(workers), int(base["global_batch"]),
-                                     above, below, within, unjudged,
-                                     {e: spreads[e] for e in group.index}))
+            found.append(
+                BaselineGap(
+                    b,
+                    spreads[b],
+                    int(workers),
+                    int(base["global_batch"]),
+                    above,
+                    below,
+                    within,
+                    unjudged,
+                    {e: spreads[e] for e in group.index},
+                )
+            )
     return found
 
 
@@ -63,13 +76,17 @@ def gap_sentence(g: BaselineGap) -> str:
     def by(gaps):
         return f"{joined(e for e, _ in gaps)} beyond the noise (by {span([abs(v) for _, v in gaps], 3)})"
 
-    parts = ([f"above {by(g.above)}"] if g.above else []) + (
-        [f"below {by(g.below)}"] if g.below else []) + (
-        [f"within the noise of {joined(g.within)}"] if g.within else []) + (
-        [f"not judged against {joined(g.unjudged)} (one run on a side)"] if g.unjudged else [])
+    parts = (
+        ([f"above {by(g.above)}"] if g.above else [])
+        + ([f"below {by(g.below)}"] if g.below else [])
+        + ([f"within the noise of {joined(g.within)}"] if g.within else [])
+        + ([f"not judged against {joined(g.unjudged)} (one run on a side)"] if g.unjudged else [])
+    )
     listed = ", ".join(f"{e} {s.text(3)}" for e, s in g.others.items())
-    return (f"{g.baseline}'s AP, {g.spread.text(3)}, against the {g.workers}-worker entries at the "
-            f"same global batch of {g.batch} images ({listed}): {'; '.join(parts)}.")
+    return (
+        f"{g.baseline}'s AP, {g.spread.text(3)}, against the {g.workers}-worker entries at the "
+        f"same global batch of {g.batch} images ({listed}): {'; '.join(parts)}."
+    )
 
 
 def gap_headline(g: BaselineGap) -> str:
@@ -77,29 +94,41 @@ def gap_headline(g: BaselineGap) -> str:
     values = span([s.mean for s in g.others.values()], 3)
     whom = f"{'every' if n > 1 else 'the'} {g.workers}-worker entry"
     if g.above and len(g.above) == n:
-        return (f"{g.baseline} reached a higher AP ({g.spread.mean:.3f}) than {whom} at the same "
-                f"global batch ({values}), beyond the noise.")
+        return (
+            f"{g.baseline} reached a higher AP ({g.spread.mean:.3f}) than {whom} at the same "
+            f"global batch ({values}), beyond the noise."
+        )
     if g.below and len(g.below) == n:
-        return (f"{g.baseline} reached a lower AP ({g.spread.mean:.3f}) than {whom} at the same "
-                f"global batch ({values}), beyond the noise.")
+        return (
+            f"{g.baseline} reached a lower AP ({g.spread.mean:.3f}) than {whom} at the same "
+            f"global batch ({values}), beyond the noise."
+        )
     if len(g.within) == n:
-        return (f"{g.baseline}'s AP ({g.spread.mean:.3f}) is within the noise of every "
-                f"{g.workers}-worker entry's at the same global batch ({values}).")
+        return (
+            f"{g.baseline}'s AP ({g.spread.mean:.3f}) is within the noise of every "
+            f"{g.workers}-worker entry's at the same global batch ({values})."
+        )
     if len(g.unjudged) == n:
-        return (f"{g.baseline}'s AP ({g.spread.mean:.3f}) against the {g.workers}-worker "
-                f"entr{'y' if n == 1 else 'ies'}' at the same global batch ({values}) is not "
-                "judged: one run on a side.")
+        return (
+            f"{g.baseline}'s AP ({g.spread.mean:.3f}) against the {g.workers}-worker "
+            f"entr{'y' if n == 1 else 'ies'}' at the same global batch ({values}) is not "
+            "judged: one run on a side."
+        )
 
     def many(k: int) -> str:
         return "all of them" if k == n and n > 1 else "it" if n == 1 else f"{k} of them"
 
-    verdicts = ([f"above {many(len(g.above))} beyond the noise"] if g.above else []) + (
-        [f"below {many(len(g.below))} beyond the noise"] if g.below else []) + (
-        [f"within the noise of {many(len(g.within))}"] if g.within else []) + (
-        [f"not judged against {many(len(g.unjudged))} (one run on a side)"] if g.unjudged else [])
-    return (f"{g.baseline}'s AP ({g.spread.mean:.3f}) against the {g.workers}-worker "
-            f"entr{'y' if n == 1 else 'ies'}' at the same global batch ({values}): "
-            f"{joined(verdicts)}.")
+    verdicts = (
+        ([f"above {many(len(g.above))} beyond the noise"] if g.above else [])
+        + ([f"below {many(len(g.below))} beyond the noise"] if g.below else [])
+        + ([f"within the noise of {many(len(g.within))}"] if g.within else [])
+        + ([f"not judged against {many(len(g.unjudged))} (one run on a side)"] if g.unjudged else [])
+    )
+    return (
+        f"{g.baseline}'s AP ({g.spread.mean:.3f}) against the {g.workers}-worker "
+        f"entr{'y' if n == 1 else 'ies'}' at the same global batch ({values}): "
+        f"{joined(verdicts)}."
+    )
 
 
 def equivalence_sentence(equivalence: EquivalenceRecord | None) -> str:
@@ -108,15 +137,21 @@ def equivalence_sentence(equivalence: EquivalenceRecord | None) -> str:
     if not checked:
         return ""
     values = {significant(v) for v in checked.values()}
-    away = (f"{values.pop()} of single's step" if len(values) == 1 else
-            ", ".join(f"{name} {significant(v)}" for name, v in checked.items()) + " of single's step")
-    return (f"From the same weights and the same global batch, one SGD step of each of "
-            f"{joined(checked)} lands {away} away from that of {equivalence.reference} (the "
-            f"one-step equivalence check). " + (
-                f"{equivalence.why} (each cause's share measured by the same check: the accuracy "
-                "gap, cause by cause)" if equivalence.causes else
-                f"Hypothesis, as this check measured no cause (the model.norm ablation does): "
-                f"{equivalence.why}"))
+    away = (
+        f"{values.pop()} of single's step"
+        if len(values) == 1
+        else ", ".join(f"{name} {significant(v)}" for name, v in checked.items()) + " of single's step"
+    )
+    return (
+        f"From the same weights and the same global batch, one SGD step of each of "
+        f"{joined(checked)} lands {away} away from that of {equivalence.reference} (the "
+        f"one-step equivalence check). "
+        + (
+            f"{equivalence.why} (each cause's share measured by the same check: the accuracy gap, cause by cause)"
+            if equivalence.causes
+            else f"Hypothesis, as this check measured no cause (the model.norm ablation does): {equivalence.why}"
+        )
+    )
 
 
 def equivalence_short(equivalence: EquivalenceRecord | None) -> str:
@@ -124,6 +159,8 @@ def equivalence_short(equivalence: EquivalenceRecord | None) -> str:
     checked = list(equivalence.relative_steps.values()) if equivalence else []
     if not checked:
         return ""
-    return (f"one SGD step of each of the {len(checked)} strategies checked lands "
-            f"{span(checked, 4) if len(checked) > 1 else f'{checked[0]:.4f}'} of single's step "
-            "away from single's, from the same weights and the same batch")
+    return (
+        f"one SGD step of each of the {len(checked)} strategies checked lands "
+        f"{span(checked, 4) if len(checked) > 1 else f'{checked[0]:.4f}'} of single's step "
+        "away from single's, from the same weights and the same batch"
+    )

@@ -2,6 +2,7 @@
 read (the run directories and the other stages' files), compute (report_data: every frame and
 table, the checks and the answer, once), write (summary.csv, the tables, numbers.tex, the
 figures), render (the registered sections, sections.py, as report.md and report.html)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,25 +44,33 @@ from .verdict import CauseFinding, VerdictInput, verdict
 # What the report stage writes into its directory besides the figures (the Snakefile declares
 # them): each table as .md, .csv and .tex, and these files. comparisons.csv holds every pair
 # and metric with its means, spreads and interval; its .md and .tex, one compact row per pair.
-TABLES = ("table1", "table2", "scaling", "time_to_accuracy", "data_modes", "prediction",
-          "predicted_scaling", "comparisons")
+TABLES = (
+    "table1",
+    "table2",
+    "scaling",
+    "time_to_accuracy",
+    "data_modes",
+    "prediction",
+    "predicted_scaling",
+    "comparisons",
+)
 # What each table holds: its caption in Snakemake's own report (rules/captions/tables.rst).
 TABLE_CAPTIONS = {
     "table1": "COCO box AP, AP50 and AP75: the study's published DP and DDP rows (its Table 1), "
-              "then each sweep entry's mean and spread over its seeds",
+    "then each sweep entry's mean and spread over its seeds",
     "table2": "time per iteration and training progress per epoch: the study's published rows "
-              "(its Table 2), then each sweep entry's",
+    "(its Table 2), then each sweep entry's",
     "scaling": "images/s against the number of workers per strategy, the speed-up over single "
-               "and the scaling efficiency",
+    "and the scaling efficiency",
     "time_to_accuracy": "when each run first reached the target AP, in training seconds",
     "data_modes": "images/s with the real loader and on in-memory tensors, and the loader's share",
     "prediction": "the cost model's images/s for every multi-process run beside the measured",
     "predicted_scaling": "the cost model's predictions past this machine, on the hypothetical "
-                         "clusters of report.predict: predictions, not measurements",
+    "clusters of report.predict: predictions, not measurements",
     "comparisons": "every pair of entries with the same workers and data mode, in images/s and "
-                   "AP: both means and spreads, the ratio, Welch's 95% interval and the verdict"}
-FILES = ("report.html", "report.md", "traffic.csv", "numbers.tex", "figures.tex",
-         "predicted_scaling_points.csv")
+    "AP: both means and spreads, the ratio, Welch's 95% interval and the verdict",
+}
+FILES = ("report.html", "report.md", "traffic.csv", "numbers.tex", "figures.tex", "predicted_scaling_points.csv")
 # The metrics every pair of entries is compared on, with the decimals their sentences show,
 # and their names in the comparisons table.
 COMPARED = {"images_per_second": 2, "AP": 3}
@@ -77,19 +86,25 @@ def figures_tex(figure_ext: str = "pdf") -> str:
         "  \\includegraphics[width=\\linewidth,height=0.8\\textheight,keepaspectratio]"
         f"{{\\reportdir/figures/{name}.{figure_ext}}}\n"
         f"  \\caption{{{tex_escape(entry.caption)}}}\n  \\label{{fig:{name}}}\n"
-        "\\end{figure}\n" for name, entry in FIGURES.items())
+        "\\end{figure}\n"
+        for name, entry in FIGURES.items()
+    )
 
 
 def figure_formats(report_cfg: schema.Report) -> list[str]:
     return list(report_cfg.figure_formats)
 
 
-def report_data(runs: list[RunDir], report_cfg: schema.Report, preset: str,
-                links: dict[int, CommbenchRecord] | None = None,
-                equivalence: EquivalenceRecord | None = None,
-                compute_runs: list[RunDir] | None = None,
-                accuracy_cause: CauseFinding | None = None,
-                held_out: tuple[str, ...] = ()) -> ReportData:
+def report_data(
+    runs: list[RunDir],
+    report_cfg: schema.Report,
+    preset: str,
+    links: dict[int, CommbenchRecord] | None = None,
+    equivalence: EquivalenceRecord | None = None,
+    compute_runs: list[RunDir] | None = None,
+    accuracy_cause: CauseFinding | None = None,
+    held_out: tuple[str, ...] = (),
+) -> ReportData:
     """Every frame, table, check and conclusion of the report, from the runs read, the
     commbench stage's records (process count -> record), the one-step check, the runs of
     report.predict's compute preset (None: `runs`, the same preset), the accuracy gap's
@@ -117,43 +132,79 @@ def report_data(runs: list[RunDir], report_cfg: schema.Report, preset: str,
     pairs, beyond = comparison_pairs(compared, COMPARED_NAMES)
     tables = {  # TABLES, by file name
         "table1": Table(table1, AP_DECIMALS, n_published),
-        "table2": Table(comparison_table(summary, published, TIME_TABLE, preset, dataset),
-                        TIME_DECIMALS, n_published),
+        "table2": Table(comparison_table(summary, published, TIME_TABLE, preset, dataset), TIME_DECIMALS, n_published),
         "scaling": Table(scaling, SCALING_DECIMALS),
         "time_to_accuracy": Table(time_to_accuracy_table(summary), TIME_TO_ACCURACY_DECIMALS),
         "data_modes": Table(data_modes, DATA_MODE_DECIMALS),
         # the run id says the entry; the CSV holds the held-out runs too, marked
-        "prediction": Table(predicted, prediction.DECIMALS, hide=("entry",),
-                            csv=holdout.marked(every_prediction, held_out).round(prediction.DECIMALS)),
-        "predicted_scaling": Table(compact, {
-            c: 1 if c.endswith("(predicted images/s)") else 0 for c in compact.columns
-            if c.endswith(("(predicted images/s)", "(predicted MiB per GPU)"))}),
-        "comparisons": Table(pairs, {f"{name} a/b": 3 for name in COMPARED_NAMES.values()},
-                             csv=compared, tex={"long": (COMPARISON_CAPTION, "tab:comparisons"),
-                                                "rules_before": {beyond}})}
+        "prediction": Table(
+            predicted,
+            prediction.DECIMALS,
+            hide=("entry",),
+            csv=holdout.marked(every_prediction, held_out).round(prediction.DECIMALS),
+        ),
+        "predicted_scaling": Table(
+            compact,
+            {
+                c: 1 if c.endswith("(predicted images/s)") else 0
+                for c in compact.columns
+                if c.endswith(("(predicted images/s)", "(predicted MiB per GPU)"))
+            },
+        ),
+        "comparisons": Table(
+            pairs,
+            {f"{name} a/b": 3 for name in COMPARED_NAMES.values()},
+            csv=compared,
+            tex={"long": (COMPARISON_CAPTION, "tab:comparisons"), "rules_before": {beyond}},
+        ),
+    }
     formats = figure_formats(report_cfg)
     checked = measurement_check(runs, links)
     tested = causes.cause_tests(every_run)  # the accuracy ablation, where the sweep ran it
     return ReportData(
-        runs=runs, summary=summary, preset=preset, dataset=dataset, published=published,
-        table1=table1, scaling=scaling, data_modes=data_modes, compared=compared,
-        prediction=predicted, held_out=out_of_sample, cluster_points=points, tables=tables, links=links,
-        equivalence=equivalence, predict=predict, compute=compute,
+        runs=runs,
+        summary=summary,
+        preset=preset,
+        dataset=dataset,
+        published=published,
+        table1=table1,
+        scaling=scaling,
+        data_modes=data_modes,
+        compared=compared,
+        prediction=predicted,
+        held_out=out_of_sample,
+        cluster_points=points,
+        tables=tables,
+        links=links,
+        equivalence=equivalence,
+        predict=predict,
+        compute=compute,
         # Each entry's seeds and their outliers, the one-process strategies' overheads,
         # commbench inputs outside their bands (pipeline/report/disturbance.py)
         checked=checked,
         # The verdict (verdict.verdict): the report's first lines and the abstract's
-        verdict=verdict(VerdictInput(summary, compared, checked,
-                                     accuracy_cause or causes.finding(tested))),
+        verdict=verdict(VerdictInput(summary, compared, checked, accuracy_cause or causes.finding(tested))),
         # The answer (answer.answer): the paper's and the report's first words
-        answer=answer(summary, compared, predicted, equivalence, dataset, inference_seconds(runs),
-                      out_of_sample.sentence()),
-        ablated=ablated, causes=tested,
-        figure_ext="png" if "png" in formats else formats[0])
+        answer=answer(
+            summary, compared, predicted, equivalence, dataset, inference_seconds(runs), out_of_sample.sentence()
+        ),
+        ablated=ablated,
+        causes=tested,
+        figure_ext="png" if "png" in formats else formats[0],
+    )
 
 
-def build_report(run_dirs, report_cfg: schema.Report, preset: str, summary_path, out_dir,
-                 equivalence=None, commbench=(), compute_runs=(), held_out=()) -> pd.DataFrame:
+def build_report(
+    run_dirs,
+    report_cfg: schema.Report,
+    preset: str,
+    summary_path,
+    out_dir,
+    equivalence=None,
+    commbench=(),
+    compute_runs=(),
+    held_out=(),
+) -> pd.DataFrame:
     """Read every run directory (and the commbench stage's files, the one-step check's, and
     the run directories of report.predict's compute preset when that is another preset), write
     summary.csv and the whole report; return the summary. `held_out`: the sweep's held-out
@@ -161,12 +212,17 @@ def build_report(run_dirs, report_cfg: schema.Report, preset: str, summary_path,
     out_dir = Path(out_dir)
     runs = [load_run(d) for d in run_dirs]
     links = {found.processes: found for found in map(CommbenchRecord.read, commbench)}
-    steps = (EquivalenceRecord.from_json(read_input(Path(equivalence)), str(equivalence))
-             if equivalence else None)
+    steps = EquivalenceRecord.from_json(read_input(Path(equivalence)), str(equivalence)) if equivalence else None
     same_preset = report_cfg.predict.compute.preset == preset
-    data = report_data(runs, report_cfg, preset, links, steps,
-                       None if same_preset else [load_run(d) for d in compute_runs],
-                       held_out=tuple(held_out))
+    data = report_data(
+        runs,
+        report_cfg,
+        preset,
+        links,
+        steps,
+        None if same_preset else [load_run(d) for d in compute_runs],
+        held_out=tuple(held_out),
+    )
 
     with atomic_path(summary_path) as tmp:
         data.summary.to_csv(tmp, index=False)

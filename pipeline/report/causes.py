@@ -12,6 +12,7 @@ The runs under the other norm are an ablation: the report's other tables and fin
 sweep's main runs only (`split_by_norm`), so a GroupNorm single never becomes single's level.
 `CauseTest` is the typed record the answer reads.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,11 +54,11 @@ class CauseTest:
 
     cause: str
     removed_by: str
-    baseline: str                 # the entries compared with the cause (their ids)
+    baseline: str  # the entries compared with the cause (their ids)
     compared: str
-    gap_with: Difference          # a: the baseline's AP, b: the compared entry's
+    gap_with: Difference  # a: the baseline's AP, b: the compared entry's
     gap_without: Difference
-    verdict: str                  # supported | not the whole cause | undecided
+    verdict: str  # supported | not the whole cause | undecided
 
     @property
     def supported(self) -> bool:
@@ -92,7 +93,8 @@ def _ap_spreads(runs: list[RunDir], norm: str) -> dict[str, Spread]:
     for r in runs:
         s = r.summary
         wanted = (is_baseline(s.strategy, s.variant) and s.workers == 1) or (
-            s.strategy == "ddp" and not s.variant and s.workers == 2)
+            s.strategy == "ddp" and not s.variant and s.workers == 2
+        )
         if r.ok and r.evaluated and s.data_mode == "real" and norm_of(r) == norm and wanted:
             values.setdefault(r.entry, []).append(r.metrics.AP)
     return {entry: Spread.of(v) for entry, v in values.items()}
@@ -116,8 +118,10 @@ def cause_tests(runs: list[RunDir]) -> list[CauseTest]:
     if None in pairs.values():
         return []
     (b, c), (b0, c0) = pairs[WITH], pairs[WITHOUT]
-    with_, without = (difference(spreads[WITH][b], spreads[WITH][c]),
-                      difference(spreads[WITHOUT][b0], spreads[WITHOUT][c0]))
+    with_, without = (
+        difference(spreads[WITH][b], spreads[WITH][c]),
+        difference(spreads[WITHOUT][b0], spreads[WITHOUT][c0]),
+    )
     return [CauseTest(CAUSE, REMOVED_BY, b, c, with_, without, verdict_of(with_, without))]
 
 
@@ -129,8 +133,10 @@ def finding(tests: list[CauseTest]) -> CauseFinding | None:
     t = tests[0]
     gap = f"single's AP lead is {signed(t.ap_gap_with)} with it"
     if _judged(t.gap_without):
-        gap += (f" and {signed(t.ap_gap_without)} without it (95% interval "
-                f"{signed(t.gap_without.low)} to {signed(t.gap_without.high)})")
+        gap += (
+            f" and {signed(t.ap_gap_without)} without it (95% interval "
+            f"{signed(t.gap_without.low)} to {signed(t.gap_without.high)})"
+        )
     supported = {"supported": True, "not the whole cause": False}.get(t.verdict)
     return CauseFinding(f"{t.cause} (removed by {t.removed_by})", gap, supported)
 
@@ -141,17 +147,22 @@ def _interval(d: Difference) -> str:
 
 def sentence(t: CauseTest) -> str:
     """What the runs say of the cause, worded as a finding only where they decide it."""
-    gaps = (f"single's AP lead over ddp-w2 is {t.ap_gap_with:+.3f} ({_interval(t.gap_with)}) with "
-            f"BatchNorm and {t.ap_gap_without:+.3f} ({_interval(t.gap_without)}) under GroupNorm")
+    gaps = (
+        f"single's AP lead over ddp-w2 is {t.ap_gap_with:+.3f} ({_interval(t.gap_with)}) with "
+        f"BatchNorm and {t.ap_gap_without:+.3f} ({_interval(t.gap_without)}) under GroupNorm"
+    )
     if t.verdict == "supported":
-        return (f"{gaps}: with batch statistics removed the gap is within the noise, so the runs "
-                f"support {t.cause} as the cause of the accuracy gap.")
+        return (
+            f"{gaps}: with batch statistics removed the gap is within the noise, so the runs "
+            f"support {t.cause} as the cause of the accuracy gap."
+        )
     if t.verdict == "not the whole cause":
-        return (f"{gaps}: a gap beyond the noise remains without batch statistics, so {t.cause} "
-                f"is not the whole cause; {OTHER_CAUSE} is the remaining hypothesis (no run "
-                "removes it).")
-    return (f"{gaps}: the runs cannot decide; that {t.cause} or {OTHER_CAUSE} causes the gap is "
-            "a hypothesis.")
+        return (
+            f"{gaps}: a gap beyond the noise remains without batch statistics, so {t.cause} "
+            f"is not the whole cause; {OTHER_CAUSE} is the remaining hypothesis (no run "
+            "removes it)."
+        )
+    return f"{gaps}: the runs cannot decide; that {t.cause} or {OTHER_CAUSE} causes the gap is a hypothesis."
 
 
 def _percent(value: float | None) -> str:
@@ -163,20 +174,29 @@ def step_sentence(equivalence: EquivalenceRecord | None) -> str:
     causes = (equivalence.causes or []) if equivalence else []
     if not causes:
         return ""
-    parts = [f"under {c.norm}, splitting 8 images into 4 + 4 moves the gradient by "
-             f"{_percent(c.split)} of its norm and resampling the same 8 by {_percent(c.resample)}"
-             + (f" (ddp-w2's whole step: {_percent(c.launched)} from single's)"
-                if c.launched is not None else "") for c in causes]
-    return ("One step from the same weights (the equivalence check): " + "; ".join(parts) + ".")
+    parts = [
+        f"under {c.norm}, splitting 8 images into 4 + 4 moves the gradient by "
+        f"{_percent(c.split)} of its norm and resampling the same 8 by {_percent(c.resample)}"
+        + (f" (ddp-w2's whole step: {_percent(c.launched)} from single's)" if c.launched is not None else "")
+        for c in causes
+    ]
+    return "One step from the same weights (the equivalence check): " + "; ".join(parts) + "."
 
 
 def section(tests: list[CauseTest], equivalence: EquivalenceRecord | None) -> Section | None:
     """The report's section: the finding and its table, or None without the ablation's runs."""
     if not tests:
         return None
-    rows = [{"norm": norm, "single AP": d.a.text(3), "ddp-w2 AP": d.b.text(3),
-             "single - ddp-w2": f"{d.a.mean - d.b.mean:+.3f}",
-             "95 % interval": f"{d.low:+.3f} to {d.high:+.3f}" if _judged(d) else "not judged"}
-            for t in tests for norm, d in ((WITH, t.gap_with), (WITHOUT, t.gap_without))]
+    rows = [
+        {
+            "norm": norm,
+            "single AP": d.a.text(3),
+            "ddp-w2 AP": d.b.text(3),
+            "single - ddp-w2": f"{d.a.mean - d.b.mean:+.3f}",
+            "95 % interval": f"{d.low:+.3f} to {d.high:+.3f}" if _judged(d) else "not judged",
+        }
+        for t in tests
+        for norm, d in ((WITH, t.gap_with), (WITHOUT, t.gap_without))
+    ]
     paragraphs = [sentence(t) for t in tests] + [p for p in [step_sentence(equivalence)] if p]
     return Section("The accuracy gap, cause by cause", paragraphs, pd.DataFrame(rows))

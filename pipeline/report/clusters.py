@@ -9,6 +9,7 @@ pipeline/costmodel/predict.py; this module makes its frames, table and sentences
 here is a prediction and is labelled as one; the measured runs are marked beside the curves,
 never mixed into them.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,9 +23,17 @@ from ..strategies import DDP, REGISTERED, DataParallel, ParameterServer, lookup
 from .load import RunDir
 from .prediction import single_inputs
 
-COLUMNS = ["cluster", "model", "gpus", "nodes", "predicted_images_per_second",
-           "predicted_efficiency", "predicted_communication_s", "busiest_link_bytes",
-           "predicted_state_mb_per_gpu"]
+COLUMNS = [
+    "cluster",
+    "model",
+    "gpus",
+    "nodes",
+    "predicted_images_per_second",
+    "predicted_efficiency",
+    "predicted_communication_s",
+    "busiest_link_bytes",
+    "predicted_state_mb_per_gpu",
+]
 SHOWN_GPUS = (1, 8, 64, 256)  # the compact table's columns (where a cluster reaches them)
 
 
@@ -41,10 +50,10 @@ def gpu_compute(predict: schema.Predict, runs: list[RunDir]) -> Compute:
     wanted = predict.compute
     for single in single_inputs(runs):
         if single["baseline"] and single["device"].startswith("cuda"):
-            return Compute.measured(single, f"measured: {single['run_id']} of the {wanted.preset} "
-                                            f"preset on {single['device']}")
-    return Compute(wanted.assumed_seconds_per_image, wanted.gradient_bytes,
-                   f"assumed: {wanted.assumed_source}")
+            return Compute.measured(
+                single, f"measured: {single['run_id']} of the {wanted.preset} preset on {single['device']}"
+            )
+    return Compute(wanted.assumed_seconds_per_image, wanted.gradient_bytes, f"assumed: {wanted.assumed_source}")
 
 
 def prediction_points(predict: schema.Predict, compute: Compute) -> pd.DataFrame:
@@ -57,13 +66,18 @@ def prediction_points(predict: schema.Predict, compute: Compute) -> pd.DataFrame
             for gpus in cluster.gpu_counts():
                 shards = {"servers": cluster.servers(gpus)} if entry.get("servers") == "K" else {}
                 strategy = lookup(entry["strategy"])
-                run = strategy.filled(**{**entry, **shards}, workers=gpus,
-                                      images_per_worker=predict.images_per_gpu)
-                point = predict_point(strategy, run, compute, predict.images_per_gpu,
-                                      cluster.network(gpus))
+                run = strategy.filled(**{**entry, **shards}, workers=gpus, images_per_worker=predict.images_per_gpu)
+                point = predict_point(strategy, run, compute, predict.images_per_gpu, cluster.network(gpus))
                 if point:
-                    rows.append({"cluster": cluster.name, "model": label, "gpus": gpus,
-                                 "nodes": cluster.nodes_for(gpus), **point})
+                    rows.append(
+                        {
+                            "cluster": cluster.name,
+                            "model": label,
+                            "gpus": gpus,
+                            "nodes": cluster.nodes_for(gpus),
+                            **point,
+                        }
+                    )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -72,8 +86,10 @@ def compact_table(points: pd.DataFrame) -> pd.DataFrame:
     there (the report's table)."""
     shown = points[points["gpus"].isin(SHOWN_GPUS)]
     parts = []
-    for column, name in (("predicted_images_per_second", "predicted images/s"),
-                         ("predicted_state_mb_per_gpu", "predicted MiB per GPU")):
+    for column, name in (
+        ("predicted_images_per_second", "predicted images/s"),
+        ("predicted_state_mb_per_gpu", "predicted MiB per GPU"),
+    ):
         part = shown.pivot_table(index=["cluster", "model"], columns="gpus", values=column, sort=False)
         part.columns = [f"{g} GPUs ({name})" for g in part.columns]
         parts.append(part)
@@ -88,64 +104,86 @@ def findings(points: pd.DataFrame, predict: schema.Predict, compute: Compute) ->
     sentences = []
     for cluster in map(Cluster.of, predict.clusters):
         frame = points[points["cluster"] == cluster.name]
-        rate, load = (frame.pivot_table(index="gpus", columns="model", values=column)[[ring, sharded]]
-                      for column in ("predicted_images_per_second", "busiest_link_bytes"))
+        rate, load = (
+            frame.pivot_table(index="gpus", columns="model", values=column)[[ring, sharded]]
+            for column in ("predicted_images_per_second", "busiest_link_bytes")
+        )
         top = int(rate.index.max())
         fewer = load.index[(load[sharded] < load[ring]).to_numpy()]
         faster = rate.index[(rate[sharded] > rate[ring]).to_numpy()]
         sentences.append(
             f"{cluster.name}: by the model, the sharded parameter server "
-            + (f"moves fewer bytes over its busiest link than ring all-reduce from {int(fewer.min())} "
-               f"GPUs on ({load.loc[top, sharded] / 1e6:.0f} against {load.loc[top, ring] / 1e6:.0f} "
-               f"MB each way at {top})" if len(fewer) else
-               f"never moves fewer bytes over its busiest link than ring all-reduce up to {top} GPUs "
-               f"({load.loc[top, sharded] / 1e6:.0f} against {load.loc[top, ring] / 1e6:.0f} MB each "
-               f"way at {top}: the {cluster.gpus_per_node} workers of a node each send their whole "
-               "gradients over its one network; BytePS sums them within the node first, this "
-               "project's server does not)")
-            + (f", and overtakes it in images/s at {int(faster.min())} GPUs "
-               f"({rate.loc[int(faster.min()), sharded]:.0f} against {rate.loc[int(faster.min()), ring]:.0f})."
-               if len(faster) else
-               f", but stays behind it in images/s up to {top} GPUs ({rate.loc[top, sharded]:.0f} "
-               f"against {rate.loc[top, ring]:.0f}): its gradients leave only after the backward "
-               "pass and its weights return only after the update, while DDP's buckets overlap "
-               "the backward pass."))
+            + (
+                f"moves fewer bytes over its busiest link than ring all-reduce from {int(fewer.min())} "
+                f"GPUs on ({load.loc[top, sharded] / 1e6:.0f} against {load.loc[top, ring] / 1e6:.0f} "
+                f"MB each way at {top})"
+                if len(fewer)
+                else f"never moves fewer bytes over its busiest link than ring all-reduce up to {top} GPUs "
+                f"({load.loc[top, sharded] / 1e6:.0f} against {load.loc[top, ring] / 1e6:.0f} MB each "
+                f"way at {top}: the {cluster.gpus_per_node} workers of a node each send their whole "
+                "gradients over its one network; BytePS sums them within the node first, this "
+                "project's server does not)"
+            )
+            + (
+                f", and overtakes it in images/s at {int(faster.min())} GPUs "
+                f"({rate.loc[int(faster.min()), sharded]:.0f} against {rate.loc[int(faster.min()), ring]:.0f})."
+                if len(faster)
+                else f", but stays behind it in images/s up to {top} GPUs ({rate.loc[top, sharded]:.0f} "
+                f"against {rate.loc[top, ring]:.0f}): its gradients leave only after the backward "
+                "pass and its weights return only after the update, while DDP's buckets overlap "
+                "the backward pass."
+            )
+        )
         saturated = saturation(DataParallel, cluster, compute, predict.images_per_gpu)
         within = frame[frame["model"] == DataParallel.DEVICE_0]
         widest = within.loc[within["gpus"].idxmax()]
         sentences.append(
-            f"{cluster.name}: DataParallel needs 2 GPUs in one machine; this cluster has "
-            f"{cluster.gpus_per_node}." if cluster.gpus_per_node < 2 else
-            f"{cluster.name}: DataParallel keeps {widest['predicted_efficiency']:.0%} efficiency "
+            f"{cluster.name}: DataParallel needs 2 GPUs in one machine; this cluster has {cluster.gpus_per_node}."
+            if cluster.gpus_per_node < 2
+            else f"{cluster.name}: DataParallel keeps {widest['predicted_efficiency']:.0%} efficiency "
             f"at the node's {int(widest['gpus'])} GPUs and cannot span nodes; by the model its "
             "device 0 would saturate (efficiency below 50 %) "
-            + (f"at {saturated} GPUs in one machine." if saturated else
-               f"at no size up to {cluster.gpus_per_node * cluster.nodes} GPUs in one machine."))
+            + (
+                f"at {saturated} GPUs in one machine."
+                if saturated
+                else f"at no size up to {cluster.gpus_per_node * cluster.nodes} GPUs in one machine."
+            )
+        )
     return sentences
 
 
 def section(shown: pd.DataFrame, points: pd.DataFrame, predict: schema.Predict, compute: Compute) -> dict:
     """The report's section: inputs, the generated findings and the compact table."""
-    return {"title": "Predicted scaling past this machine (cost model)", "text": [
-        "Predictions, not measurements: each strategy's cost model on the hypothetical clusters "
-        "of report.predict, at "
-        f"{predict.images_per_gpu} images per GPU. One GPU's time per image: "
-        f"{compute.seconds_per_image:.4g} s; gradient bytes M: {compute.gradient_bytes / 1e6:.1f} "
-        f"MB ({compute.source}). Backward, which DDP's buckets overlap, is {BACKWARD_SHARE:.2f} of "
-        "it. A synchronous step waits for its slowest GPU: "
-        + (f"the expected maximum of N normal compute times, {math.sqrt(compute.variance_per_image):.3g} s "
-           "of standard deviation per image as the measured run's iterations spread (images taken "
-           "as independent). " if compute.variance_per_image > 0 else
-           "no spread of the compute is known, so no wait is added. ") +
-        "Efficiency is images/s over GPUs times one GPU's. The parameter server with K "
-        "servers has one per spare CPU machine. Memory per GPU (predicted_state_mb_per_gpu) is "
-        "the weights, gradients and optimizer state its busiest process holds by its "
-        "strategy's analysis. The figures predicted_throughput and "
-        "predicted_efficiency draw every point (predicted_scaling_points.csv) and mark this "
-        "preset's measured runs beside them.",
-        *(f"{c.name}: {c.gpus_per_node} GPU(s) per node, up to {c.nodes} nodes; "
-          f"within a node {c.intra_gbit_s:g} Gbit/s, {c.intra_latency_us:g} us; between "
-          f"nodes {c.inter_gbit_s:g} Gbit/s, {c.inter_latency_us:g} us; "
-          f"{c.spare_cpu_machines_per_node} spare CPU machine(s) per node."
-          for c in predict.clusters)],
-        "table": shown, "bullets": findings(points, predict, compute)}
+    return {
+        "title": "Predicted scaling past this machine (cost model)",
+        "text": [
+            "Predictions, not measurements: each strategy's cost model on the hypothetical clusters "
+            "of report.predict, at "
+            f"{predict.images_per_gpu} images per GPU. One GPU's time per image: "
+            f"{compute.seconds_per_image:.4g} s; gradient bytes M: {compute.gradient_bytes / 1e6:.1f} "
+            f"MB ({compute.source}). Backward, which DDP's buckets overlap, is {BACKWARD_SHARE:.2f} of "
+            "it. A synchronous step waits for its slowest GPU: "
+            + (
+                f"the expected maximum of N normal compute times, {math.sqrt(compute.variance_per_image):.3g} s "
+                "of standard deviation per image as the measured run's iterations spread (images taken "
+                "as independent). "
+                if compute.variance_per_image > 0
+                else "no spread of the compute is known, so no wait is added. "
+            )
+            + "Efficiency is images/s over GPUs times one GPU's. The parameter server with K "
+            "servers has one per spare CPU machine. Memory per GPU (predicted_state_mb_per_gpu) is "
+            "the weights, gradients and optimizer state its busiest process holds by its "
+            "strategy's analysis. The figures predicted_throughput and "
+            "predicted_efficiency draw every point (predicted_scaling_points.csv) and mark this "
+            "preset's measured runs beside them.",
+            *(
+                f"{c.name}: {c.gpus_per_node} GPU(s) per node, up to {c.nodes} nodes; "
+                f"within a node {c.intra_gbit_s:g} Gbit/s, {c.intra_latency_us:g} us; between "
+                f"nodes {c.inter_gbit_s:g} Gbit/s, {c.inter_latency_us:g} us; "
+                f"{c.spare_cpu_machines_per_node} spare CPU machine(s) per node."
+                for c in predict.clusters
+            ),
+        ],
+        "table": shown,
+        "bullets": findings(points, predict, compute),
+    }

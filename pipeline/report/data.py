@@ -4,6 +4,7 @@ The figures draw from it (figures.py), the sections say it (sections.py), number
 (numbers.numbers_tex), and build_report writes its tables. Only pandas and the run records at
 import: the Snakefile imports the figures' registry, which names this type.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -26,6 +26,7 @@ disturbed shared-compute factor: it takes the factor a quiet machine shows (1 wh
 processes have the cores to themselves), an assumption it names; disturbed links and strategy
 timings have no stand-in and are used as measured, flagged.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,8 +50,13 @@ def identical_to_single(s: RunSummary) -> bool:
     """Whether a run (a completed one's summary) computes exactly single's steps
     (IDENTICAL_TO_SINGLE)."""
     variants = IDENTICAL_TO_SINGLE.get(s.strategy, set())
-    return (s.workers == 1 and (s.processes or 1) == 1 and s.images_per_second is not None and s.images_per_second > 0
-            and (variants is None or (s.variant or "") in variants))
+    return (
+        s.workers == 1
+        and (s.processes or 1) == 1
+        and s.images_per_second is not None
+        and s.images_per_second > 0
+        and (variants is None or (s.variant or "") in variants)
+    )
 
 
 def _speed(value: float) -> str:
@@ -69,9 +75,9 @@ class EntryRepeats:
     those far outside the others (outliers)."""
 
     entry: str
-    name: str                                 # as a reader says it: 'ZeRO-1, 2 workers'
-    speeds: tuple[tuple[str, float], ...]     # (run id, images/s), slowest first
-    outliers: tuple[tuple[str, float], ...]   # the same pairs, for the outliers
+    name: str  # as a reader says it: 'ZeRO-1, 2 workers'
+    speeds: tuple[tuple[str, float], ...]  # (run id, images/s), slowest first
+    outliers: tuple[tuple[str, float], ...]  # the same pairs, for the outliers
 
     @property
     def kept(self) -> Repeats:
@@ -89,19 +95,28 @@ class EntryRepeats:
 
     def outlier_sentences(self) -> list[str]:
         others = [speed for run, speed in self.speeds if (run, speed) not in self.outliers]
-        listed = ", ".join(_speed(v) for v in others[:-1]) + " and " + _speed(others[-1]) \
-            if len(others) > 1 else _speed(others[0])
-        return [f"{run} ran at {_speed(speed)} images/s against {listed} for the other seeds of "
-                f"{self.entry} ({self.name}): an outlier, {abs(speed / self.kept.median - 1):.0%} "
-                f"{'below' if speed < self.kept.median else 'above'} their median (more than "
-                f"{TOLERANCE:.0%} and 3.5 robust deviations from it). It stays in the entry's "
-                "means; the entry's spread is read without it."
-                for run, speed in self.outliers]
+        listed = (
+            ", ".join(_speed(v) for v in others[:-1]) + " and " + _speed(others[-1])
+            if len(others) > 1
+            else _speed(others[0])
+        )
+        return [
+            f"{run} ran at {_speed(speed)} images/s against {listed} for the other seeds of "
+            f"{self.entry} ({self.name}): an outlier, {abs(speed / self.kept.median - 1):.0%} "
+            f"{'below' if speed < self.kept.median else 'above'} their median (more than "
+            f"{TOLERANCE:.0%} and 3.5 robust deviations from it). It stays in the entry's "
+            "means; the entry's spread is read without it."
+            for run, speed in self.outliers
+        ]
 
     def sentence(self) -> str:
-        return (f"{self.entry}'s {len(self.speeds)} seeds measured {_runs(self.speeds)} images/s: "
-                f"{self.spread:.0%} apart" + (", the outliers aside" if self.outliers else "")
-                + (f", more than the {TOLERANCE:.0%} tolerance" if self.noisy else "") + ".")
+        return (
+            f"{self.entry}'s {len(self.speeds)} seeds measured {_runs(self.speeds)} images/s: "
+            f"{self.spread:.0%} apart"
+            + (", the outliers aside" if self.outliers else "")
+            + (f", more than the {TOLERANCE:.0%} tolerance" if self.noisy else "")
+            + "."
+        )
 
 
 def entry_repeats(runs: list[RunDir]) -> list[EntryRepeats]:
@@ -115,13 +130,13 @@ def entry_repeats(runs: list[RunDir]) -> list[EntryRepeats]:
     for entry, members in groups.items():
         if len(members) < 2:
             continue
-        speeds = tuple(sorted(((r.run_id, float(r.summary.images_per_second)) for r in members),
-                              key=lambda pair: pair[1]))
+        speeds = tuple(
+            sorted(((r.run_id, float(r.summary.images_per_second)) for r in members), key=lambda pair: pair[1])
+        )
         far = Repeats.of(v for _, v in speeds).outliers(TOLERANCE)
         outliers = tuple(pair for pair in speeds if pair[1] in far)
         s = members[0].summary
-        found.append(EntryRepeats(entry, reader_name(s.strategy, s.variant, s.data_mode, s.workers),
-                                  speeds, outliers))
+        found.append(EntryRepeats(entry, reader_name(s.strategy, s.variant, s.data_mode, s.workers), speeds, outliers))
     return found
 
 
@@ -135,15 +150,18 @@ class Overhead:
     entry: str
     name: str
     runs: int
-    gap: Gap   # ms per iteration: this entry's against single's
+    gap: Gap  # ms per iteration: this entry's against single's
 
     def sentence(self) -> str:
         g = self.gap
-        interval = ("" if math.isnan(g.delta_low) else
-                    f" (95% interval {signed(g.delta_low)} to {signed(g.delta_high)} ms)")
-        return (f"{self.name} ({self.entry}, {self.runs} run{'s' if self.runs > 1 else ''}): "
-                f"{signed(g.delta)} ms an iteration{interval}, {significant(g.ratio)}x single's "
-                f"time, {g.verdict}.")
+        interval = (
+            "" if math.isnan(g.delta_low) else f" (95% interval {signed(g.delta_low)} to {signed(g.delta_high)} ms)"
+        )
+        return (
+            f"{self.name} ({self.entry}, {self.runs} run{'s' if self.runs > 1 else ''}): "
+            f"{signed(g.delta)} ms an iteration{interval}, {significant(g.ratio)}x single's "
+            f"time, {g.verdict}."
+        )
 
 
 @dataclass(frozen=True)
@@ -157,14 +175,18 @@ class IdenticalRuns:
 
     def sentence(self) -> str:
         median = Repeats.of(speed for _, speed in self.single).median
-        found = (f"Identical by construction ({self.setting}): single's median "
-                 f"{_speed(median)} images/s over {len(self.single)} run"
-                 f"{'s' if len(self.single) > 1 else ''}")
+        found = (
+            f"Identical by construction ({self.setting}): single's median "
+            f"{_speed(median)} images/s over {len(self.single)} run"
+            f"{'s' if len(self.single) > 1 else ''}"
+        )
         if not self.overheads:
             return found + "."
-        return (found + "; the one-process strategies compute single's steps inside their "
-                "wrappers, and their gap to single is each one's own cost, not machine noise: "
-                + " ".join(o.sentence() for o in self.overheads))
+        return (
+            found + "; the one-process strategies compute single's steps inside their "
+            "wrappers, and their gap to single is each one's own cost, not machine noise: "
+            + " ".join(o.sentence() for o in self.overheads)
+        )
 
 
 def _ms(run: RunDir) -> float:
@@ -181,8 +203,14 @@ def identical_runs_check(runs: list[RunDir]) -> list[IdenticalRuns]:
     for run in runs:
         if run.ok and identical_to_single(run.summary):
             s = run.summary
-            key = (s.images_per_worker, s.data_mode, s.precision, bool(s.channels_last), s.threads,
-                   str(s.device or "cpu"))
+            key = (
+                s.images_per_worker,
+                s.data_mode,
+                s.precision,
+                bool(s.channels_last),
+                s.threads,
+                str(s.device or "cpu"),
+            )
             groups.setdefault(key, []).append(run)
     found = []
     for (images, mode, precision, layout, threads, device), members in groups.items():
@@ -195,15 +223,24 @@ def identical_runs_check(runs: list[RunDir]) -> list[IdenticalRuns]:
             continue
         reference = Repeats.of(_ms(r) for r in single)
         overheads = tuple(
-            Overhead(entry, reader_name(rs[0].summary.strategy, rs[0].summary.variant,
-                                        rs[0].summary.data_mode, 1), len(rs),
-                     gap(Repeats.of(_ms(r) for r in rs), reference, borrow=True))
-            for entry, rs in others.items())
-        found.append(IdenticalRuns(
-            f"one worker, {images} images a step, {mode} data, {precision}"
-            f"{', channels last' if layout else ''}, {threads} thread(s), {device}",
-            tuple(sorted(((r.run_id, float(r.summary.images_per_second)) for r in single),
-                         key=lambda pair: pair[1])), overheads))
+            Overhead(
+                entry,
+                reader_name(rs[0].summary.strategy, rs[0].summary.variant, rs[0].summary.data_mode, 1),
+                len(rs),
+                gap(Repeats.of(_ms(r) for r in rs), reference, borrow=True),
+            )
+            for entry, rs in others.items()
+        )
+        found.append(
+            IdenticalRuns(
+                f"one worker, {images} images a step, {mode} data, {precision}"
+                f"{', channels last' if layout else ''}, {threads} thread(s), {device}",
+                tuple(
+                    sorted(((r.run_id, float(r.summary.images_per_second)) for r in single), key=lambda pair: pair[1])
+                ),
+                overheads,
+            )
+        )
     return found
 
 
@@ -213,14 +250,13 @@ class Input:
     """One commbench measurement the cost model takes, and whether it trusts it."""
 
     processes: int
-    name: str      # "all_reduce link", "shared-compute factor", "fsdp timed on the model"
-    value: str     # what was measured, in words
-    status: str    # trusted | disturbed | unchecked
+    name: str  # "all_reduce link", "shared-compute factor", "fsdp timed on the model"
+    value: str  # what was measured, in words
+    status: str  # trusted | disturbed | unchecked
     reason: str = ""
 
     def text(self) -> str:
-        return (f"{self.name} at {self.processes} processes ({self.value})"
-                + (f": {self.reason}" if self.reason else ""))
+        return f"{self.name} at {self.processes} processes ({self.value})" + (f": {self.reason}" if self.reason else "")
 
 
 def _status(check: Check | None) -> tuple[str, str]:
@@ -236,23 +272,32 @@ def commbench_inputs(commbench: dict[int, CommbenchRecord]) -> list[Input]:
     found = []
     for n, bench in sorted(commbench.items()):
         for name, prim in bench.primitives.items():
-            value = (f"latency {prim.alpha_s * 1e6:.1f} us, "
-                     f"{(prim.bandwidth_gbit_s or math.nan):.2f} Gbit/s")
+            value = f"latency {prim.alpha_s * 1e6:.1f} us, {(prim.bandwidth_gbit_s or math.nan):.2f} Gbit/s"
             found.append(Input(n, f"{name} link", value, *_status(prim.check)))
         if bench.shared_compute:
-            found.append(Input(n, "shared-compute factor", f"x{bench.shared_compute.factor:.3f}",
-                               *_status(bench.shared_compute.check)))
+            found.append(
+                Input(
+                    n,
+                    "shared-compute factor",
+                    f"x{bench.shared_compute.factor:.3f}",
+                    *_status(bench.shared_compute.check),
+                )
+            )
             if (terms := bench.shared_compute.in_step) is not None:  # timed in the same repeats
-                found.append(Input(n, "in-step terms", f"wait {terms.wait_s * 1e3:.1f} ms, "
-                                   f"{terms.bucket_s * 1e3:.2f} ms a bucket, "
-                                   f"{terms.message_s * 1e3:.2f} ms a message",
-                                   *_status(bench.shared_compute.check)))
+                found.append(
+                    Input(
+                        n,
+                        "in-step terms",
+                        f"wait {terms.wait_s * 1e3:.1f} ms, "
+                        f"{terms.bucket_s * 1e3:.2f} ms a bucket, "
+                        f"{terms.message_s * 1e3:.2f} ms a message",
+                        *_status(bench.shared_compute.check),
+                    )
+                )
         calibrations = bench.calibrations
         for name, timings in (calibrations.strategies if calibrations else {}).items():
-            value = ", ".join(f"{key.removesuffix('_s')} {seconds * 1e3:.1f} ms"
-                              for key, seconds in timings.items())
-            found.append(Input(n, f"{name} timed on the model", value,
-                               *_status(calibrations.checks.get(name))))
+            value = ", ".join(f"{key.removesuffix('_s')} {seconds * 1e3:.1f} ms" for key, seconds in timings.items())
+            found.append(Input(n, f"{name} timed on the model", value, *_status(calibrations.checks.get(name))))
     return found
 
 
@@ -267,22 +312,30 @@ def verdict(commbench: dict[int, CommbenchRecord]) -> str:
     inputs = commbench_inputs(commbench)
     if not inputs:
         return "No commbench input to judge."
-    by = {status: [i for i in inputs if i.status == status]
-          for status in ("trusted", "disturbed", "unchecked")}
+    by = {status: [i for i in inputs if i.status == status] for status in ("trusted", "disturbed", "unchecked")}
     parts = []
     if by["trusted"]:
-        parts.append("Inputs trusted (inside the bands of a quiet machine: " + BANDS_TEXT + "): "
-                     + "; ".join(f"{i.name} at {i.processes} processes" for i in by["trusted"]) + ".")
+        parts.append(
+            "Inputs trusted (inside the bands of a quiet machine: "
+            + BANDS_TEXT
+            + "): "
+            + "; ".join(f"{i.name} at {i.processes} processes" for i in by["trusted"])
+            + "."
+        )
     for i in by["disturbed"]:
-        instead = ("not used: the factor of a quiet machine whose processes have the cores to "
-                   "themselves is assumed instead (shown in the table)" if i.name == "shared-compute factor"
-                   else "used as measured (there is nothing to stand in for it), flagged: the "
-                        "predictions that take it are less certain")
+        instead = (
+            "not used: the factor of a quiet machine whose processes have the cores to "
+            "themselves is assumed instead (shown in the table)"
+            if i.name == "shared-compute factor"
+            else "used as measured (there is nothing to stand in for it), flagged: the "
+            "predictions that take it are less certain"
+        )
         parts.append(f"NOT trusted, disturbed: {i.text()}; {instead}.")
     if by["unchecked"]:
-        parts.append("Unchecked (a commbench JSON from before its checks; rerun the commbench "
-                     "stage to check them), used as measured: "
-                     + "; ".join(i.text() for i in by["unchecked"]) + ".")
+        parts.append(
+            "Unchecked (a commbench JSON from before its checks; rerun the commbench "
+            "stage to check them), used as measured: " + "; ".join(i.text() for i in by["unchecked"]) + "."
+        )
     return " ".join(parts)
 
 
@@ -317,41 +370,56 @@ class MeasurementCheck:
         named = "; ".join(f"{run} ({_speed(speed)} images/s)" for _, run, speed in outliers)
         if self.noisy:
             worst = max((e for e in self.entries if e.noisy), key=lambda e: e.spread)
-            head = (f"The machine was noisy: the seeds of one entry ({worst.entry}), which cost the "
-                    f"same, differ in speed by {worst.spread:.0%}"
-                    + (" with its outliers aside" if worst.outliers else "")
-                    + f", more than the {TOLERANCE:.0%} tolerance, so a difference in images/s of "
-                    "that size between two entries may be the machine's, not the strategies'.")
+            head = (
+                f"The machine was noisy: the seeds of one entry ({worst.entry}), which cost the "
+                f"same, differ in speed by {worst.spread:.0%}"
+                + (" with its outliers aside" if worst.outliers else "")
+                + f", more than the {TOLERANCE:.0%} tolerance, so a difference in images/s of "
+                "that size between two entries may be the machine's, not the strategies'."
+            )
         elif self.entries:
-            head = (f"No sign of a noisy machine: each entry's seeds agree within the "
-                    f"{TOLERANCE:.0%} tolerance"
-                    + (f", once {len(outliers)} outlier run{'s' if len(outliers) > 1 else ''} "
-                       f"{'are' if len(outliers) > 1 else 'is'} set aside: {named}" if outliers else "")
-                    + ".")
+            head = (
+                f"No sign of a noisy machine: each entry's seeds agree within the "
+                f"{TOLERANCE:.0%} tolerance"
+                + (
+                    f", once {len(outliers)} outlier run{'s' if len(outliers) > 1 else ''} "
+                    f"{'are' if len(outliers) > 1 else 'is'} set aside: {named}"
+                    if outliers
+                    else ""
+                )
+                + "."
+            )
         else:
             head = "Machine noise not checked: no entry completed two or more runs."
         lines = [head] + [o for e in self.entries for o in e.outlier_sentences()]
         lines += [e.sentence() for e in self.entries]
         lines += [group.sentence() for group in self.identical]
         if self.disturbed:
-            lines.append("The commbench stage measured the machine while it was disturbed, and "
-                         "kept these marked after its repeats: "
-                         + "; ".join(i.text() for i in self.disturbed)
-                         + ". The cost model's section says what it did with them.")
+            lines.append(
+                "The commbench stage measured the machine while it was disturbed, and "
+                "kept these marked after its repeats: "
+                + "; ".join(i.text() for i in self.disturbed)
+                + ". The cost model's section says what it did with them."
+            )
         return lines
 
     def section(self) -> Section:
-        return Section("Measurement check: noise, outliers, overheads, disturbed measurements", [
-            self.lines()[0],
-            f"Rule: noise is read only from runs that cost the same, an entry's seeds. A seed "
-            f"more than {TOLERANCE:.0%} and 3.5 robust deviations (scaled median absolute "
-            "deviations) from the median of its entry's seeds is an outlier, named; the others "
-            f"more than {TOLERANCE:.0%} apart (fastest over slowest) mark the machine noisy. One "
-            "worker of ddp without a compression hook, ps, zero or fsdp computes single's steps "
-            "but pays for its wrapper: its gap to single's runs of the same setting is that "
-            "overhead, in ms an iteration with its 95% interval (a strategy run once takes "
-            "single's spread), not noise. The commbench stage repeats a measurement outside "
-            f"its band and marks one that stays there ({BANDS_TEXT})."], bullets=self.lines()[1:])
+        return Section(
+            "Measurement check: noise, outliers, overheads, disturbed measurements",
+            [
+                self.lines()[0],
+                f"Rule: noise is read only from runs that cost the same, an entry's seeds. A seed "
+                f"more than {TOLERANCE:.0%} and 3.5 robust deviations (scaled median absolute "
+                "deviations) from the median of its entry's seeds is an outlier, named; the others "
+                f"more than {TOLERANCE:.0%} apart (fastest over slowest) mark the machine noisy. One "
+                "worker of ddp without a compression hook, ps, zero or fsdp computes single's steps "
+                "but pays for its wrapper: its gap to single's runs of the same setting is that "
+                "overhead, in ms an iteration with its 95% interval (a strategy run once takes "
+                "single's spread), not noise. The commbench stage repeats a measurement outside "
+                f"its band and marks one that stays there ({BANDS_TEXT}).",
+            ],
+            bullets=self.lines()[1:],
+        )
 
     def tex_macro(self) -> str:
         """\\MachineNoise for numbers.tex: the paper's Method section's sentences."""
@@ -359,14 +427,25 @@ class MeasurementCheck:
         overheads = [group.sentence() for group in self.identical]
         names = [f"{i.name} at {i.processes} processes" for i in self.disturbed]
         disturbed = ", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1] if names else ""
-        text = " ".join([lines[0], *overheads] + (
-            [f"The commbench stage's {disturbed} stayed outside the band of a quiet machine after "
-             "its repeats and are flagged in the report; the cost model does not use a disturbed "
-             "shared-compute factor."] if self.disturbed else []))
+        text = " ".join(
+            [lines[0], *overheads]
+            + (
+                [
+                    f"The commbench stage's {disturbed} stayed outside the band of a quiet machine after "
+                    "its repeats and are flagged in the report; the cost model does not use a disturbed "
+                    "shared-compute factor."
+                ]
+                if self.disturbed
+                else []
+            )
+        )
         return f"\\newcommand{{\\MachineNoise}}{{{tex_escape(text)}}}\n"
 
 
 def measurement_check(runs: list[RunDir], commbench: dict[int, CommbenchRecord]) -> MeasurementCheck:
     """The checks over the report's runs and commbench JSONs (process count -> JSON)."""
-    return MeasurementCheck(tuple(entry_repeats(runs)), tuple(identical_runs_check(runs)),
-                            tuple(i for i in commbench_inputs(commbench) if i.status == "disturbed"))
+    return MeasurementCheck(
+        tuple(entry_repeats(runs)),
+        tuple(identical_runs_check(runs)),
+        tuple(i for i in commbench_inputs(commbench) if i.status == "disturbed"),
+    )

@@ -11,6 +11,7 @@ the model is optimistic) and the mean |log(predicted / measured)|, against the g
 held-out run within GOAL_RATIO, and a mean |log| of at most GOAL_LOG. Whether the goal is met is
 said in the answer too (answer.py, and after the verdict where it is missed), never only here.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,11 +25,17 @@ from .tables import formatted
 from .wording import joined
 
 GOAL_RATIO = 0.15  # every held-out run's predicted / measured images/s within 1 +- this
-GOAL_LOG = 0.05    # and their mean |log(predicted / measured)| at most this
-GOAL = (f"every held-out run within {GOAL_RATIO:.0%} of its measured images/s, and a mean "
-        f"|log(predicted / measured)| of at most {GOAL_LOG:.2f}")
-DECIMALS = {"predicted images/s (model)": 2, "measured images/s": 2, "predicted / measured": 3,
-            "log(predicted / measured)": 3}
+GOAL_LOG = 0.05  # and their mean |log(predicted / measured)| at most this
+GOAL = (
+    f"every held-out run within {GOAL_RATIO:.0%} of its measured images/s, and a mean "
+    f"|log(predicted / measured)| of at most {GOAL_LOG:.2f}"
+)
+DECIMALS = {
+    "predicted images/s (model)": 2,
+    "measured images/s": 2,
+    "predicted / measured": 3,
+    "log(predicted / measured)": 3,
+}
 
 
 def modelled(frame: pd.DataFrame) -> pd.Series:
@@ -57,8 +64,10 @@ def _why_unpredicted(runs: list[RunDir]) -> tuple[str, bool]:
         first = runs[0].summary
         return f"not completed ({first.status}: {first.reason})", False
     if (done[0].summary.processes or 1) < 2:
-        return ("one process: the model predicts runs of more than one (its runs are left out of "
-                "the model's inputs all the same)"), False
+        return (
+            "one process: the model predicts runs of more than one (its runs are left out of "
+            "the model's inputs all the same)"
+        ), False
     return f"no `single` run in its data mode ({done[0].summary.data_mode}) to take compute from", True
 
 
@@ -83,8 +92,9 @@ class HeldOut:
             if entry in set(rows["entry"]):
                 continue
             flags = mine.loc[mine["entry"] == entry, "flag"]
-            why, counts = ((flags.iloc[0], True) if len(flags) else
-                           _why_unpredicted([run for run in runs if run.entry == entry]))
+            why, counts = (
+                (flags.iloc[0], True) if len(flags) else _why_unpredicted([run for run in runs if run.entry == entry])
+            )
             (unmodelled if counts else not_judged)[entry] = why
         return cls(entries, rows, not_judged, unmodelled)
 
@@ -108,18 +118,21 @@ class HeldOut:
 
     @property
     def met(self) -> bool:
-        return (len(self.rows) > 0 and self.outside.empty and not self.unmodelled
-                and self.mean_abs_log <= GOAL_LOG)
+        return len(self.rows) > 0 and self.outside.empty and not self.unmodelled and self.mean_abs_log <= GOAL_LOG
 
     def table(self) -> pd.DataFrame:
         rows = self.rows
-        return pd.DataFrame({
-            "run_id": rows["run_id"], "compute input": rows["compute_input"],
-            "predicted images/s (model)": rows["predicted_images_per_second"],
-            "measured images/s": rows["measured_images_per_second"],
-            "predicted / measured": rows["ratio"], "log(predicted / measured)": rows["log_ratio"],
-            f"within {GOAL_RATIO:.0%}": ["yes" if abs(r - 1) <= GOAL_RATIO else "no"
-                                         for r in rows["ratio"]]})
+        return pd.DataFrame(
+            {
+                "run_id": rows["run_id"],
+                "compute input": rows["compute_input"],
+                "predicted images/s (model)": rows["predicted_images_per_second"],
+                "measured images/s": rows["measured_images_per_second"],
+                "predicted / measured": rows["ratio"],
+                "log(predicted / measured)": rows["log_ratio"],
+                f"within {GOAL_RATIO:.0%}": ["yes" if abs(r - 1) <= GOAL_RATIO else "no" for r in rows["ratio"]],
+            }
+        )
 
     def _figures(self) -> str:
         """'its 2 held-out runs at predicted/measured x0.95-1.10, each within 15%, with a mean
@@ -127,46 +140,67 @@ class HeldOut:
         ratios, outside = self.rows["ratio"], self.outside
         span = f"x{ratios.min():.2f}" + (f"-{ratios.max():.2f}" if len(ratios) > 1 else "")
         lean = "optimistic" if self.bias > 0 else "pessimistic" if self.bias < 0 else "unbiased"
-        within = (f"each within {GOAL_RATIO:.0%}" if outside.empty else
-                  joined([f"{row.run_id} (x{row.ratio:.2f})" for row in outside.itertuples()])
-                  + f" outside {GOAL_RATIO:.0%}")
+        within = (
+            f"each within {GOAL_RATIO:.0%}"
+            if outside.empty
+            else joined([f"{row.run_id} (x{row.ratio:.2f})" for row in outside.itertuples()])
+            + f" outside {GOAL_RATIO:.0%}"
+        )
         runs = f"{len(ratios)} held-out run" + ("s" if len(ratios) > 1 else "")
-        return (f"its {runs} at predicted/measured {span}, {within}, with a mean bias of "
-                f"{self.bias:+.3f} ({lean}) and a mean |log(predicted/measured)| of "
-                f"{self.mean_abs_log:.3f} (goal: at most {GOAL_LOG:.2f})")
+        return (
+            f"its {runs} at predicted/measured {span}, {within}, with a mean bias of "
+            f"{self.bias:+.3f} ({lean}) and a mean |log(predicted/measured)| of "
+            f"{self.mean_abs_log:.3f} (goal: at most {GOAL_LOG:.2f})"
+        )
 
     def sentence(self) -> str:
         """The answer's one sentence on the model out of sample; '' where nothing was held out."""
         if not self.entries:
             return ""
         if not self.judged:
-            return (f"The cost model is not checked out of sample: none of its {len(self.entries)} "
-                    "held-out entries has a run it could predict ("
-                    + "; ".join(f"{e}: {why}" for e, why in self.not_judged.items()) + ").")
-        unmodelled = "; it has no prediction for " + joined(
-            [f"{e} ({why})" for e, why in self.unmodelled.items()]) if self.unmodelled else ""
+            return (
+                f"The cost model is not checked out of sample: none of its {len(self.entries)} "
+                "held-out entries has a run it could predict ("
+                + "; ".join(f"{e}: {why}" for e, why in self.not_judged.items())
+                + ")."
+            )
+        unmodelled = (
+            "; it has no prediction for " + joined([f"{e} ({why})" for e, why in self.unmodelled.items()])
+            if self.unmodelled
+            else ""
+        )
         if not len(self.rows):
             return f"Out of sample the cost model misses its goal{unmodelled}."
-        return (f"Out of sample the cost model {'meets' if self.met else 'misses'} its goal: fitted "
-                f"without them, it predicts {self._figures()}{unmodelled}.")
+        return (
+            f"Out of sample the cost model {'meets' if self.met else 'misses'} its goal: fitted "
+            f"without them, it predicts {self._figures()}{unmodelled}."
+        )
 
     def section(self) -> dict:
         """The report's section: what was held out, the goal, the table and the verdict."""
         title = "Held-out entries: the cost model out of sample (predictions)"
         if not self.entries:
-            return {"title": title, "text": [
-                "No sweep entry was held out, so the cost model is checked only beside the runs "
-                "it was fitted on (the section above). Mark an entry `held_out: true` in the "
-                "preset's sweep to check it out of sample: it is trained and measured like any "
-                "other run, and the model is fitted without it."]}
-        return {"title": title, "text": [
-            f"Predictions, not measurements, for the sweep entries held out ({', '.join(self.entries)}): "
-            "the cost model was fitted without their runs (none of them is one of its inputs: "
-            "single's compute, data wait and optimizer, the predicted scaling's compute and the "
-            "what-if command's uncertainty band), then predicted them; each was trained and "
-            f"measured like any other run. The goal: {GOAL}. Mean bias is the mean of "
-            "log(predicted / measured) over the held-out runs (above 0: the model predicts them "
-            "faster than they ran).", self.sentence()],
+            return {
+                "title": title,
+                "text": [
+                    "No sweep entry was held out, so the cost model is checked only beside the runs "
+                    "it was fitted on (the section above). Mark an entry `held_out: true` in the "
+                    "preset's sweep to check it out of sample: it is trained and measured like any "
+                    "other run, and the model is fitted without it."
+                ],
+            }
+        return {
+            "title": title,
+            "text": [
+                f"Predictions, not measurements, for the sweep entries held out ({', '.join(self.entries)}): "
+                "the cost model was fitted without their runs (none of them is one of its inputs: "
+                "single's compute, data wait and optimizer, the predicted scaling's compute and the "
+                "what-if command's uncertainty band), then predicted them; each was trained and "
+                f"measured like any other run. The goal: {GOAL}. Mean bias is the mean of "
+                "log(predicted / measured) over the held-out runs (above 0: the model predicts them "
+                "faster than they ran).",
+                self.sentence(),
+            ],
             "table": formatted(self.table(), DECIMALS) if len(self.rows) else None,
-            "bullets": [f"{e}: no prediction, {why}" for e, why in
-                        {**self.unmodelled, **self.not_judged}.items()]}
+            "bullets": [f"{e}: no prediction, {why}" for e, why in {**self.unmodelled, **self.not_judged}.items()],
+        }

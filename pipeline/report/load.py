@@ -3,6 +3,7 @@
 Only pandas here, no plotting: benchmark scripts import one metric from this module without
 paying for matplotlib and seaborn.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,8 +22,16 @@ from ..runtime.records.evaluation import Evaluation, Metrics
 from ..runtime.records.training import RunSummary
 from ..strategies import STRATEGIES, recorded
 
-TRAFFIC_COLUMNS = ["run_id", "rank", "role", "sent_per_iter", "received_per_iter",
-                   "theory_sent_per_iter", "theory_received_per_iter", "gradient_bytes"]
+TRAFFIC_COLUMNS = [
+    "run_id",
+    "rank",
+    "role",
+    "sent_per_iter",
+    "received_per_iter",
+    "theory_sent_per_iter",
+    "theory_received_per_iter",
+    "gradient_bytes",
+]
 AP_COLUMNS = ["AP", "AP50", "AP75"]
 TIME_SPLIT = ["data", "compute", "communication", "optimizer"]
 # Kept beside progress_per_epoch so the report's definition cannot drift from the code.
@@ -30,7 +39,8 @@ PROGRESS_DEFINITION = (
     "training progress per epoch = mean decrease of the epoch-mean total training loss per epoch, "
     "(L_1 - L_E) / (E - 1) for E epochs with epoch-mean losses L_1..L_E; undefined (n/a) for a "
     "single epoch. The published study did not define its measure, so its values are quoted, "
-    "not recomputed.")
+    "not recomputed."
+)
 
 
 def progress_per_epoch(epoch_loss: list[float]) -> float:
@@ -49,38 +59,46 @@ def read_input(path: Path) -> dict:
     try:
         data = read_json(path)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: file not found; run the train and evaluate stages for "
-                                "this run first (snakemake --cores all)") from None
+        raise FileNotFoundError(
+            f"{path}: file not found; run the train and evaluate stages for this run first (snakemake --cores all)"
+        ) from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, found {type(data).__name__}; "
-                         "delete it and rerun the stage that writes it")
+        raise ValueError(
+            f"{path}: expected a JSON object, found {type(data).__name__}; delete it and rerun the stage that writes it"
+        )
     return data
 
 
 def read_iterations(path: Path) -> pd.DataFrame:
     """iterations.jsonl as a frame, naming the file and line of any broken record."""
     if not path.exists():
-        raise FileNotFoundError(f"{path}: file not found; the run says it finished, so delete "
-                                "its run directory and rerun its training")
+        raise FileNotFoundError(
+            f"{path}: file not found; the run says it finished, so delete its run directory and rerun its training"
+        )
     records = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if line.strip():
             try:
                 records.append(json.loads(line))
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}: line {number} is not valid JSON ({err.msg}); delete "
-                                 "the run directory and rerun its training") from err
+                raise ValueError(
+                    f"{path}: line {number} is not valid JSON ({err.msg}); delete "
+                    "the run directory and rerun its training"
+                ) from err
     if not records:
-        raise ValueError(f"{path}: no iteration records in a finished run; delete the run "
-                         "directory and rerun its training")
+        raise ValueError(
+            f"{path}: no iteration records in a finished run; delete the run directory and rerun its training"
+        )
     return pd.DataFrame.from_records(records)
 
 
 def read_utilisation(path: Path) -> list[dict]:
     """utilisation.jsonl's samples, for a run whose summary says it sampled."""
     if not path.exists():
-        raise FileNotFoundError(f"{path}: file not found; the run's summary says it sampled "
-                                "utilisation, so delete its run directory and rerun its training")
+        raise FileNotFoundError(
+            f"{path}: file not found; the run's summary says it sampled "
+            "utilisation, so delete its run directory and rerun its training"
+        )
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -117,8 +135,10 @@ def load_run(run_dir: str | Path) -> RunDir:
     run = load_result(run_dir)
     sampled = run.ok and run.summary.utilisation is not None  # None: before the sampler
     return dataclasses.replace(
-        run, iterations=read_iterations(run.dir / "iterations.jsonl") if run.ok else None,
-        utilisation=read_utilisation(run.dir / "utilisation.jsonl") if sampled else [])
+        run,
+        iterations=read_iterations(run.dir / "iterations.jsonl") if run.ok else None,
+        utilisation=read_utilisation(run.dir / "utilisation.jsonl") if sampled else [],
+    )
 
 
 def load_result(run_dir: str | Path) -> RunDir:
@@ -133,10 +153,8 @@ def load_result(run_dir: str | Path) -> RunDir:
     if status == "ok" and not metrics.scored and summary.data_mode != "synthetic":
         status, reason = metrics.status, metrics.reason  # evaluation failed
     if status == "ok" and metrics.scored and any(getattr(metrics, k) is None for k in AP_COLUMNS):
-        raise ValueError(f"{metrics_path}: no AP values for a completed run; delete it and rerun "
-                         "the evaluate stage")
-    return RunDir(summary, status, reason or "", metrics, status == "ok" and metrics.scored,
-                  dir=run_dir)
+        raise ValueError(f"{metrics_path}: no AP values for a completed run; delete it and rerun the evaluate stage")
+    return RunDir(summary, status, reason or "", metrics, status == "ok" and metrics.scored, dir=run_dir)
 
 
 def has_variant(variant) -> bool:
@@ -147,18 +165,23 @@ def strategy_label(strategy: str, variant, data_mode: str = "real") -> str:
     """How tables and figures name an entry's strategy: its class's one display name, then
     what tells the entry apart: parameter server (dedicated-k2), DDP (synthetic data)."""
     declared = STRATEGIES.get(strategy)
-    details = ([variant] if has_variant(variant) else []) + (
-        [] if data_mode == "real" else [f"{data_mode} data"])
+    details = ([variant] if has_variant(variant) else []) + ([] if data_mode == "real" else [f"{data_mode} data"])
     name = declared.label if declared else strategy  # a run of a strategy no longer registered
     return name + (f" ({', '.join(details)})" if details else "")
 
 
 # A variant's parts in a reader's words (the verdict names no run ids): ps's placement and
 # shards, its staleness, FSDP2's keeping the weights gathered, DDP's compression hooks.
-VARIANT_WORDS = ((r"^colocated$", ""), (r"^dedicated$", "dedicated server"), (r"^k(\d+)$", r"\1 shards"),
-                 (r"^ssp(\d+)$", r"staleness \1"), (r"^keep$", "weights kept gathered"),
-                 (r"^fp16$", "fp16-compressed gradients"), (r"^bf16$", "bf16-compressed gradients"),
-                 (r"^powersgd$", "PowerSGD"))
+VARIANT_WORDS = (
+    (r"^colocated$", ""),
+    (r"^dedicated$", "dedicated server"),
+    (r"^k(\d+)$", r"\1 shards"),
+    (r"^ssp(\d+)$", r"staleness \1"),
+    (r"^keep$", "weights kept gathered"),
+    (r"^fp16$", "fp16-compressed gradients"),
+    (r"^bf16$", "bf16-compressed gradients"),
+    (r"^powersgd$", "PowerSGD"),
+)
 
 
 def reader_name(strategy: str, variant, data_mode: str = "real", workers=None) -> str:
@@ -166,7 +189,7 @@ def reader_name(strategy: str, variant, data_mode: str = "real", workers=None) -
     workers', 'FSDP2 (weights kept gathered), 2 workers'; no run id's hyphens."""
     declared = STRATEGIES.get(strategy)
     words = []
-    for part in (variant.split("-") if has_variant(variant) else []):
+    for part in variant.split("-") if has_variant(variant) else []:
         for pattern, replacement in VARIANT_WORDS:
             if re.match(pattern, part):
                 part = re.sub(pattern, replacement, part)
@@ -186,8 +209,10 @@ def reader_names(summary: pd.DataFrame, workers: bool = True) -> dict[str, str]:
     frame; entries that would share a name are told apart by their images a step, then their
     threads: 'single process, 1 worker (4 images a step)'."""
     firsts = summary.groupby("entry", sort=False).first()
-    names = {e: reader_name(r["strategy"], r["variant"], r["data_mode"],
-                            r["workers"] if workers else None) for e, r in firsts.iterrows()}
+    names = {
+        e: reader_name(r["strategy"], r["variant"], r["data_mode"], r["workers"] if workers else None)
+        for e, r in firsts.iterrows()
+    }
     # Without the worker count, entries of different worker counts share a name harmlessly: the
     # sentence that names them states the count. Within one count they are told apart.
     groups: dict[tuple, list[str]] = {}
@@ -202,7 +227,8 @@ def reader_names(summary: pd.DataFrame, workers: bool = True) -> dict[str, str]:
                     value = firsts.loc[e, column]
                     count = "?" if value != value else int(value)
                     names[e] = f"{name} ({count} {unit}{'' if count == 1 else 's'}" + (
-                        " a step)" if column == "global_batch" else ")")
+                        " a step)" if column == "global_batch" else ")"
+                    )
                 break
     return names
 
@@ -216,8 +242,11 @@ def is_baseline(strategy, variant) -> bool:
 
 def baseline_mask(frame: pd.DataFrame) -> pd.Series:
     """Which rows of a frame with strategy and variant columns are baseline runs."""
-    return pd.Series([is_baseline(s, v) for s, v in zip(frame["strategy"], frame["variant"], strict=False)],
-                     index=frame.index, dtype=bool)
+    return pd.Series(
+        [is_baseline(s, v) for s, v in zip(frame["strategy"], frame["variant"], strict=False)],
+        index=frame.index,
+        dtype=bool,
+    )
 
 
 def number(value) -> float:
@@ -241,8 +270,11 @@ def largest_memory(summary: RunSummary, part: str) -> float:
     """MiB of the process that holds the most: `peak` (its peak memory, record.Memory) or
     `state` (the parameters, gradients and optimizer state it owns); NaN before memory was
     recorded."""
-    values = [(r.memory.peak_bytes if part == "peak" else r.memory.state.total)
-              for r in summary.ranks if r.memory is not None and (part == "peak" or r.memory.state)]
+    values = [
+        (r.memory.peak_bytes if part == "peak" else r.memory.state.total)
+        for r in summary.ranks
+        if r.memory is not None and (part == "peak" or r.memory.state)
+    ]
     return max(values) / 2**20 if values else math.nan
 
 
@@ -257,13 +289,21 @@ def theory_state(summary: RunSummary) -> float:
 
 
 def traffic_frame(runs: list[RunDir]) -> pd.DataFrame:
-    rows = [{"run_id": run.run_id, "rank": r.rank, "role": r.role,
-             "sent_per_iter": r.bytes_per_iteration.sent,
-             "received_per_iter": r.bytes_per_iteration.received,
-             "theory_sent_per_iter": r.theory_bytes_per_iteration.sent,
-             "theory_received_per_iter": r.theory_bytes_per_iteration.received,
-             "gradient_bytes": r.gradient_bytes}
-            for run in runs if run.ok for r in run.summary.ranks]
+    rows = [
+        {
+            "run_id": run.run_id,
+            "rank": r.rank,
+            "role": r.role,
+            "sent_per_iter": r.bytes_per_iteration.sent,
+            "received_per_iter": r.bytes_per_iteration.received,
+            "theory_sent_per_iter": r.theory_bytes_per_iteration.sent,
+            "theory_received_per_iter": r.theory_bytes_per_iteration.received,
+            "gradient_bytes": r.gradient_bytes,
+        }
+        for run in runs
+        if run.ok
+        for r in run.summary.ranks
+    ]
     return pd.DataFrame(rows, columns=TRAFFIC_COLUMNS)
 
 
@@ -282,35 +322,51 @@ def scaling_frame(summary: pd.DataFrame) -> pd.DataFrame:
     iteration, the demo's sweep), else the one with the same images per worker (weak scaling:
     the batch grows with the workers, the COCO recipe's sweep)."""
     done = summary[summary["status"] == "ok"]
-    keys = ["entry", "strategy", "variant", "data_mode", "workers", "global_batch",
-            "images_per_worker"]
-    means = (done.groupby("entry", sort=False)
-             .agg(**{k: (k, "first") for k in keys[1:]},
-                  images_per_second=("images_per_second", "mean"),
-                  images_per_second_sd=("images_per_second", "std"), n=("run_id", "count"))
-             .reset_index())
+    keys = ["entry", "strategy", "variant", "data_mode", "workers", "global_batch", "images_per_worker"]
+    means = (
+        done.groupby("entry", sort=False)
+        .agg(
+            **{k: (k, "first") for k in keys[1:]},
+            images_per_second=("images_per_second", "mean"),
+            images_per_second_sd=("images_per_second", "std"),
+            n=("run_id", "count"),
+        )
+        .reset_index()
+    )
     single = means[baseline_mask(means)]
-    by_batch = {(m, b): v for m, b, v in zip(single["data_mode"], single["global_batch"],
-                                              single["images_per_second"], strict=False)}
-    by_per_worker = {(m, p): v for m, p, v in zip(single["data_mode"], single["images_per_worker"],
-                                                  single["images_per_second"], strict=False)}
-    baselines = [("same global batch", by_batch[(m, b)]) if (m, b) in by_batch else
-                 ("same images per worker", by_per_worker[(m, p)]) if (m, p) in by_per_worker else
-                 ("no single run", math.nan)
-                 for m, b, p in zip(means["data_mode"], means["global_batch"],
-                                    means["images_per_worker"], strict=False)]
+    by_batch = {
+        (m, b): v
+        for m, b, v in zip(single["data_mode"], single["global_batch"], single["images_per_second"], strict=False)
+    }
+    by_per_worker = {
+        (m, p): v
+        for m, p, v in zip(single["data_mode"], single["images_per_worker"], single["images_per_second"], strict=False)
+    }
+    baselines = [
+        ("same global batch", by_batch[(m, b)])
+        if (m, b) in by_batch
+        else ("same images per worker", by_per_worker[(m, p)])
+        if (m, p) in by_per_worker
+        else ("no single run", math.nan)
+        for m, b, p in zip(means["data_mode"], means["global_batch"], means["images_per_worker"], strict=False)
+    ]
     speedup = means["images_per_second"].to_numpy() / [value for _, value in baselines]
-    frame = pd.DataFrame({
-        "strategy": [strategy_label(s, v, mode) for s, v, mode in
-                     zip(means["strategy"], means["variant"], means["data_mode"], strict=False)],
-        "workers": means["workers"].astype("Int64").to_numpy(),
-        "global_batch": means["global_batch"].astype("Int64").to_numpy(),
-        "n": means["n"].to_numpy(),
-        "images_per_second": means["images_per_second"].to_numpy(),
-        "images_per_second sd": means["images_per_second_sd"].to_numpy(),
-        "speedup_vs_single": speedup,
-        "efficiency": speedup / means["workers"].astype(float).to_numpy(),
-        "baseline": [name for name, _ in baselines]})
+    frame = pd.DataFrame(
+        {
+            "strategy": [
+                strategy_label(s, v, mode)
+                for s, v, mode in zip(means["strategy"], means["variant"], means["data_mode"], strict=False)
+            ],
+            "workers": means["workers"].astype("Int64").to_numpy(),
+            "global_batch": means["global_batch"].astype("Int64").to_numpy(),
+            "n": means["n"].to_numpy(),
+            "images_per_second": means["images_per_second"].to_numpy(),
+            "images_per_second sd": means["images_per_second_sd"].to_numpy(),
+            "speedup_vs_single": speedup,
+            "efficiency": speedup / means["workers"].astype(float).to_numpy(),
+            "baseline": [name for name, _ in baselines],
+        }
+    )
     return frame.sort_values(["strategy", "workers"], kind="stable").reset_index(drop=True)
 
 
@@ -335,7 +391,7 @@ class Row:
     m: Metrics
     preset: str
     target_ap: float | None
-    single: float     # images/s of the baseline runs (their mean) the run's speed-up is against
+    single: float  # images/s of the baseline runs (their mean) the run's speed-up is against
 
     @property
     def to_target(self) -> tuple[float, float]:
@@ -364,8 +420,7 @@ def _part(prefix: str, name: str, part: str) -> Column:
     """Column prefix + part: the `part` of the summary's field `name` (sec_per_iter,
     time_split), NaN where the run has none."""
     _field(name)  # a field of the summary, or an error at import
-    return Column(prefix + part,
-                  lambda r: number(getattr(getattr(r.s, name), part) if getattr(r.s, name) else None))
+    return Column(prefix + part, lambda r: number(getattr(getattr(r.s, name), part) if getattr(r.s, name) else None))
 
 
 # summary.csv, one row per run, in this order. A new column is one line here.
@@ -375,10 +430,16 @@ COLUMNS = [
     _field("seed", integer=True),
     _field("data_mode"),
     Column("preset", lambda r: r.preset),
-    _field("strategy"), _field("variant"),
-    _field("workers", integer=True), _field("processes", integer=True),
-    _field("images_per_worker", integer=True), _field("global_batch", integer=True),
-    _field("lr"), _field("device"), _field("backend"), _field("threads", integer=True),
+    _field("strategy"),
+    _field("variant"),
+    _field("workers", integer=True),
+    _field("processes", integer=True),
+    _field("images_per_worker", integer=True),
+    _field("global_batch", integer=True),
+    _field("lr"),
+    _field("device"),
+    _field("backend"),
+    _field("threads", integer=True),
     Column("status", lambda r: r.run.status),
     Column("reason", lambda r: r.run.reason),
     _field("images_per_second", numeric=True),
@@ -388,8 +449,7 @@ COLUMNS = [
     *(_part("time_", "time_split", k) for k in TIME_SPLIT),
     _field("communication_share", numeric=True),
     Column("busiest_rank_bytes_per_iter", lambda r: busiest_rank_bytes(r.s, "bytes_per_iteration")),
-    Column("busiest_rank_theory_bytes_per_iter",
-           lambda r: busiest_rank_bytes(r.s, "theory_bytes_per_iteration")),
+    Column("busiest_rank_theory_bytes_per_iter", lambda r: busiest_rank_bytes(r.s, "theory_bytes_per_iteration")),
     _field("replicas_identical"),
     # What the process that holds the most kept (pipeline/runtime/records/training.py Memory)
     Column("peak_memory_mb", lambda r: largest_memory(r.s, "peak")),
@@ -397,7 +457,8 @@ COLUMNS = [
     Column("theory_state_mb", lambda r: theory_state(r.s) if r.s.status == "ok" else math.nan),
     Column("progress_per_epoch", lambda r: progress_per_epoch(r.s.epoch_loss)),
     *(Column(k, lambda r, k=k: number(getattr(r.m, k))) for k in AP_COLUMNS + ["APs", "APm", "APl"]),
-    _field("train_seconds", numeric=True), _field("evaluation_seconds", numeric=True),
+    _field("train_seconds", numeric=True),
+    _field("evaluation_seconds", numeric=True),
     Column("target_ap", lambda r: number(r.target_ap)),
     Column("seconds_to_target", lambda r: r.to_target[0]),
     Column("iterations_to_target", lambda r: r.to_target[1], integer=True),
@@ -423,8 +484,7 @@ def summary_frame(runs: list[RunDir], preset: str, target_ap: float | None = Non
     rows = []
     for run in runs:
         s = run.summary
-        row = Row(run, s, run.metrics, preset, target_ap,
-                  _mean(single.get((s.data_mode, s.global_batch), [])))
+        row = Row(run, s, run.metrics, preset, target_ap, _mean(single.get((s.data_mode, s.global_batch), [])))
         rows.append({column.name: column.value(row) for column in COLUMNS})
     frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)  # the columns fix the order, not the dicts
     # Integer counts stay integers (2, not 2.0) even when a skipped run leaves them empty

@@ -9,6 +9,7 @@ in a scratch directory beside the output, so a failed build leaves the previous 
 the LaTeX log of a failure is
 kept beside the output (paper.failed.log) and its first error is printed.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,9 +24,11 @@ from ..config import cli
 from ..runtime.files import atomic_path
 
 TOOLS = ("latexmk", "pdflatex", "bibtex")
-INSTALL = ("install a LaTeX toolchain: apt-get install latexmk texlive-latex-recommended "
-           "texlive-latex-extra texlive-fonts-recommended lmodern (see README.md); the HTML "
-           "report, results/report/<preset>/report.html, has every table and figure without it")
+INSTALL = (
+    "install a LaTeX toolchain: apt-get install latexmk texlive-latex-recommended "
+    "texlive-latex-extra texlive-fonts-recommended lmodern (see README.md); the HTML "
+    "report, results/report/<preset>/report.html, has every table and figure without it"
+)
 
 
 def missing_tools() -> list[str]:
@@ -48,18 +51,27 @@ def build(source: Path, report_dir: Path, out: Path) -> None:
         # directory relative to it: TeX reads paths with spaces badly, relative ones are short.
         reportdir = os.path.relpath(report_dir.resolve(), source.parent.resolve())
         done = subprocess.run(
-            ["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error", "-file-line-error",
-             f"-usepretex=\\def\\reportdir{{{reportdir}}}",
-             f"-outdir={Path(scratch).resolve()}", source.name],
-            cwd=source.parent, capture_output=True, text=True)
+            [
+                "latexmk",
+                "-pdf",
+                "-interaction=nonstopmode",
+                "-halt-on-error",
+                "-file-line-error",
+                f"-usepretex=\\def\\reportdir{{{reportdir}}}",
+                f"-outdir={Path(scratch).resolve()}",
+                source.name,
+            ],
+            cwd=source.parent,
+            capture_output=True,
+            text=True,
+        )
         pdf = Path(scratch) / f"{source.stem}.pdf"
         log_file = Path(scratch) / f"{source.stem}.log"
         log = log_file.read_text(errors="replace") if log_file.exists() else done.stdout
         if done.returncode != 0 or not pdf.exists():
             kept = out.with_name(f"{out.stem}.failed.log")
             kept.write_text(log)
-            raise SystemExit(f"error: latexmk could not build {source} (full log: {kept}):\n"
-                             f"{first_error(log)}")
+            raise SystemExit(f"error: latexmk could not build {source} (full log: {kept}):\n{first_error(log)}")
         with atomic_path(out) as tmp:
             shutil.copyfile(pdf, tmp)
     print(f"wrote {out}", file=sys.stderr)
@@ -71,10 +83,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument("--report-dir", required=True, help="results/report/<preset>")
         parser.add_argument("--out", required=True, help="results/paper/<preset>/paper.pdf")
 
-    cli.run_stage("Compile the paper with latexmk (module docstring).",
-                  lambda args: build(Path(args.source), Path(args.report_dir), Path(args.out)),
-                  arguments=arguments,
-                  argv=argv)
+    cli.run_stage(
+        "Compile the paper with latexmk (module docstring).",
+        lambda args: build(Path(args.source), Path(args.report_dir), Path(args.out)),
+        arguments=arguments,
+        argv=argv,
+    )
 
 
 if __name__ == "__main__":

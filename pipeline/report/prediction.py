@@ -18,6 +18,7 @@ shared-compute factor is replaced by a quiet machine's (1 where the processes ha
 themselves), named per row; disturbed links and strategy timings are used, flagged; the
 section's verdict says which inputs the model trusted.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,12 +51,25 @@ ASSUMPTIONS = (
     "iteration-to-iteration variance scaled to the worker's images (images taken as "
     "independent); communication from each strategy's own "
     f"model over the links the commbench stage fitted on this machine. A miss is a ratio off 1 "
-    f"by more than {BOUND:.0%}.")
-COLUMNS = ["run_id", "entry", "strategy", "workers", "processes", "compute_input",
-           "shared_compute_factor", "measured_images_per_second",
-           "predicted_images_per_second", "ratio", "measured_communication_s",
-           "predicted_communication_s", "predicted_in_step_communication_s",
-           "communication_ratio", "flag"]
+    f"by more than {BOUND:.0%}."
+)
+COLUMNS = [
+    "run_id",
+    "entry",
+    "strategy",
+    "workers",
+    "processes",
+    "compute_input",
+    "shared_compute_factor",
+    "measured_images_per_second",
+    "predicted_images_per_second",
+    "ratio",
+    "measured_communication_s",
+    "predicted_communication_s",
+    "predicted_in_step_communication_s",
+    "communication_ratio",
+    "flag",
+]
 COMMUNICATION_BOUND = 1.5  # predicted in-step communication within this factor of the measured
 
 
@@ -70,13 +84,21 @@ def single_inputs(runs: list[RunDir]) -> list[dict]:
         if run.ok and s.strategy == "single" and s.time_split and s.time_split.compute:
             images, split = s.global_batch, s.time_split
             gradient_bytes = s.ranks[0].gradient_bytes if s.ranks else None
-            found.append({"run_id": run.run_id, "mode": s.data_mode,
-                          "threads": s.threads, "device": str(s.device or "cpu"),
-                          "baseline": is_baseline(s.strategy, s.variant),
-                          "compute": split.compute / images, "data": split.data / images,
-                          "compute_variance": compute_variance(run, s) / images,
-                          "optimizer": split.optimizer, "images": images,
-                          "gradient_bytes": math.nan if gradient_bytes is None else gradient_bytes})
+            found.append(
+                {
+                    "run_id": run.run_id,
+                    "mode": s.data_mode,
+                    "threads": s.threads,
+                    "device": str(s.device or "cpu"),
+                    "baseline": is_baseline(s.strategy, s.variant),
+                    "compute": split.compute / images,
+                    "data": split.data / images,
+                    "compute_variance": compute_variance(run, s) / images,
+                    "optimizer": split.optimizer,
+                    "images": images,
+                    "gradient_bytes": math.nan if gradient_bytes is None else gradient_bytes,
+                }
+            )
     return found
 
 
@@ -86,7 +108,7 @@ def compute_variance(run: RunDir, summary: RunSummary) -> float:
     frame = run.iterations
     if frame is None or "time_compute" not in frame:
         return math.nan
-    timed = frame["time_compute"].iloc[summary.timing_excludes_first_iterations or 0:].dropna()
+    timed = frame["time_compute"].iloc[summary.timing_excludes_first_iterations or 0 :].dropna()
     return float(timed.var()) if len(timed) > 1 else math.nan
 
 
@@ -119,10 +141,15 @@ def compute_input(summary: RunSummary, singles: list[dict]) -> tuple[dict, str] 
         chosen, how = per_step, f"{how}, {summary.images_per_worker} images a step"
     else:
         how = f"{how}, per image of {'/'.join(sorted({str(row['images']) for row in chosen}))} a step"
-    return ({"compute": fmean(row["compute"] for row in chosen) * scale,
-             "compute_variance": fmean(row["compute_variance"] for row in chosen) * scale ** 2,
-             "optimizer": fmean(row["optimizer"] for row in chosen) * scale,
-             "data": fmean(row["data"] for row in same_mode)}, how)
+    return (
+        {
+            "compute": fmean(row["compute"] for row in chosen) * scale,
+            "compute_variance": fmean(row["compute_variance"] for row in chosen) * scale**2,
+            "optimizer": fmean(row["optimizer"] for row in chosen) * scale,
+            "data": fmean(row["data"] for row in same_mode),
+        },
+        how,
+    )
 
 
 def shared_factor(commbench: CommbenchRecord | None) -> float:
@@ -136,17 +163,23 @@ def shared_factor(commbench: CommbenchRecord | None) -> float:
     return shared.expected if shared.disturbed else shared.factor
 
 
-def predict_run(summary: RunSummary, single: dict, network: Network | None,
-                shared: float = 1.0) -> Iteration:
+def predict_run(summary: RunSummary, single: dict, network: Network | None, shared: float = 1.0) -> Iteration:
     """The cost model's iteration for one run (its summary), from single's inputs, the host's
     network and the slowdown `shared` of compute beside the run's other processes."""
     run = recorded(summary.run)
     per_worker = summary.images_per_worker
-    return iteration(lookup(summary.strategy), run, compute=single["compute"] * per_worker * shared,
-                     gradient_bytes=summary.ranks[0].gradient_bytes, network=network,
-                     variance_per_image=single["compute_variance"] * shared ** 2,
-                     images_per_worker=per_worker, images=summary.global_batch,
-                     data=single["data"] * per_worker, optimizer=single["optimizer"])
+    return iteration(
+        lookup(summary.strategy),
+        run,
+        compute=single["compute"] * per_worker * shared,
+        gradient_bytes=summary.ranks[0].gradient_bytes,
+        network=network,
+        variance_per_image=single["compute_variance"] * shared**2,
+        images_per_worker=per_worker,
+        images=summary.global_batch,
+        data=single["data"] * per_worker,
+        optimizer=single["optimizer"],
+    )
 
 
 def measured_communication(summary: RunSummary) -> float:
@@ -159,8 +192,9 @@ def measured_communication(summary: RunSummary) -> float:
     return split.communication
 
 
-def prediction_frame(runs: list[RunDir], commbench: dict[int, CommbenchRecord],
-                     held_out: Collection[str] = ()) -> pd.DataFrame:
+def prediction_frame(
+    runs: list[RunDir], commbench: dict[int, CommbenchRecord], held_out: Collection[str] = ()
+) -> pd.DataFrame:
     """One row per ok run with more than one process: predicted and measured images/s and
     communication seconds, their ratio, and a flag where the model misses by more than BOUND.
     `commbench`: process count -> that stage's JSON. `held_out`: entry ids the model is fitted
@@ -176,22 +210,37 @@ def prediction_frame(runs: list[RunDir], commbench: dict[int, CommbenchRecord],
         shared = shared_factor(commbench.get(s.processes))
         if shared_factor_disturbed(commbench.get(s.processes)):
             disturbed = commbench[s.processes].shared_compute.factor
-            how = (f"{how}; shared-compute factor x{shared:g} assumed (commbench's "
-                   f"x{disturbed:.3f} disturbed)")
+            how = f"{how}; shared-compute factor x{shared:g} assumed (commbench's x{disturbed:.3f} disturbed)"
         predicted = predict_run(s, single, network, shared)
         measured = s.images_per_second
         ratio = predicted.images_per_second / measured if measured else math.nan
-        flag = ("no commbench for this process count" if network is None else
-                "the strategy states no cost model" if math.isnan(predicted.communication) else
-                "" if abs(ratio - 1) <= BOUND else f"missed by more than {BOUND:.0%}")
-        rows.append({"run_id": run.run_id, "entry": run.entry, "strategy": s.strategy,
-                     "workers": s.workers, "processes": s.processes, "compute_input": how,
-                     "shared_compute_factor": shared,
-                     "measured_images_per_second": measured,
-                     "predicted_images_per_second": predicted.images_per_second, "ratio": ratio,
-                     "measured_communication_s": measured_communication(s),
-                     "predicted_communication_s": predicted.communication,
-                     **in_step_columns(predicted, measured_communication(s)), "flag": flag})
+        flag = (
+            "no commbench for this process count"
+            if network is None
+            else "the strategy states no cost model"
+            if math.isnan(predicted.communication)
+            else ""
+            if abs(ratio - 1) <= BOUND
+            else f"missed by more than {BOUND:.0%}"
+        )
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "entry": run.entry,
+                "strategy": s.strategy,
+                "workers": s.workers,
+                "processes": s.processes,
+                "compute_input": how,
+                "shared_compute_factor": shared,
+                "measured_images_per_second": measured,
+                "predicted_images_per_second": predicted.images_per_second,
+                "ratio": ratio,
+                "measured_communication_s": measured_communication(s),
+                "predicted_communication_s": predicted.communication,
+                **in_step_columns(predicted, measured_communication(s)),
+                "flag": flag,
+            }
+        )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -200,22 +249,29 @@ def in_step_columns(predicted: Iteration, measured: float) -> dict:
     communication (the exchange its time split counts, and the wait for the slowest worker it
     holds), and predicted over measured (NaN where either is missing)."""
     in_step = predicted.in_step_communication
-    return {"predicted_in_step_communication_s": in_step,
-            "communication_ratio": in_step / measured if measured and measured > 0 else math.nan}
+    return {
+        "predicted_in_step_communication_s": in_step,
+        "communication_ratio": in_step / measured if measured and measured > 0 else math.nan,
+    }
 
 
 def communication_within(frame: pd.DataFrame) -> tuple[int, int]:
     """(within COMMUNICATION_BOUND, judged): the runs whose predicted in-step communication is
     within the factor of the measured, of those with both."""
     ratios = frame["communication_ratio"].dropna()
-    return (int(((ratios <= COMMUNICATION_BOUND) & (ratios >= 1 / COMMUNICATION_BOUND)).sum()),
-            len(ratios))
+    return (int(((ratios <= COMMUNICATION_BOUND) & (ratios >= 1 / COMMUNICATION_BOUND)).sum()), len(ratios))
 
 
-DECIMALS = {"shared_compute_factor": 3, "measured_images_per_second": 2,
-            "predicted_images_per_second": 2, "ratio": 3, "measured_communication_s": 4,
-            "predicted_communication_s": 4, "predicted_in_step_communication_s": 4,
-            "communication_ratio": 3}
+DECIMALS = {
+    "shared_compute_factor": 3,
+    "measured_images_per_second": 2,
+    "predicted_images_per_second": 2,
+    "ratio": 3,
+    "measured_communication_s": 4,
+    "predicted_communication_s": 4,
+    "predicted_in_step_communication_s": 4,
+    "communication_ratio": 3,
+}
 
 IN_STEP_TEXT = (
     "A run measures as communication what its strategy's time split counts (below, per "
@@ -223,7 +279,8 @@ IN_STEP_TEXT = (
     "the exchange cannot end before the last worker's compute. So the predicted in-step "
     "communication beside it is the exchange the run times (for zero: the all-reduce, its "
     "broadcast counting as optimizer), predicted over the links plus the fixed costs below, "
-    "plus the predicted wait for the slowest worker (prediction).")
+    "plus the predicted wait for the slowest worker (prediction)."
+)
 
 
 def in_step_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:
@@ -246,7 +303,8 @@ def in_step_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:
             f"(the plain hook's work included; DDP's buckets of the model: "
             f"{' + '.join(f'{b / 2**20:.2f}' for b in terms.buckets)} MiB) and "
             f"{terms.message_s * 1e3:.2f} ms per point-to-point message; the hooks' own work per "
-            f"byte of a bucket: {hooks}")
+            f"byte of a bucket: {hooks}"
+        )
     return rows
 
 
@@ -261,45 +319,79 @@ def bandwidth_text(gbit_s: float | None) -> str:
 def link_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:
     """One sentence per fitted primitive and process count, one per strategy timed on the
     model, and one per shared-compute timing."""
-    links = [f"{n} processes, {name} over {found.backend}: "
-             f"latency {prim.alpha_s * 1e6:.1f} us, {bandwidth_text(prim.bandwidth_gbit_s)} (fit R² "
-             f"{prim.r2:.3f}, worst relative residual {max(map(abs, prim.relative_residuals)):.2f})"
-             for n, found in sorted(commbench.items()) for name, prim in found.primitives.items()]
-    timed = [f"{n} processes, {name} timed on the model (forward + backward of {found.calibrations.images} "
-             "images, every process at once): " + ", ".join(
-                 f"{key.removesuffix('_s')} {seconds * 1e3:.1f} ms" for key, seconds in by_setting.items())
-             for n, found in sorted(commbench.items()) if found.calibrations
-             for name, by_setting in found.calibrations.strategies.items()]
-    return links + timed + [f"{n} processes computing at once: forward + backward of {shared.images} "
-                    f"images {shared.alone_s * 1e3:.1f} ms alone, {shared.together_s * 1e3:.1f} ms "
-                    f"together (x{shared.factor:.3f})"
-                    for n, found in sorted(commbench.items())
-                    if (shared := found.shared_compute)]
+    links = [
+        f"{n} processes, {name} over {found.backend}: "
+        f"latency {prim.alpha_s * 1e6:.1f} us, {bandwidth_text(prim.bandwidth_gbit_s)} (fit R² "
+        f"{prim.r2:.3f}, worst relative residual {max(map(abs, prim.relative_residuals)):.2f})"
+        for n, found in sorted(commbench.items())
+        for name, prim in found.primitives.items()
+    ]
+    timed = [
+        f"{n} processes, {name} timed on the model (forward + backward of {found.calibrations.images} "
+        "images, every process at once): "
+        + ", ".join(f"{key.removesuffix('_s')} {seconds * 1e3:.1f} ms" for key, seconds in by_setting.items())
+        for n, found in sorted(commbench.items())
+        if found.calibrations
+        for name, by_setting in found.calibrations.strategies.items()
+    ]
+    return (
+        links
+        + timed
+        + [
+            f"{n} processes computing at once: forward + backward of {shared.images} "
+            f"images {shared.alone_s * 1e3:.1f} ms alone, {shared.together_s * 1e3:.1f} ms "
+            f"together (x{shared.factor:.3f})"
+            for n, found in sorted(commbench.items())
+            if (shared := found.shared_compute)
+        ]
+    )
 
 
 def section(shown: pd.DataFrame, frame: pd.DataFrame, commbench: dict[int, CommbenchRecord]) -> dict:
     """The report's section: the assumptions, the measured links, the table, and every miss."""
-    misses = [f"{row.run_id}: predicted {row.predicted_images_per_second:.1f} images/s against "
-              f"{row.measured_images_per_second:.1f} measured (x{row.ratio:.2f}): {row.flag}"
-              for row in frame.itertuples() if row.flag]
+    misses = [
+        f"{row.run_id}: predicted {row.predicted_images_per_second:.1f} images/s against "
+        f"{row.measured_images_per_second:.1f} measured (x{row.ratio:.2f}): {row.flag}"
+        for row in frame.itertuples()
+        if row.flag
+    ]
     within = int((frame["flag"] == "").sum())
     close, judged_communication = communication_within(frame)
     terms = in_step_rows(commbench)
     judged = verdict(commbench) if commbench else ""
-    caveat = (" Not all of the model's inputs were trusted (above): read this count with care."
-              if any(i.status != "trusted" for i in commbench_inputs(commbench)) else "")
-    return {"title": "Predicted against measured (cost model)", "text": [
-        ASSUMPTIONS, "The machine's links, as the commbench stage measured and fitted them, and "
-        "its compute shared between processes: "
-        + ("; ".join(link_rows(commbench)) if commbench else "none measured (no run of more than "
-                                                             "one process on one node)") + ".",
-        *([f"The model's verdict on these inputs: {judged}"] if judged else []),
-        IN_STEP_TEXT + " The terms inside a step, as the commbench stage measured them on this "
-        "machine: " + ("; ".join(terms) if terms else "not measured (a commbench JSON from before "
-                                                       "they were; rerun the commbench stage)") + ".",
-        f"{close} of {judged_communication} multi-process runs with a timed communication have "
-        f"their predicted in-step communication within {COMMUNICATION_BOUND:g}x of the measured "
-        "(communication_ratio: predicted over measured).",
-        f"{within} of {len(frame)} multi-process runs are within {BOUND:.0%} of the model.{caveat} "
-        "Predictions are the model's, not measurements. Also prediction.csv and the prediction "
-        "figure."], "table": shown, "bullets": misses or ["No run missed the bound."]}
+    caveat = (
+        " Not all of the model's inputs were trusted (above): read this count with care."
+        if any(i.status != "trusted" for i in commbench_inputs(commbench))
+        else ""
+    )
+    return {
+        "title": "Predicted against measured (cost model)",
+        "text": [
+            ASSUMPTIONS,
+            "The machine's links, as the commbench stage measured and fitted them, and "
+            "its compute shared between processes: "
+            + (
+                "; ".join(link_rows(commbench))
+                if commbench
+                else "none measured (no run of more than one process on one node)"
+            )
+            + ".",
+            *([f"The model's verdict on these inputs: {judged}"] if judged else []),
+            IN_STEP_TEXT + " The terms inside a step, as the commbench stage measured them on this "
+            "machine: "
+            + (
+                "; ".join(terms)
+                if terms
+                else "not measured (a commbench JSON from before they were; rerun the commbench stage)"
+            )
+            + ".",
+            f"{close} of {judged_communication} multi-process runs with a timed communication have "
+            f"their predicted in-step communication within {COMMUNICATION_BOUND:g}x of the measured "
+            "(communication_ratio: predicted over measured).",
+            f"{within} of {len(frame)} multi-process runs are within {BOUND:.0%} of the model.{caveat} "
+            "Predictions are the model's, not measurements. Also prediction.csv and the prediction "
+            "figure.",
+        ],
+        "table": shown,
+        "bullets": misses or ["No run missed the bound."],
+    }

@@ -4,6 +4,7 @@ communication share, bytes per iteration, memory per worker (why_throughput; in 
 short_why), and the cost model's reading of the same runs (model_reading; in one sentence,
 model_summary).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,69 +18,102 @@ from .wording import as_many, byte_size, counted, joined, known, percent
 
 SPLIT = ("data", "compute", "communication", "optimizer")  # load.TIME_SPLIT
 # The per-entry means the why is told from (tables.entry_means: mean over the entry's seeds).
-WHY_COLUMNS = ["sec_per_iter_mean", *(f"time_{part}" for part in SPLIT), "communication_share",
-               "busiest_rank_bytes_per_iter", "busiest_rank_theory_bytes_per_iter",
-               "owned_state_mb", "peak_memory_mb"]
+WHY_COLUMNS = [
+    "sec_per_iter_mean",
+    *(f"time_{part}" for part in SPLIT),
+    "communication_share",
+    "busiest_rank_bytes_per_iter",
+    "busiest_rank_theory_bytes_per_iter",
+    "owned_state_mb",
+    "peak_memory_mb",
+]
 
 
 def _strategy(summary: pd.DataFrame, entry: str):
     return STRATEGIES.get(summary.loc[summary["entry"] == entry, "strategy"].iloc[0])
 
 
-def why_throughput(r: Ranking, means: pd.DataFrame, summary: pd.DataFrame,
-                   predicted: pd.DataFrame | None) -> list[str]:
+def why_throughput(r: Ranking, means: pd.DataFrame, summary: pd.DataFrame, predicted: pd.DataFrame | None) -> list[str]:
     """Why the ranking is what it is, in what the runs measured: where the time of an iteration
     goes (the fastest against the slowest at the same global batch), the communication share,
     bytes per iteration, memory per worker, and the cost model's reading of the same runs."""
     found = []
-    moved = [e for e in r.order if known(means.loc[e, "busiest_rank_bytes_per_iter"])
-             and means.loc[e, "busiest_rank_bytes_per_iter"] > 0]
+    moved = [
+        e
+        for e in r.order
+        if known(means.loc[e, "busiest_rank_bytes_per_iter"]) and means.loc[e, "busiest_rank_bytes_per_iter"] > 0
+    ]
     if not moved:
-        return ["None of them moves a byte between processes, so there is no communication to "
-                "tell them apart; their time split and memory are in the report's tables."]
+        return [
+            "None of them moves a byte between processes, so there is no communication to "
+            "tell them apart; their time split and memory are in the report's tables."
+        ]
     fast, slow, judged = extremes(r, means) or (r.order[0], r.order[0], False)
     F, S = means.loc[fast], means.loc[slow]
     if slow != fast and known(S["sec_per_iter_mean"]) and known(F["sec_per_iter_mean"]):
         gap = S["sec_per_iter_mean"] - F["sec_per_iter_mean"]
-        parts = {part: S[f"time_{part}"] - F[f"time_{part}"] for part in SPLIT
-                 if known(S[f"time_{part}"]) and known(F[f"time_{part}"])}
+        parts = {
+            part: S[f"time_{part}"] - F[f"time_{part}"]
+            for part in SPLIT
+            if known(S[f"time_{part}"]) and known(F[f"time_{part}"])
+        }
         other = gap - sum(parts.values())
         listed = [f"{part} {d:+.4f} s" for part, d in sorted(parts.items(), key=lambda kv: -abs(kv[1]))]
         if abs(other) >= 0.00005:
             listed.append(f"{other:+.4f} s outside the time split")
-        found.append(f"{'Why' if judged else 'Why the means differ (not judged)'}: an "
-                     f"iteration of {slow} takes {S['sec_per_iter_mean']:.4f} s and one of "
-                     f"{fast} {F['sec_per_iter_mean']:.4f} s; of the {gap:.4f} s between them, "
-                     f"{', '.join(listed)} (the time split's means over seeds).")
-        inside = [e for e in (fast, slow)
-                  if (s := _strategy(summary, e)) and s.communication_timed is None]
+        found.append(
+            f"{'Why' if judged else 'Why the means differ (not judged)'}: an "
+            f"iteration of {slow} takes {S['sec_per_iter_mean']:.4f} s and one of "
+            f"{fast} {F['sec_per_iter_mean']:.4f} s; of the {gap:.4f} s between them, "
+            f"{', '.join(listed)} (the time split's means over seeds)."
+        )
+        inside = [e for e in (fast, slow) if (s := _strategy(summary, e)) and s.communication_timed is None]
         if inside:
-            found.append(f"{joined(inside)} exchange{'s' if len(inside) == 1 else ''} inside the "
-                         "forward and backward passes, so there compute holds the communication.")
-    timed = [(e, means.loc[e, "communication_share"]) for e in moved
-             if known(means.loc[e, "communication_share"])
-             and (s := _strategy(summary, e)) and s.communication_timed]
+            found.append(
+                f"{joined(inside)} exchange{'s' if len(inside) == 1 else ''} inside the "
+                "forward and backward passes, so there compute holds the communication."
+            )
+    timed = [
+        (e, means.loc[e, "communication_share"])
+        for e in moved
+        if known(means.loc[e, "communication_share"]) and (s := _strategy(summary, e)) and s.communication_timed
+    ]
     if timed:
-        found.append("Communication timed apart takes " + joined(
-            f"{percent(share)} of the iteration of {e}" for e, share in timed) + ".")
-    moved = [(e, means.loc[e, "busiest_rank_bytes_per_iter"],
-              means.loc[e, "busiest_rank_theory_bytes_per_iter"]) for e in moved]
+        found.append(
+            "Communication timed apart takes "
+            + joined(f"{percent(share)} of the iteration of {e}" for e, share in timed)
+            + "."
+        )
+    moved = [
+        (e, means.loc[e, "busiest_rank_bytes_per_iter"], means.loc[e, "busiest_rank_theory_bytes_per_iter"])
+        for e in moved
+    ]
     if moved:
         as_theory = all(known(t) and t > 0 and abs(b / t - 1) <= 0.01 for _, b, t in moved)
-        found.append("Bytes per iteration of the busiest rank (sent + received)"
-                     + (", each within 1% of its strategy's theory" if as_theory else "") + ": "
-                     + ", ".join(f"{e} {byte_size(b)}" + ("" if as_theory or not known(t) else
-                                                          f" (theory {byte_size(t)})")
-                                 for e, b, t in moved) + ".")
+        found.append(
+            "Bytes per iteration of the busiest rank (sent + received)"
+            + (", each within 1% of its strategy's theory" if as_theory else "")
+            + ": "
+            + ", ".join(
+                f"{e} {byte_size(b)}" + ("" if as_theory or not known(t) else f" (theory {byte_size(t)})")
+                for e, b, t in moved
+            )
+            + "."
+        )
         sizes = {e: b for e, b, _ in moved}
         if fast in sizes and slow in sizes and slow != fast and sizes[fast]:
             found.append(f"{slow} moves {as_many(sizes[slow] / sizes[fast], 'bytes')} {fast}.")
     held = [e for e in r.order if known(means.loc[e, "owned_state_mb"])]
     if held:
-        found.append("Memory per worker, in the process that holds the most (parameters, gradients "
-                     "and optimizer state it owns / its peak): " + ", ".join(
-                         f"{e} {significant(means.loc[e, 'owned_state_mb'])} / "
-                         f"{significant(means.loc[e, 'peak_memory_mb'])} MiB" for e in held) + ".")
+        found.append(
+            "Memory per worker, in the process that holds the most (parameters, gradients "
+            "and optimizer state it owns / its peak): "
+            + ", ".join(
+                f"{e} {significant(means.loc[e, 'owned_state_mb'])} / {significant(means.loc[e, 'peak_memory_mb'])} MiB"
+                for e in held
+            )
+            + "."
+        )
     found += model_reading(r, predicted)
     return found
 
@@ -104,16 +138,21 @@ def short_why(r: Ranking, means: pd.DataFrame) -> str:
     if not judged or not known(means.loc[slow, "sec_per_iter_mean"]):
         return ""
     F, S = means.loc[fast], means.loc[slow]
-    parts = {part: S[f"time_{part}"] - F[f"time_{part}"] for part in SPLIT
-             if known(S[f"time_{part}"]) and known(F[f"time_{part}"])}
+    parts = {
+        part: S[f"time_{part}"] - F[f"time_{part}"]
+        for part in SPLIT
+        if known(S[f"time_{part}"]) and known(F[f"time_{part}"])
+    }
     gap = S["sec_per_iter_mean"] - F["sec_per_iter_mean"]
     found = f"{slow}'s iteration is {gap:.4f} s longer than {fast}'s"
     if parts:
         part, d = max(parts.items(), key=lambda kv: abs(kv[1]))
         found += f", {d:+.4f} s of it in {part}"
     extra = []
-    for column, verb, what, same in (("busiest_rank_bytes_per_iter", "moves", "bytes", "as many"),
-                                     ("owned_state_mb", "owns", "state per worker", "as much")):
+    for column, verb, what, same in (
+        ("busiest_rank_bytes_per_iter", "moves", "bytes", "as many"),
+        ("owned_state_mb", "owns", "state per worker", "as much"),
+    ):
         if known(F[column]) and F[column] > 0 and known(S[column]):
             extra.append(f"{verb} {as_many(S[column] / F[column], what, same)} {fast}")
     return found + (f"; it {joined(extra)}" if extra else "") + "."
@@ -123,12 +162,12 @@ def short_why(r: Ranking, means: pd.DataFrame) -> str:
 class ModelFacts:
     """The cost model's images/s against the measured, entry by entry (means over seeds)."""
 
-    unmodelled: dict[str, str]            # entry -> why the model has no prediction
+    unmodelled: dict[str, str]  # entry -> why the model has no prediction
     predicted: dict[str, float]
     measured: dict[str, float]
-    misses: list[str]                     # off by more than prediction.BOUND
-    ordered: list[tuple[str, str]]        # pairs the measurement ranks beyond the noise
-    reversed: list[tuple[str, str]]       # ... that the model ranks the other way
+    misses: list[str]  # off by more than prediction.BOUND
+    ordered: list[tuple[str, str]]  # pairs the measurement ranks beyond the noise
+    reversed: list[tuple[str, str]]  # ... that the model ranks the other way
 
 
 def model_facts(r: Ranking, predicted: pd.DataFrame | None) -> ModelFacts | None:
@@ -140,18 +179,25 @@ def model_facts(r: Ranking, predicted: pd.DataFrame | None) -> ModelFacts | None
     rows = predicted[predicted["entry"].isin(r.order)]
     if rows.empty:
         return None
-    unmodelled = {e: flag for e, flag in zip(rows["entry"], rows["flag"], strict=False)
-                  if flag and not flag.startswith("missed")}
-    means = rows[~rows["entry"].isin(unmodelled)].groupby("entry", sort=False)[
-        ["predicted_images_per_second", "measured_images_per_second"]].mean()
+    unmodelled = {
+        e: flag for e, flag in zip(rows["entry"], rows["flag"], strict=False) if flag and not flag.startswith("missed")
+    }
+    means = (
+        rows[~rows["entry"].isin(unmodelled)]
+        .groupby("entry", sort=False)[["predicted_images_per_second", "measured_images_per_second"]]
+        .mean()
+    )
     entries = [e for e in r.order if e in means.index]
     pred = {e: float(means.loc[e, "predicted_images_per_second"]) for e in entries}
     meas = {e: float(means.loc[e, "measured_images_per_second"]) for e in entries}
     misses = [e for e in entries if abs(pred[e] / meas[e] - 1) > BOUND]
-    ordered = [(a, b) for i, a in enumerate(r.order) for b in r.order[i + 1:]
-               if a in pred and b in pred and r.verdict(a, b) == BEYOND]
-    return ModelFacts(unmodelled, pred, meas, misses, ordered,
-                      [(a, b) for a, b in ordered if pred[a] < pred[b]])
+    ordered = [
+        (a, b)
+        for i, a in enumerate(r.order)
+        for b in r.order[i + 1 :]
+        if a in pred and b in pred and r.verdict(a, b) == BEYOND
+    ]
+    return ModelFacts(unmodelled, pred, meas, misses, ordered, [(a, b) for a, b in ordered if pred[a] < pred[b]])
 
 
 def model_reading(r: Ranking, predicted: pd.DataFrame | None) -> list[str]:
@@ -165,23 +211,33 @@ def model_reading(r: Ranking, predicted: pd.DataFrame | None) -> list[str]:
         return []
     found = []
     if facts.unmodelled:
-        found.append("The cost model has no prediction for " + "; ".join(
-            f"{e} ({flag})" for e, flag in facts.unmodelled.items()) + ".")
+        found.append(
+            "The cost model has no prediction for "
+            + "; ".join(f"{e} ({flag})" for e, flag in facts.unmodelled.items())
+            + "."
+        )
     if not facts.predicted:
         return found
-    misses = [f"{e} (predicted {facts.predicted[e]:.2f} against {facts.measured[e]:.2f} measured, "
-              f"x{facts.predicted[e] / facts.measured[e]:.2f})" for e in facts.misses]
-    found.append(f"The cost model (a prediction from single's compute and the measured links, "
-                 f"not a measurement) comes within {BOUND:.0%} of the measured images/s for "
-                 f"{len(facts.predicted) - len(misses)} of the {len(facts.predicted)} entries it "
-                 "models" + (f"; it misses {joined(misses)}" if misses else "") + ".")
+    misses = [
+        f"{e} (predicted {facts.predicted[e]:.2f} against {facts.measured[e]:.2f} measured, "
+        f"x{facts.predicted[e] / facts.measured[e]:.2f})"
+        for e in facts.misses
+    ]
+    found.append(
+        f"The cost model (a prediction from single's compute and the measured links, "
+        f"not a measurement) comes within {BOUND:.0%} of the measured images/s for "
+        f"{len(facts.predicted) - len(misses)} of the {len(facts.predicted)} entries it "
+        "models" + (f"; it misses {joined(misses)}" if misses else "") + "."
+    )
     if facts.reversed:
-        found.append(f"The model and the measurement disagree on {len(facts.reversed)} of the "
-                     f"{len(facts.ordered)} pairs that differ beyond the noise: it predicts "
-                     + joined(f"{b} faster than {a}" for a, b in facts.reversed) + ".")
+        found.append(
+            f"The model and the measurement disagree on {len(facts.reversed)} of the "
+            f"{len(facts.ordered)} pairs that differ beyond the noise: it predicts "
+            + joined(f"{b} faster than {a}" for a, b in facts.reversed)
+            + "."
+        )
     elif facts.ordered:
-        found.append(f"It orders all {len(facts.ordered)} pairs that differ beyond the noise as "
-                     "the measurement does.")
+        found.append(f"It orders all {len(facts.ordered)} pairs that differ beyond the noise as the measurement does.")
     return found
 
 
@@ -193,7 +249,13 @@ def model_summary(r: Ranking, predicted: pd.DataFrame | None) -> str:
     if facts is None or not facts.predicted:
         return ""
     n = len(facts.predicted)
-    order = (f", and orders {len(facts.ordered) - len(facts.reversed)} of the {len(facts.ordered)} "
-             "pairs that differ beyond the noise as measured" if facts.ordered else "")
-    return (f"With {counted(r.workers, 'worker')}, the cost model comes within {BOUND:.0%} of the measured "
-            f"images/s for {n - len(facts.misses)} of the {n} entries it models{order}.")
+    order = (
+        f", and orders {len(facts.ordered) - len(facts.reversed)} of the {len(facts.ordered)} "
+        "pairs that differ beyond the noise as measured"
+        if facts.ordered
+        else ""
+    )
+    return (
+        f"With {counted(r.workers, 'worker')}, the cost model comes within {BOUND:.0%} of the measured "
+        f"images/s for {n - len(facts.misses)} of the {n} entries it models{order}."
+    )

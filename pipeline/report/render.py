@@ -4,6 +4,7 @@ The report opens with its first section (the answer), then a contents list that 
 section and says how to read the tables; the run list and the provenance close it.
 Texts may mark code as Markdown does (`single`): Markdown keeps it, the HTML makes it <code>.
 """
+
 from __future__ import annotations
 
 import base64
@@ -21,16 +22,18 @@ TITLE = "Data-parallel Faster R-CNN benchmark: report"
 # keep a readable measure, and every table fits without scrolling (tests/finished_demo: a
 # browser checks it): prose cells wrap at their spaces, ids and numbers never break, numbers
 # are right-aligned. The box around a table scrolls only where a window is narrower still.
-CSS = ("body{font-family:system-ui,sans-serif;max-width:1320px;margin:1.5em auto;padding:0 1.5em;"
-       "color:#222;line-height:1.45}p,li,figcaption{max-width:62em}"
-       "nav.contents{background:#f5f5f5;padding:.5em 1em;margin:1em 0}nav.contents ol{margin:.3em 0}"
-       "nav.contents p{margin:0}nav.contents p:first-child{font-weight:bold}"
-       "div.table{overflow-x:auto;margin:1em 0}table{border-collapse:collapse;font-size:.87em}"
-       "th,td{border-bottom:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}"
-       "th{vertical-align:bottom}th.num,td.num{text-align:right}td.num{white-space:nowrap;"
-       "font-variant-numeric:tabular-nums}td.key,span.id{white-space:nowrap}p.note{font-size:.87em}"
-       "code{font-size:.95em;background:#f3f3f3;padding:0 .2em}"
-       "img{max-width:100%}figure{margin:1.5em 0}figcaption{font-size:.9em}")
+CSS = (
+    "body{font-family:system-ui,sans-serif;max-width:1320px;margin:1.5em auto;padding:0 1.5em;"
+    "color:#222;line-height:1.45}p,li,figcaption{max-width:62em}"
+    "nav.contents{background:#f5f5f5;padding:.5em 1em;margin:1em 0}nav.contents ol{margin:.3em 0}"
+    "nav.contents p{margin:0}nav.contents p:first-child{font-weight:bold}"
+    "div.table{overflow-x:auto;margin:1em 0}table{border-collapse:collapse;font-size:.87em}"
+    "th,td{border-bottom:1px solid #ccc;padding:.25em .5em;text-align:left;vertical-align:top}"
+    "th{vertical-align:bottom}th.num,td.num{text-align:right}td.num{white-space:nowrap;"
+    "font-variant-numeric:tabular-nums}td.key,span.id{white-space:nowrap}p.note{font-size:.87em}"
+    "code{font-size:.95em;background:#f3f3f3;padding:0 .2em}"
+    "img{max-width:100%}figure{margin:1.5em 0}figcaption{font-size:.9em}"
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,10 +56,12 @@ def anchor(title: str) -> str:
 
 
 # Under the contents list: how to read every table.
-READING = ("Tables give the mean over an entry's seeds ± their standard deviation, and n, the "
-           "number of runs; n/a marks a number that does not exist, - an empty field. Skipped "
-           "and failed runs are left out of the tables and figures and listed with their reason "
-           "under Runs, at the end.")
+READING = (
+    "Tables give the mean over an entry's seeds ± their standard deviation, and n, the "
+    "number of runs; n/a marks a number that does not exist, - an empty field. Skipped "
+    "and failed runs are left out of the tables and figures and listed with their reason "
+    "under Runs, at the end."
+)
 
 
 def _contents(sections: list[Section]) -> list[tuple[str, str]]:
@@ -84,9 +89,11 @@ def render_markdown(sections: list[Section]) -> str:
             out.append("".join(f"- {b}\n" for b in section.bullets))
         out += [f"![{caption}]({path})\n" for _, path, caption in section.figures]
         if i == 0:  # the answer first, then where everything else is
-            out.append("**Contents**\n\n" + "".join(f"- [{title}](#{slug})\n"
-                                                    for title, slug in _contents(sections))
-                       + f"\n{READING}\n")
+            out.append(
+                "**Contents**\n\n"
+                + "".join(f"- [{title}](#{slug})\n" for title, slug in _contents(sections))
+                + f"\n{READING}\n"
+            )
     return "\n".join(out)
 
 
@@ -108,19 +115,25 @@ def html_table(shown: pd.DataFrame) -> str:
     kinds = ["num" if n else "" if w else "key" for n, w in zip(numeric, wrap, strict=False)]
     cls = [f" class='{k}'" if k else "" for k in kinds]
     head = "".join(f"<th{c}>{_inline(str(h))}</th>" for c, h in zip(cls, shown.columns, strict=False))
-    rows = "".join("<tr>" + "".join(f"<td{c}>{_inline(str(v))}</td>" for c, v in zip(cls, row, strict=False))
-                   + "</tr>" for row in shown.itertuples(index=False))
+    rows = "".join(
+        "<tr>" + "".join(f"<td{c}>{_inline(str(v))}</td>" for c, v in zip(cls, row, strict=False)) + "</tr>"
+        for row in shown.itertuples(index=False)
+    )
     notes = "".join(f"<p class='note'>{_inline(n)}</p>" for n in shown.attrs.get("notes") or [])
-    return (f"<div class='table'><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody>"
-            f"</table></div>{notes}")
+    return f"<div class='table'><table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>{notes}"
 
 
 def render_html(sections: list[Section], pngs: dict[str, bytes]) -> str:
     """The whole report in one file: figures are embedded, nothing is fetched from elsewhere."""
     esc = html.escape
-    out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
-           "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-           f"<title>{TITLE}</title>", f"<style>{CSS}</style></head><body>", f"<h1>{TITLE}</h1>"]
+    out = [
+        "<!DOCTYPE html>",
+        "<html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{TITLE}</title>",
+        f"<style>{CSS}</style></head><body>",
+        f"<h1>{TITLE}</h1>",
+    ]
     for i, section in enumerate(sections):
         out.append(f"<section id='{anchor(section.title)}'><h2>{esc(section.title)}</h2>")
         out += [f"<p>{_inline(text)}</p>" for text in section.text]
@@ -128,19 +141,21 @@ def render_html(sections: list[Section], pngs: dict[str, bytes]) -> str:
         if table is not None:
             out.append(html_table(table))
         if section.bullets:
-            out.append("<ul>" + "".join(f"<li>{_inline(b)}</li>" for b in section.bullets)
-                       + "</ul>")
+            out.append("<ul>" + "".join(f"<li>{_inline(b)}</li>" for b in section.bullets) + "</ul>")
         for name, _, caption in section.figures:
             data = base64.b64encode(pngs[name]).decode("ascii")
-            out.append(f"<figure id='figure-{name}'><img alt='{esc(caption)}' "
-                       f"src='data:image/png;base64,{data}'><figcaption>{esc(caption)}"
-                       "</figcaption></figure>")
+            out.append(
+                f"<figure id='figure-{name}'><img alt='{esc(caption)}' "
+                f"src='data:image/png;base64,{data}'><figcaption>{esc(caption)}"
+                "</figcaption></figure>"
+            )
         out.append("</section>")
         if i == 0:  # the answer first, then where everything else is
-            out.append("<nav class='contents' aria-label='Contents'><p>Contents</p><ol>"
-                       + "".join(f"<li><a href='#{slug}'>{esc(title)}</a></li>"
-                                 for title, slug in _contents(sections))
-                       + f"</ol><p class='reading'>{esc(READING)}</p></nav>")
+            out.append(
+                "<nav class='contents' aria-label='Contents'><p>Contents</p><ol>"
+                + "".join(f"<li><a href='#{slug}'>{esc(title)}</a></li>" for title, slug in _contents(sections))
+                + f"</ol><p class='reading'>{esc(READING)}</p></nav>"
+            )
     return "\n".join(out + ["</body></html>"]) + "\n"
 
 

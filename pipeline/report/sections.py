@@ -11,6 +11,7 @@ equivalence check, the accuracy gap's causes (causes.py), definitions and figure
 run and its provenance. A function that returns None leaves its section out (no
 equivalence check ran). render.py lays them out as Markdown and HTML.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -60,8 +61,11 @@ def answer(data: ReportData) -> Section:
     if held is not None and held.judged and not held.met:
         warning.append(held.sentence())
     entry = FIGURES[VERDICT_FIGURE]
-    return Section("The answer", [data.verdict.text, *warning], figures=[
-        (VERDICT_FIGURE, f"figures/{VERDICT_FIGURE}.{data.figure_ext}", entry.caption)])
+    return Section(
+        "The answer",
+        [data.verdict.text, *warning],
+        figures=[(VERDICT_FIGURE, f"figures/{VERDICT_FIGURE}.{data.figure_ext}", entry.caption)],
+    )
 
 
 @section
@@ -78,35 +82,48 @@ def measurement_check(data: ReportData) -> Section:
 # ---- the results --------------------------------------------------------------------------------
 @section
 def table1(data: ReportData) -> Section:
-    return Section("Table 1: COCO box AP", [
-        "AP at IoU .5:.95, .5 and .75 on the validation split. Published values: Table 1 of "
-        f"{data.published.get('source', 'the DP-vs-DDP study')}. Our rows say which data they "
-        "were measured on; only rows on COCO 2017 can be compared with the study's.",
-        "The study's AP of 0.624 (DP) and 0.632 (DDP) are far above torchvision's published "
-        f"box AP of {TORCHVISION_BOX_AP} for fasterrcnn_resnet50_fpn on COCO val2017 under "
-        "its 26-epoch recipe, so the study cannot have measured the standard COCO box "
-        "AP@[.5:.95] at that schedule; the coco2017 preset's own target is torchvision's "
-        f"{TORCHVISION_BOX_AP}."], data.shown("table1"))
+    return Section(
+        "Table 1: COCO box AP",
+        [
+            "AP at IoU .5:.95, .5 and .75 on the validation split. Published values: Table 1 of "
+            f"{data.published.get('source', 'the DP-vs-DDP study')}. Our rows say which data they "
+            "were measured on; only rows on COCO 2017 can be compared with the study's.",
+            "The study's AP of 0.624 (DP) and 0.632 (DDP) are far above torchvision's published "
+            f"box AP of {TORCHVISION_BOX_AP} for fasterrcnn_resnet50_fpn on COCO val2017 under "
+            "its 26-epoch recipe, so the study cannot have measured the standard COCO box "
+            "AP@[.5:.95] at that schedule; the coco2017 preset's own target is torchvision's "
+            f"{TORCHVISION_BOX_AP}.",
+        ],
+        data.shown("table1"),
+    )
 
 
 @section
 def table2(data: ReportData) -> Section:
-    return Section("Table 2: time per iteration and training progress per epoch",
-                   ["Same layout as Table 1. Published values: Table 2 of the same study "
-                    "(seconds per iteration and its undefined \"training progress per epoch\")."],
-                   data.shown("table2"))
+    return Section(
+        "Table 2: time per iteration and training progress per epoch",
+        [
+            "Same layout as Table 1. Published values: Table 2 of the same study "
+            '(seconds per iteration and its undefined "training progress per epoch").'
+        ],
+        data.shown("table2"),
+    )
 
 
 @section
 def comparisons(data: ReportData) -> Section:
     if not len(data.compared):
-        return Section("Differences beyond the noise?",
-                       ["No two entries share a number of workers and a data mode."])
-    return Section("Differences beyond the noise?", [
-        f"Every pair of sweep entries with the same number of workers and data mode, in "
-        f"images/s and in AP: the ratio of their means (a/b) and the verdict, pairs beyond "
-        f"the noise first. Rule: {NOISE_RULE}. The means, spreads and intervals: "
-        "comparisons.csv."], data.shown("comparisons"))
+        return Section("Differences beyond the noise?", ["No two entries share a number of workers and a data mode."])
+    return Section(
+        "Differences beyond the noise?",
+        [
+            f"Every pair of sweep entries with the same number of workers and data mode, in "
+            f"images/s and in AP: the ratio of their means (a/b) and the verdict, pairs beyond "
+            f"the noise first. Rule: {NOISE_RULE}. The means, spreads and intervals: "
+            "comparisons.csv."
+        ],
+        data.shown("comparisons"),
+    )
 
 
 def _completed(data: ReportData) -> pd.DataFrame:
@@ -116,63 +133,95 @@ def _completed(data: ReportData) -> pd.DataFrame:
 @section
 def throughput(data: ReportData) -> Section:
     completed = _completed(data)
-    speed = pd.DataFrame({
-        "run_id": completed["run_id"], "images_per_second": completed["images_per_second"],
-        "speedup_vs_single": completed["speedup_vs_single"],
-        "sec_per_iter_p50": completed["sec_per_iter_p50"],
-        "sec_per_iter_p95": completed["sec_per_iter_p95"],
-        "communication_share": completed["communication_share"],
-        "MB/iter, busiest rank": completed["busiest_rank_bytes_per_iter"] / 1e6,
-        "MB/iter by theory": completed["busiest_rank_theory_bytes_per_iter"] / 1e6,
-        "replicas_identical": completed["replicas_identical"]})
-    return Section("Throughput and communication", [
-        "Speed-up is images/s over `single` at the same global batch (n/a: no `single` run "
-        "at that batch). Communication share: the time split's communication over the "
-        "iteration (n/a: a strategy that exchanges inside its forward and backward passes "
-        "times none apart). " + bytes_sentences() + " Per-rank detail: traffic.csv."],
-        formatted(speed, {"images_per_second": 2, "speedup_vs_single": 3, "sec_per_iter_p50": 4,
-                          "sec_per_iter_p95": 4, "communication_share": 3,
-                          "MB/iter, busiest rank": 2, "MB/iter by theory": 2}))
+    speed = pd.DataFrame(
+        {
+            "run_id": completed["run_id"],
+            "images_per_second": completed["images_per_second"],
+            "speedup_vs_single": completed["speedup_vs_single"],
+            "sec_per_iter_p50": completed["sec_per_iter_p50"],
+            "sec_per_iter_p95": completed["sec_per_iter_p95"],
+            "communication_share": completed["communication_share"],
+            "MB/iter, busiest rank": completed["busiest_rank_bytes_per_iter"] / 1e6,
+            "MB/iter by theory": completed["busiest_rank_theory_bytes_per_iter"] / 1e6,
+            "replicas_identical": completed["replicas_identical"],
+        }
+    )
+    return Section(
+        "Throughput and communication",
+        [
+            "Speed-up is images/s over `single` at the same global batch (n/a: no `single` run "
+            "at that batch). Communication share: the time split's communication over the "
+            "iteration (n/a: a strategy that exchanges inside its forward and backward passes "
+            "times none apart). " + bytes_sentences() + " Per-rank detail: traffic.csv."
+        ],
+        formatted(
+            speed,
+            {
+                "images_per_second": 2,
+                "speedup_vs_single": 3,
+                "sec_per_iter_p50": 4,
+                "sec_per_iter_p95": 4,
+                "communication_share": 3,
+                "MB/iter, busiest rank": 2,
+                "MB/iter by theory": 2,
+            },
+        ),
+    )
 
 
 @section
 def memory(data: ReportData) -> Section:
-    memory = _completed(data)[["run_id", "workers", "processes", "peak_memory_mb",
-                               "owned_state_mb", "theory_state_mb"]]
-    return Section("Memory per worker", [
-        memory_sentences() + " Per process: ranks[].memory in each train_summary.json; "
-        "also the memory figure."],
-        formatted(memory, {"peak_memory_mb": 1, "owned_state_mb": 1, "theory_state_mb": 1}))
+    memory = _completed(data)[["run_id", "workers", "processes", "peak_memory_mb", "owned_state_mb", "theory_state_mb"]]
+    return Section(
+        "Memory per worker",
+        [memory_sentences() + " Per process: ranks[].memory in each train_summary.json; also the memory figure."],
+        formatted(memory, {"peak_memory_mb": 1, "owned_state_mb": 1, "theory_state_mb": 1}),
+    )
 
 
 @section
 def scaling(data: ReportData) -> Section:
-    return Section("Scaling", [
-        "Images/s against the number of workers per strategy: speed-up over `single` at "
-        "the same global batch, and scaling efficiency = speed-up / workers (1.0 is linear "
-        "scaling). Also scaling.csv and the throughput and scaling figures."],
-        data.shown("scaling"), scaling_findings(data.scaling))
+    return Section(
+        "Scaling",
+        [
+            "Images/s against the number of workers per strategy: speed-up over `single` at "
+            "the same global batch, and scaling efficiency = speed-up / workers (1.0 is linear "
+            "scaling). Also scaling.csv and the throughput and scaling figures."
+        ],
+        data.shown("scaling"),
+        scaling_findings(data.scaling),
+    )
 
 
 @section
 def time_to_accuracy(data: ReportData) -> Section:
-    return Section("Time to accuracy", [
-        "Training scores the model on the validation split every eval.every_epochs epochs "
-        "(COCO's standard settings); training seconds exclude those evaluations, whose own "
-        "time is the last column. A run reaches the target (report.target_ap) at its first "
-        "evaluation with AP at or above it."],
-        data.shown("time_to_accuracy"), time_to_accuracy_findings(data.summary))
+    return Section(
+        "Time to accuracy",
+        [
+            "Training scores the model on the validation split every eval.every_epochs epochs "
+            "(COCO's standard settings); training seconds exclude those evaluations, whose own "
+            "time is the last column. A run reaches the target (report.target_ap) at its first "
+            "evaluation with AP at or above it."
+        ],
+        data.shown("time_to_accuracy"),
+        time_to_accuracy_findings(data.summary),
+    )
 
 
 @section
 def data_modes(data: ReportData) -> Section:
-    return Section("Data modes: the loader's share", [
-        "The same entries on the real loader (decoding, augmentation) and on in-memory "
-        "tensors of the same shapes and targets, made once per process (data_mode: "
-        "synthetic). Those runs are timed, not scored: their pixels are noise. Loader "
-        "share = 1 - real / in-memory images/s; a loader cannot make training faster, so a "
-        "negative measurement is shown as 0, with a note."],
-        data.shown("data_modes"), data_mode_findings(data.data_modes))
+    return Section(
+        "Data modes: the loader's share",
+        [
+            "The same entries on the real loader (decoding, augmentation) and on in-memory "
+            "tensors of the same shapes and targets, made once per process (data_mode: "
+            "synthetic). Those runs are timed, not scored: their pixels are noise. Loader "
+            "share = 1 - real / in-memory images/s; a loader cannot make training faster, so a "
+            "negative measurement is shown as 0, with a note."
+        ],
+        data.shown("data_modes"),
+        data_mode_findings(data.data_modes),
+    )
 
 
 # ---- the cost model and the one-step check ------------------------------------------------------
@@ -189,8 +238,7 @@ def held_out(data: ReportData) -> Section:
 
 @section
 def predicted_scaling(data: ReportData) -> Section:
-    return Section(**clusters.section(data.shown("predicted_scaling"), data.cluster_points,
-                                      data.predict, data.compute))
+    return Section(**clusters.section(data.shown("predicted_scaling"), data.cluster_points, data.predict, data.compute))
 
 
 @section
@@ -200,15 +248,27 @@ def equivalence(data: ReportData) -> Section | None:
     if found is None:
         return None
     # No '|' in headers: it would split the Markdown table's columns.
-    rows = [{"run": name, "largest weight difference from single after one step": (
-                f"{r.max_abs_difference:.3g}" if r.skipped is None else "skipped"),
-             "relative to single's step": (
-                f"{r.relative_to_step:.3g}" if r.relative_to_step is not None else r.skipped or "")}
-            for name, r in found.strategies.items()]
-    return Section("Equivalence with single", [
-        f"From the same weights and the same global batch, one SGD step of each strategy, "
-        f"compared with {found.reference} (whose largest weight change was "
-        f"{found.max_abs_step_of_single:.3g}). Why they differ: {found.why}"], pd.DataFrame(rows))
+    rows = [
+        {
+            "run": name,
+            "largest weight difference from single after one step": (
+                f"{r.max_abs_difference:.3g}" if r.skipped is None else "skipped"
+            ),
+            "relative to single's step": (
+                f"{r.relative_to_step:.3g}" if r.relative_to_step is not None else r.skipped or ""
+            ),
+        }
+        for name, r in found.strategies.items()
+    ]
+    return Section(
+        "Equivalence with single",
+        [
+            f"From the same weights and the same global batch, one SGD step of each strategy, "
+            f"compared with {found.reference} (whose largest weight change was "
+            f"{found.max_abs_step_of_single:.3g}). Why they differ: {found.why}"
+        ],
+        pd.DataFrame(rows),
+    )
 
 
 @section
@@ -221,23 +281,37 @@ def accuracy_causes(data: ReportData) -> Section | None:
 @section
 def definitions(data: ReportData) -> Section:
     # Each run records how many warm-up iterations its timing statistics leave out.
-    warmup = sorted({str(run.summary.timing_excludes_first_iterations) for run in data.runs
-                     if run.summary.timing_excludes_first_iterations is not None}
-                    ) or ["an unrecorded number of"]
-    return Section("Definitions", bullets=[
-        f"time per iteration = mean wall-clock seconds per training iteration, excluding the "
-        f"first {' or '.join(warmup)} (warm-up) iterations of the run", PROGRESS_DEFINITION,
-        "time split: data = waiting for the next batch; compute = forward and backward; "
-        f"{communication_definition()}; optimizer = the weight update",
-        "AP, AP50, AP75 = COCO box average precision (pycocotools); a size-range AP of -1 "
-        "(no objects of that size) is left empty in summary.csv"])
+    warmup = sorted(
+        {
+            str(run.summary.timing_excludes_first_iterations)
+            for run in data.runs
+            if run.summary.timing_excludes_first_iterations is not None
+        }
+    ) or ["an unrecorded number of"]
+    return Section(
+        "Definitions",
+        bullets=[
+            f"time per iteration = mean wall-clock seconds per training iteration, excluding the "
+            f"first {' or '.join(warmup)} (warm-up) iterations of the run",
+            PROGRESS_DEFINITION,
+            "time split: data = waiting for the next batch; compute = forward and backward; "
+            f"{communication_definition()}; optimizer = the weight update",
+            "AP, AP50, AP75 = COCO box average precision (pycocotools); a size-range AP of -1 "
+            "(no objects of that size) is left empty in summary.csv",
+        ],
+    )
 
 
 @section
 def figures(data: ReportData) -> Section:
-    return Section("Figures", figures=[(name, f"figures/{name}.{data.figure_ext}", entry.caption)
-                                       for name, entry in FIGURES.items()
-                                       if name != VERDICT_FIGURE])  # under the verdict
+    return Section(
+        "Figures",
+        figures=[
+            (name, f"figures/{name}.{data.figure_ext}", entry.caption)
+            for name, entry in FIGURES.items()
+            if name != VERDICT_FIGURE
+        ],
+    )  # under the verdict
 
 
 # ---- the appendices: every run, and where its numbers came from --------------------------------
@@ -247,10 +321,8 @@ PROVENANCE_PACKAGES = ("python", "torch", "torchvision", "pycocotools", "numpy")
 def constant_columns(frame: pd.DataFrame, keep=()) -> tuple[pd.DataFrame, list[str]]:
     """The frame without the columns that hold one value in every row (but `keep`), and those
     columns as 'name value', said once above the table instead of in every row."""
-    constant = [c for c in frame.columns if c not in keep and len(frame) > 1
-                and frame[c].astype(str).nunique() == 1]
-    said = [f"{c} {frame[c].iloc[0]}" for c in constant
-            if str(frame[c].iloc[0]) not in (NO_NUMBER, NO_TEXT)]
+    constant = [c for c in frame.columns if c not in keep and len(frame) > 1 and frame[c].astype(str).nunique() == 1]
+    said = [f"{c} {frame[c].iloc[0]}" for c in constant if str(frame[c].iloc[0]) not in (NO_NUMBER, NO_TEXT)]
     return frame.drop(columns=constant), said
 
 
@@ -259,17 +331,42 @@ def runs(data: ReportData) -> Section:
     """Every run: its strategy, shape, status and reason; columns one value for every run are
     said once, above the table."""
     summary = data.summary
-    frame = pd.DataFrame({
-        "run_id": summary["run_id"],
-        "strategy": [strategy_label(s, v, m) for s, v, m in
-                     zip(summary["strategy"], summary["variant"], summary["data_mode"].fillna("real"), strict=False)],
-        **{c: summary[c] for c in ("seed", "workers", "processes", "images_per_worker",
-                                   "global_batch", "threads", "restarts", "device", "backend",
-                                   "status", "reason")}})
+    frame = pd.DataFrame(
+        {
+            "run_id": summary["run_id"],
+            "strategy": [
+                strategy_label(s, v, m)
+                for s, v, m in zip(
+                    summary["strategy"], summary["variant"], summary["data_mode"].fillna("real"), strict=False
+                )
+            ],
+            **{
+                c: summary[c]
+                for c in (
+                    "seed",
+                    "workers",
+                    "processes",
+                    "images_per_worker",
+                    "global_batch",
+                    "threads",
+                    "restarts",
+                    "device",
+                    "backend",
+                    "status",
+                    "reason",
+                )
+            },
+        }
+    )
     shown, common = constant_columns(formatted(frame, {}), keep=("run", "status", "reason"))
-    return Section("Runs", [
-        "Every training run, skipped and failed ones with their reason"
-        + (f"; all of them: {'; '.join(common)}." if common else ".")], shown)
+    return Section(
+        "Runs",
+        [
+            "Every training run, skipped and failed ones with their reason"
+            + (f"; all of them: {'; '.join(common)}." if common else ".")
+        ],
+        shown,
+    )
 
 
 def _shown(value) -> str:
@@ -282,15 +379,23 @@ def provenance_table(runs: list[RunDir]) -> pd.DataFrame:
     rows = []
     for run in runs:
         p, hw = run.summary.provenance, run.summary.provenance.hardware
-        rows.append({
-            "run_id": run.run_id, "git": p.git_revision or "none recorded",
-            "seed": _shown(p.seed), "workers": p.workers or "",
-            "processes": _shown(p.processes), "threads": _shown(p.threads),
-            "device": _shown(p.device), "backend": _shown(p.backend),
-            "cpu": f"{hw.model} x{hw.cores}" if hw else "",
-            "gpus": (", ".join(hw.gpus or []) or "none") if hw else "",
-            "cuda": _shown(hw.cuda) if hw else "", "driver": (hw.driver or "") if hw else "",
-            **{name: p.package(name) or "" for name in PROVENANCE_PACKAGES}})
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "git": p.git_revision or "none recorded",
+                "seed": _shown(p.seed),
+                "workers": p.workers or "",
+                "processes": _shown(p.processes),
+                "threads": _shown(p.threads),
+                "device": _shown(p.device),
+                "backend": _shown(p.backend),
+                "cpu": f"{hw.model} x{hw.cores}" if hw else "",
+                "gpus": (", ".join(hw.gpus or []) or "none") if hw else "",
+                "cuda": _shown(hw.cuda) if hw else "",
+                "driver": (hw.driver or "") if hw else "",
+                **{name: p.package(name) or "" for name in PROVENANCE_PACKAGES},
+            }
+        )
     return pd.DataFrame(rows).astype(str)
 
 
@@ -298,11 +403,16 @@ def provenance_table(runs: list[RunDir]) -> pd.DataFrame:
 def provenance(data: ReportData) -> Section:
     """The code revision, hardware and packages of each run; the columns the run list shows
     are left out, and those one value for every run said once."""
-    origin = provenance_table(data.runs).drop(
-        columns=["seed", "workers", "processes", "threads", "device", "backend"])
+    origin = provenance_table(data.runs).drop(columns=["seed", "workers", "processes", "threads", "device", "backend"])
     recorded, same = constant_columns(formatted(origin, {}), keep=("run",))
-    return Section("Provenance", [
-        "Per run: the code revision, hardware and package versions it was made with"
-        + (f"; every run: {'; '.join(same)}" if same else "") + ". Its train_summary.json "
-        "holds the full record, its parameters included. A skipped run records its machine "
-        "too; the host name is left out."], recorded if recorded.shape[1] > 1 else None)
+    return Section(
+        "Provenance",
+        [
+            "Per run: the code revision, hardware and package versions it was made with"
+            + (f"; every run: {'; '.join(same)}" if same else "")
+            + ". Its train_summary.json "
+            "holds the full record, its parameters included. A skipped run records its machine "
+            "too; the host name is left out."
+        ],
+        recorded if recorded.shape[1] > 1 else None,
+    )

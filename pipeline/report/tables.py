@@ -3,6 +3,7 @@ Markdown and LaTeX. Our rows are sweep entries: the mean over their seeds, its s
 
 No plotting here. The strategies' display names come from their specs (pipeline.strategies).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,14 +24,14 @@ TEX_HEADERS = {"AP50": "AP$_{50}$", "AP75": "AP$_{75}$"}
 # Each table column: (its key in the published values, its summary.csv column), with decimals.
 AP_TABLE = {col: (col, col) for col in AP_COLUMNS}
 AP_DECIMALS = {col: 3 for col in AP_COLUMNS}
-TIME_TABLE = {"Time per iteration (s)": ("sec_per_iter", "sec_per_iter_mean"),
-              "Progress per epoch": ("progress_per_epoch", "progress_per_epoch")}
+TIME_TABLE = {
+    "Time per iteration (s)": ("sec_per_iter", "sec_per_iter_mean"),
+    "Progress per epoch": ("progress_per_epoch", "progress_per_epoch"),
+}
 TIME_DECIMALS = {col: 4 for col in TIME_TABLE}
 SCALING_DECIMALS = {"images_per_second": 2, "speedup_vs_single": 3, "efficiency": 3}
-TIME_TO_ACCURACY_DECIMALS = {"target_ap": 3, "final_ap": 3, "training_seconds": 1,
-                             "evaluation_seconds": 1}
-DATA_MODE_DECIMALS = {"real images/s": 2, "synthetic images/s": 2, "loader share": 3,
-                      "data wait (s/iter)": 4}
+TIME_TO_ACCURACY_DECIMALS = {"target_ap": 3, "final_ap": 3, "training_seconds": 1, "evaluation_seconds": 1}
+DATA_MODE_DECIMALS = {"real images/s": 2, "synthetic images/s": 2, "loader share": 3, "data wait (s/iter)": 4}
 
 
 def _method(row) -> str:
@@ -47,10 +48,16 @@ def entry_means(summary: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     rows = []
     for entry, group in done.groupby("entry", sort=False):
         first = group.iloc[0]
-        row = {"entry": entry, "strategy": first["strategy"], "variant": first["variant"],
-               "workers": first["workers"], "global_batch": first["global_batch"],
-               "images_per_worker": first["images_per_worker"], "data_mode": first["data_mode"],
-               "n": len(group)}
+        row = {
+            "entry": entry,
+            "strategy": first["strategy"],
+            "variant": first["variant"],
+            "workers": first["workers"],
+            "global_batch": first["global_batch"],
+            "images_per_worker": first["images_per_worker"],
+            "data_mode": first["data_mode"],
+            "n": len(group),
+        }
         for col in columns:
             spread = Spread.of(group[col])
             row[col], row[f"{col}_sd"] = spread.mean, spread.sd
@@ -68,9 +75,9 @@ def source_label(dataset: str, preset: str) -> str:
     return f"this benchmark, {dataset} data, not COCO ({preset})"
 
 
-def comparison_table(summary: pd.DataFrame, published: dict,
-                     columns: dict[str, tuple[str, str]], preset: str,
-                     dataset: str) -> pd.DataFrame:
+def comparison_table(
+    summary: pd.DataFrame, published: dict, columns: dict[str, tuple[str, str]], preset: str, dataset: str
+) -> pd.DataFrame:
     """Rows are methods: the published ones first (one run each, as the study reported), then
     one per sweep entry trained on real data (the study's layout), its values the mean over the
     entry's completed seeds with their standard deviation (COLUMN sd) and n. Entries without a
@@ -81,20 +88,30 @@ def comparison_table(summary: pd.DataFrame, published: dict,
     label = published.get("label", "published (2 GPUs, COCO 2017)")
     # The study's order (DP, then DDP): the config reaches us as key-sorted JSON.
     methods = [key for key in PUBLISHED_NAMES if isinstance(published.get(key), dict)]
-    rows = [{"Method": PUBLISHED_NAMES[key], "Source": label, "n": 1,
-             **{col: number(published[key].get(key_pub)) for col, (key_pub, _) in columns.items()}}
-            for key in methods]
+    rows = [
+        {
+            "Method": PUBLISHED_NAMES[key],
+            "Source": label,
+            "n": 1,
+            **{col: number(published[key].get(key_pub)) for col, (key_pub, _) in columns.items()},
+        }
+        for key in methods
+    ]
     real = summary[summary["data_mode"] == "real"]
     means = entry_means(real, [key_csv for _, key_csv in columns.values()])
     for _, row in means.iterrows():
         if all(pd.isna(row[key_csv]) for _, key_csv in columns.values()):
             continue
-        rows.append({"Method": _method(row), "Source": source_label(dataset, preset),
-                     "n": int(row["n"]),
-                     **{col: row[key_csv] for col, (_, key_csv) in columns.items()},
-                     **{f"{col} sd": row[f"{key_csv}_sd"] for col, (_, key_csv) in columns.items()}})
-    return pd.DataFrame(rows, columns=["Method", "Source", "n", *columns,
-                                       *[f"{col} sd" for col in columns]])
+        rows.append(
+            {
+                "Method": _method(row),
+                "Source": source_label(dataset, preset),
+                "n": int(row["n"]),
+                **{col: row[key_csv] for col, (_, key_csv) in columns.items()},
+                **{f"{col} sd": row[f"{key_csv}_sd"] for col, (_, key_csv) in columns.items()},
+            }
+        )
+    return pd.DataFrame(rows, columns=["Method", "Source", "n", *columns, *[f"{col} sd" for col in columns]])
 
 
 # How a reader sees a cell that holds nothing: a number that does not exist (one epoch's
@@ -105,24 +122,37 @@ NO_TEXT = "-"
 # A column's name as the tables show it, where underscores alone do not make it readable, with
 # its unit. The CSV files keep the names of summary.csv.
 HEADERS = {
-    "run_id": "run", "images_per_worker": "images per worker", "global_batch": "global batch",
-    "images_per_second": "images/s", "speedup_vs_single": "speed-up over single",
-    "efficiency": "scaling efficiency", "sec_per_iter_p50": "s/iter median",
-    "sec_per_iter_p95": "s/iter p95", "communication_share": "communication share",
+    "run_id": "run",
+    "images_per_worker": "images per worker",
+    "global_batch": "global batch",
+    "images_per_second": "images/s",
+    "speedup_vs_single": "speed-up over single",
+    "efficiency": "scaling efficiency",
+    "sec_per_iter_p50": "s/iter median",
+    "sec_per_iter_p95": "s/iter p95",
+    "communication_share": "communication share",
     "busiest_rank_bytes_per_iter": "bytes/iter, busiest rank",
     "busiest_rank_theory_bytes_per_iter": "bytes/iter by theory",
-    "replicas_identical": "replicas identical", "peak_memory_mb": "peak memory (MiB)",
-    "owned_state_mb": "state held (MiB)", "theory_state_mb": "state by analysis (MiB)",
-    "target_ap": "target AP", "final_ap": "final AP", "training_seconds": "training (s)",
-    "evaluation_seconds": "evaluation (s)", "compute_input": "compute input",
+    "replicas_identical": "replicas identical",
+    "peak_memory_mb": "peak memory (MiB)",
+    "owned_state_mb": "state held (MiB)",
+    "theory_state_mb": "state by analysis (MiB)",
+    "target_ap": "target AP",
+    "final_ap": "final AP",
+    "training_seconds": "training (s)",
+    "evaluation_seconds": "evaluation (s)",
+    "compute_input": "compute input",
     "shared_compute_factor": "shared-compute factor",
     "measured_images_per_second": "measured images/s",
-    "predicted_images_per_second": "predicted images/s", "ratio": "predicted / measured",
+    "predicted_images_per_second": "predicted images/s",
+    "ratio": "predicted / measured",
     "measured_communication_s": "measured comm. (s)",
     "predicted_communication_s": "predicted comm. (s)",
     "predicted_in_step_communication_s": "predicted in-step comm. (s)",
-    "communication_ratio": "in-step comm. predicted / measured", "flag": "flag",
-    "data_mode": "data mode", "images_per_second sd": "images/s sd",
+    "communication_ratio": "in-step comm. predicted / measured",
+    "flag": "flag",
+    "data_mode": "data mode",
+    "images_per_second sd": "images/s sd",
 }
 
 
@@ -176,8 +206,10 @@ def cell_text(value) -> str:
 
 def _numeric(column: pd.Series) -> bool:
     return (pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)) or (
-        column.dtype == object and len(column.dropna()) > 0
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column.dropna()))
+        column.dtype == object
+        and len(column.dropna()) > 0
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in column.dropna())
+    )
 
 
 def formatted(table: pd.DataFrame, decimals: dict[str, int], hide=()) -> pd.DataFrame:
@@ -188,8 +220,7 @@ def formatted(table: pd.DataFrame, decimals: dict[str, int], hide=()) -> pd.Data
     and note columns, and `hide`, stay in the CSV only."""
     shown = table.astype(object)
     notes: list[str] = []
-    extra = {f"{c} sd" for c in table if f"{c} sd" in table} | {f"{c} note" for c in table
-                                                                if f"{c} note" in table}
+    extra = {f"{c} sd" for c in table if f"{c} sd" in table} | {f"{c} note" for c in table if f"{c} note" in table}
     for col in table.columns:
         if col in extra or col in hide:
             continue
@@ -197,8 +228,10 @@ def formatted(table: pd.DataFrame, decimals: dict[str, int], hide=()) -> pd.Data
             places = decimals.get(col, places_for(table[col]) if _numeric(table[col]) else 0)
             values = [number_text(v, places) for v in table[col]]
             if f"{col} sd" in table:
-                values = [v + ("" if pd.isna(sd) or v == NO_NUMBER else f" ± {sd:.{places}f}")
-                          for v, sd in zip(values, table[f"{col} sd"], strict=False)]
+                values = [
+                    v + ("" if pd.isna(sd) or v == NO_NUMBER else f" ± {sd:.{places}f}")
+                    for v, sd in zip(values, table[f"{col} sd"], strict=False)
+                ]
         else:
             values = [cell_text(v) for v in table[col]]
         if f"{col} note" in table:
@@ -214,10 +247,13 @@ def formatted(table: pd.DataFrame, decimals: dict[str, int], hide=()) -> pd.Data
 
 
 def markdown_table(shown: pd.DataFrame) -> str:
-    lines = ["| " + " | ".join(shown.columns) + " |",
-             "|" + "".join("---:|" if numeric else "---|" for numeric in numeric_columns(shown))]
-    lines += ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |"
-              for row in shown.itertuples(index=False)]
+    lines = [
+        "| " + " | ".join(shown.columns) + " |",
+        "|" + "".join("---:|" if numeric else "---|" for numeric in numeric_columns(shown)),
+    ]
+    lines += [
+        "| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |" for row in shown.itertuples(index=False)
+    ]
     notes = shown.attrs.get("notes") or []
     return "\n".join(lines) + "\n" + "".join(f"\n{note}\n" for note in notes)
 
@@ -229,31 +265,50 @@ NUMBER_CELL = re.compile(r"^(n/a|[-+−]?\d+(\.\d+)?( ± \d+(\.\d+)?)?( ?%|x)?)(
 def numeric_columns(shown: pd.DataFrame) -> list[bool]:
     """Which shown columns hold numbers (right-aligned): every cell a number, n/a or -."""
     cells = [[str(v) for v in shown.iloc[:, i]] for i in range(shown.shape[1])]
-    return [any(v != NO_TEXT for v in column)
-            and all(NUMBER_CELL.match(v) or v == NO_TEXT for v in column) for column in cells]
+    return [
+        any(v != NO_TEXT for v in column) and all(NUMBER_CELL.match(v) or v == NO_TEXT for v in column)
+        for column in cells
+    ]
 
 
 def wrapping_columns(shown: pd.DataFrame) -> list[bool]:
     """Which shown columns hold prose that may wrap at its spaces (a reason, a strategy's
     name, a cluster): some cell longer than 18 characters with a space in it."""
     numeric = numeric_columns(shown)
-    return [not numeric[i] and any(" " in str(v) and len(str(v)) > 18 for v in shown.iloc[:, i])
-            for i in range(shown.shape[1])]
+    return [
+        not numeric[i] and any(" " in str(v) and len(str(v)) > 18 for v in shown.iloc[:, i])
+        for i in range(shown.shape[1])
+    ]
 
 
-TEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#",
-                "$": r"\$", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
-                "^": r"\textasciicircum{}", "±": r"$\pm$", "−": r"$-$", "≤": r"$\le$",
-                "≥": r"$\ge$", "×": r"$\times$", "`": ""}
+TEX_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "_": r"\_",
+    "#": r"\#",
+    "$": r"\$",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "±": r"$\pm$",
+    "−": r"$-$",
+    "≤": r"$\le$",
+    "≥": r"$\ge$",
+    "×": r"$\times$",
+    "`": "",
+}
 
 
 def tex_escape(text: str) -> str:
     """Text for LaTeX: each special character replaced once (a replacement is not escaped
     again, so '±' stays the math symbol); Markdown's `code` becomes typewriter text."""
     parts = re.split(r"`([^`]*)`", text)
-    return "".join((r"\texttt{%s}" if i % 2 else "%s")
-                   % "".join(TEX_SPECIALS.get(char, char) for char in part)
-                   for i, part in enumerate(parts))
+    return "".join(
+        (r"\texttt{%s}" if i % 2 else "%s") % "".join(TEX_SPECIALS.get(char, char) for char in part)
+        for i, part in enumerate(parts)
+    )
 
 
 def _tex_header(text: str, align: str, wrap: bool) -> str:
@@ -267,48 +322,97 @@ def _tex_header(text: str, align: str, wrap: bool) -> str:
             lines[-1] += " " + word
         else:
             lines.append(word)
-    return (rf"\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}"
-            + r" \\ ".join(tex_escape(line) for line in lines) + r"\end{tabular}")
+    return (
+        rf"\begin{{tabular}}[b]{{@{{}}{align}@{{}}}}"
+        + r" \\ ".join(tex_escape(line) for line in lines)
+        + r"\end{tabular}"
+    )
 
 
-def latex_table(shown: pd.DataFrame, n_published: int = 0, *, long: tuple[str, str] | None = None,
-                rules_before=()) -> str:
+def latex_table(
+    shown: pd.DataFrame, n_published: int = 0, *, long: tuple[str, str] | None = None, rules_before=()
+) -> str:
     """A booktabs fragment at the width of the text: prose columns wrap (tabularx X), numbers
     are right-aligned, long headers stacked; a rule separates the published rows from ours
     (and comes before each row index of `rules_before`). `long`: (caption, label) makes it a
     longtable, which breaks across pages, with its caption. The table's notes follow it."""
     numeric, wrap = numeric_columns(shown), wrapping_columns(shown)
-    spec = "".join(r">{\raggedright\arraybackslash}X" if w else ("r" if n else "l")
-                   for n, w in zip(numeric, wrap, strict=False))
-    header_row = " & ".join(_tex_header(str(c), "r" if n else "l", w)
-                            for c, n, w in zip(shown.columns, numeric, wrap, strict=False)) + r" \\"
+    spec = "".join(
+        r">{\raggedright\arraybackslash}X" if w else ("r" if n else "l") for n, w in zip(numeric, wrap, strict=False)
+    )
+    header_row = (
+        " & ".join(
+            _tex_header(str(c), "r" if n else "l", w) for c, n, w in zip(shown.columns, numeric, wrap, strict=False)
+        )
+        + r" \\"
+    )
     rules = set(rules_before) | ({n_published} if n_published else set())
     body = []
     for i, row in enumerate(shown.itertuples(index=False)):
         if i in rules and i > 0:
             body.append(r"\midrule")
         body.append(" & ".join(tex_escape(str(v)) for v in row) + r" \\")
-    notes = [rf"\multicolumn{{{shown.shape[1]}}}{{@{{}}p{{\linewidth}}@{{}}}}{{{tex_escape(note)}}} \\"
-             for note in shown.attrs.get("notes") or []]
+    notes = [
+        rf"\multicolumn{{{shown.shape[1]}}}{{@{{}}p{{\linewidth}}@{{}}}}{{{tex_escape(note)}}} \\"
+        for note in shown.attrs.get("notes") or []
+    ]
     if long:
         caption, label = long
         # longtable has no X columns: prose columns get an equal share of what is left
-        spec = spec.replace(r">{\raggedright\arraybackslash}X", r">{\raggedright\arraybackslash}p{%.2f\linewidth}"
-                            % (0.6 / max(1, sum(wrap))))
+        spec = spec.replace(
+            r">{\raggedright\arraybackslash}X",
+            r">{\raggedright\arraybackslash}p{%.2f\linewidth}" % (0.6 / max(1, sum(wrap))),
+        )
         head = [r"\toprule", header_row, r"\midrule"]
         # its own size: it is \\input in the running text, not in a float that sets one
-        return "\n".join([r"\begingroup\small\setlength{\tabcolsep}{4pt}\setlength{\LTcapwidth}{\linewidth}",
-                          r"\begin{longtable}{@{}" + spec + "@{}}",
-                          rf"\caption{{{tex_escape(caption)}}}\label{{{label}}} \\", *head, r"\endfirsthead",
-                          *head, r"\endhead", r"\bottomrule", r"\endfoot", *body, *notes,
-                          r"\end{longtable}", r"\endgroup"]) + "\n"
+        return (
+            "\n".join(
+                [
+                    r"\begingroup\small\setlength{\tabcolsep}{4pt}\setlength{\LTcapwidth}{\linewidth}",
+                    r"\begin{longtable}{@{}" + spec + "@{}}",
+                    rf"\caption{{{tex_escape(caption)}}}\label{{{label}}} \\",
+                    *head,
+                    r"\endfirsthead",
+                    *head,
+                    r"\endhead",
+                    r"\bottomrule",
+                    r"\endfoot",
+                    *body,
+                    *notes,
+                    r"\end{longtable}",
+                    r"\endgroup",
+                ]
+            )
+            + "\n"
+        )
     env = ("tabularx", r"{\linewidth}") if any(wrap) else ("tabular", "")
-    return "\n".join([rf"\begin{{{env[0]}}}{env[1]}{{@{{}}{spec}@{{}}}}", r"\toprule", header_row,
-                      r"\midrule", *body, r"\bottomrule", *notes, rf"\end{{{env[0]}}}"]) + "\n"
+    return (
+        "\n".join(
+            [
+                rf"\begin{{{env[0]}}}{env[1]}{{@{{}}{spec}@{{}}}}",
+                r"\toprule",
+                header_row,
+                r"\midrule",
+                *body,
+                r"\bottomrule",
+                *notes,
+                rf"\end{{{env[0]}}}",
+            ]
+        )
+        + "\n"
+    )
 
 
-def write_table(table: pd.DataFrame, decimals: dict[str, int], n_published: int, out_dir: Path,
-                name: str, hide=(), csv: pd.DataFrame | None = None, **tex) -> pd.DataFrame:
+def write_table(
+    table: pd.DataFrame,
+    decimals: dict[str, int],
+    n_published: int,
+    out_dir: Path,
+    name: str,
+    hide=(),
+    csv: pd.DataFrame | None = None,
+    **tex,
+) -> pd.DataFrame:
     """Write NAME.csv (rounded numbers; or `csv` as it is), NAME.md and NAME.tex (latex_table's
     `tex` options); return the table as shown (the columns of `hide` left out)."""
     shown = formatted(table, decimals, hide)
@@ -340,8 +444,7 @@ class Table:
         return formatted(self.frame, self.decimals, self.hide)
 
     def write(self, out_dir: Path, name: str) -> None:
-        write_table(self.frame, self.decimals, self.n_published, out_dir, name, self.hide,
-                    self.csv, **self.tex)
+        write_table(self.frame, self.decimals, self.n_published, out_dir, name, self.hide, self.csv, **self.tex)
 
 
 def time_to_accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -349,15 +452,22 @@ def time_to_accuracy_table(summary: pd.DataFrame) -> pd.DataFrame:
     evaluations excluded, and iterations), or 'not reached'; its final AP beside it."""
     scored = summary[(summary["status"] == "ok") & (summary["data_mode"] == "real")]
     reached = scored["seconds_to_target"].notna()
-    return pd.DataFrame({
-        "run_id": scored["run_id"], "target_ap": scored["target_ap"], "final_ap": scored["AP"],
-        "reached after (s)": [f"{v:.1f}" if ok else ("no target set" if pd.isna(t) else "not reached")
-                              for v, ok, t in zip(scored["seconds_to_target"], reached,
-                                                  scored["target_ap"], strict=False)],
-        "iterations": [str(int(v)) if ok else "" for v, ok in
-                       zip(scored["iterations_to_target"], reached, strict=False)],
-        "training_seconds": scored["train_seconds"],
-        "evaluation_seconds": scored["evaluation_seconds"]}).reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "run_id": scored["run_id"],
+            "target_ap": scored["target_ap"],
+            "final_ap": scored["AP"],
+            "reached after (s)": [
+                f"{v:.1f}" if ok else ("no target set" if pd.isna(t) else "not reached")
+                for v, ok, t in zip(scored["seconds_to_target"], reached, scored["target_ap"], strict=False)
+            ],
+            "iterations": [
+                str(int(v)) if ok else "" for v, ok in zip(scored["iterations_to_target"], reached, strict=False)
+            ],
+            "training_seconds": scored["train_seconds"],
+            "evaluation_seconds": scored["evaluation_seconds"],
+        }
+    ).reset_index(drop=True)
 
 
 def loader_share(real: Spread, synthetic: Spread) -> tuple[float, str]:
@@ -369,24 +479,38 @@ def loader_share(real: Spread, synthetic: Spread) -> tuple[float, str]:
     if not measured < 0:  # NaN stays NaN
         return measured, ""
     d = difference(real, synthetic)
-    why = ("within the noise: the loader's cost is too small to measure here" if d.verdict ==
-           "within the noise" else "not judged (fewer than 2 runs on a side): the loader's cost "
-           "is too small to measure here" if d.verdict.startswith("not judged") else
-           "beyond the noise: the in-memory runs were slower, which a loader cannot explain; "
-           "check those runs")
-    interval = ("" if math.isnan(d.low) else
-                f" (95% interval of the difference {d.low:+.2f} to {d.high:+.2f} images/s)")
-    return 0.0, (f"measured {measured:.3f}: the real loader's runs were {-measured:.1%} faster "
-                 f"than those on in-memory tensors{interval}, {why}; shown as 0")
+    why = (
+        "within the noise: the loader's cost is too small to measure here"
+        if d.verdict == "within the noise"
+        else "not judged (fewer than 2 runs on a side): the loader's cost is too small to measure here"
+        if d.verdict.startswith("not judged")
+        else "beyond the noise: the in-memory runs were slower, which a loader cannot explain; check those runs"
+    )
+    interval = "" if math.isnan(d.low) else f" (95% interval of the difference {d.low:+.2f} to {d.high:+.2f} images/s)"
+    return 0.0, (
+        f"measured {measured:.3f}: the real loader's runs were {-measured:.1%} faster "
+        f"than those on in-memory tensors{interval}, {why}; shown as 0"
+    )
 
 
 def data_mode_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Per strategy, workers and batch run in both data modes: images/s with the real loader
     and with in-memory tensors (mean ± sd over seeds), and the loader's share of the time,
     1 - real / synthetic images/s (never below 0: loader_share, whose note says why)."""
-    columns = ["strategy", "workers", "images_per_worker", "real n", "synthetic n",
-               "real images/s", "real images/s sd", "synthetic images/s",
-               "synthetic images/s sd", "loader share", "loader share note", "data wait (s/iter)"]
+    columns = [
+        "strategy",
+        "workers",
+        "images_per_worker",
+        "real n",
+        "synthetic n",
+        "real images/s",
+        "real images/s sd",
+        "synthetic images/s",
+        "synthetic images/s sd",
+        "loader share",
+        "loader share note",
+        "data wait (s/iter)",
+    ]
     means = entry_means(summary, ["images_per_second", "time_data"])
     if means.empty:
         return pd.DataFrame(columns=columns)
@@ -398,20 +522,25 @@ def data_mode_table(summary: pd.DataFrame) -> pd.DataFrame:
     for (strategy, variant, workers, per_worker), row in both.iterrows():
         share, note = loader_share(
             Spread(row["images_per_second_real"], row["images_per_second_sd_real"], int(row["n_real"])),
-            Spread(row["images_per_second_synthetic"], row["images_per_second_sd_synthetic"],
-                   int(row["n_synthetic"])))
+            Spread(row["images_per_second_synthetic"], row["images_per_second_sd_synthetic"], int(row["n_synthetic"])),
+        )
         label = strategy_label(strategy, variant)
-        rows.append({
-            "strategy": label,
-            "workers": int(workers), "images_per_worker": int(per_worker),
-            "real n": int(row["n_real"]), "synthetic n": int(row["n_synthetic"]),
-            "real images/s": row["images_per_second_real"],
-            "real images/s sd": row["images_per_second_sd_real"],
-            "synthetic images/s": row["images_per_second_synthetic"],
-            "synthetic images/s sd": row["images_per_second_sd_synthetic"],
-            "loader share": share,
-            "loader share note": note and f"{label}, {int(workers)} worker(s): {note}",
-            "data wait (s/iter)": row["time_data_real"]})
+        rows.append(
+            {
+                "strategy": label,
+                "workers": int(workers),
+                "images_per_worker": int(per_worker),
+                "real n": int(row["n_real"]),
+                "synthetic n": int(row["n_synthetic"]),
+                "real images/s": row["images_per_second_real"],
+                "real images/s sd": row["images_per_second_sd_real"],
+                "synthetic images/s": row["images_per_second_synthetic"],
+                "synthetic images/s sd": row["images_per_second_sd_synthetic"],
+                "loader share": share,
+                "loader share note": note and f"{label}, {int(workers)} worker(s): {note}",
+                "data wait (s/iter)": row["time_data_real"],
+            }
+        )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -422,7 +551,8 @@ COMPARISON_CAPTION = (
     "ratio of their means over seeds (a/b) and whether their difference is beyond the "
     "run-to-run noise (Welch's 95% interval of the difference excludes 0), within it, or not "
     "judged (fewer than 2 runs on a side). Pairs beyond the noise come first. Means, spreads "
-    "and intervals: comparisons.csv.")
+    "and intervals: comparisons.csv."
+)
 
 
 def comparison_pairs(compared: pd.DataFrame, metrics: dict[str, str]) -> tuple[pd.DataFrame, int]:
@@ -437,13 +567,14 @@ def comparison_pairs(compared: pd.DataFrame, metrics: dict[str, str]) -> tuple[p
         for metric, name in metrics.items():
             found = pair[pair["metric"] == metric]
             row[f"{name} a/b"] = float(found["ratio"].iloc[0]) if len(found) else math.nan
-            row[f"{name} verdict"] = (VERDICTS.get(found["verdict"].iloc[0], "not judged")
-                                      if len(found) else "")
+            row[f"{name} verdict"] = VERDICTS.get(found["verdict"].iloc[0], "not judged") if len(found) else ""
         verdicts = [row[f"{name} verdict"] for name in metrics.values()]
-        beyond = [abs(math.log(row[f"{name} a/b"])) for name in metrics.values()
-                  if row[f"{name} verdict"] == "beyond" and row[f"{name} a/b"] > 0]
-        row["_order"] = (0 if "beyond" in verdicts else 1 if "within" in verdicts else 2,
-                         -max(beyond, default=0.0))
+        beyond = [
+            abs(math.log(row[f"{name} a/b"]))
+            for name in metrics.values()
+            if row[f"{name} verdict"] == "beyond" and row[f"{name} a/b"] > 0
+        ]
+        row["_order"] = (0 if "beyond" in verdicts else 1 if "within" in verdicts else 2, -max(beyond, default=0.0))
         rows.append(row)
     rows.sort(key=lambda r: r["_order"])
     n_beyond = sum(r["_order"][0] == 0 for r in rows)

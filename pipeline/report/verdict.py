@@ -11,6 +11,7 @@ single's, with the interval of the difference; an outlier run or a noisy machine
 no run of the workflow tested is worded as a hypothesis: a tested one comes in as a CauseFinding
 (VerdictInput.accuracy_cause: the accuracy ablation's finding, where it ran).
 """
+
 from __future__ import annotations
 
 import math
@@ -77,8 +78,11 @@ def _span(values, unit: str = "") -> str:
 
 def _ranking(summary: pd.DataFrame, compared: pd.DataFrame) -> Ranking | None:
     """images/s at the largest worker count where two or more entries ran on the real loader."""
-    found = [r for r in rankings(summary, compared, "images_per_second")
-             if r.mode == "real" and r.workers > 1 and len(r.order) > 1]
+    found = [
+        r
+        for r in rankings(summary, compared, "images_per_second")
+        if r.mode == "real" and r.workers > 1 and len(r.order) > 1
+    ]
     return max(found, key=lambda r: r.workers) if found else None
 
 
@@ -116,23 +120,33 @@ def _speed_sentences(r: Ranking, names: dict[str, str], summary: pd.DataFrame) -
         against = f", {span} single process ({significant(single[1].mean)} images/s)"
     lead = f"With {r.workers} workers"
     if len(top) > 1:
-        first = (f"{lead}, {_join(names[e] for e in top)} tie within the noise at "
-                 f"{_span([mean[e] for e in top], ' images/s')}{against}.")
+        first = (
+            f"{lead}, {_join(names[e] for e in top)} tie within the noise at "
+            f"{_span([mean[e] for e in top], ' images/s')}{against}."
+        )
     elif len(r.judged) >= 2:
         first = f"{lead}, {names[fast]} is the fastest at {significant(mean[fast])} images/s{against}."
     else:
-        first = (f"{lead}, {names[fast]} has the highest mean speed, {significant(mean[fast])} "
-                 f"images/s{against}, but with one run on a side no difference is judged.")
+        first = (
+            f"{lead}, {names[fast]} has the highest mean speed, {significant(mean[fast])} "
+            f"images/s{against}, but with one run on a side no difference is judged."
+        )
     if not slower or len(r.judged) < 2:
         return [first]
     slowest = slower[-1]
     ratio, low, high = r.difference(slowest, fast)
     others = [e for e in slower if e != slowest]
-    also = (f"; {_join(f'{names[e]} at {significant(r.difference(e, fast)[0])}x' for e in others)} "
-            f"{'is' if len(others) == 1 else 'are'} slower too" if others else "")
-    second = _capital(f"{names[slowest]} is the slowest at {significant(mean[slowest])} images/s, "
-              f"{significant(ratio)}x {names[fast]}'s (95% interval {signed(low)} to "
-              f"{signed(high)} images/s){_why_slow(summary, fast, slowest)}{also}.")
+    also = (
+        f"; {_join(f'{names[e]} at {significant(r.difference(e, fast)[0])}x' for e in others)} "
+        f"{'is' if len(others) == 1 else 'are'} slower too"
+        if others
+        else ""
+    )
+    second = _capital(
+        f"{names[slowest]} is the slowest at {significant(mean[slowest])} images/s, "
+        f"{significant(ratio)}x {names[fast]}'s (95% interval {signed(low)} to "
+        f"{signed(high)} images/s){_why_slow(summary, fast, slowest)}{also}."
+    )
     return [first, second]
 
 
@@ -149,53 +163,69 @@ def _why_slow(summary: pd.DataFrame, fast: str, slow: str) -> str:
     if fast not in means.index or slow not in means.index:
         return ""
     F, S = means.loc[fast], means.loc[slow]
-    parts = {p: S[f"time_{p}"] - F[f"time_{p}"] for p in SPLIT
-             if not (math.isnan(S[f"time_{p}"]) or math.isnan(F[f"time_{p}"]))}
+    parts = {
+        p: S[f"time_{p}"] - F[f"time_{p}"]
+        for p in SPLIT
+        if not (math.isnan(S[f"time_{p}"]) or math.isnan(F[f"time_{p}"]))
+    }
     longer = S["sec_per_iter_mean"] - F["sec_per_iter_mean"]
     if not parts or math.isnan(longer) or longer <= 0:
         return ""
     part, most = max(parts.items(), key=lambda kv: kv[1])
-    return (f": its iteration is {significant(longer * 1000)} ms longer, {significant(most * 1000)} "
-            f"ms of it in {part}")
+    return f": its iteration is {significant(longer * 1000)} ms longer, {significant(most * 1000)} ms of it in {part}"
 
 
 def _fsdp_sentence(r: Ranking, names: dict[str, str], summary: pd.DataFrame) -> str:
     """FSDP2's regathering in backward, tested by the run that keeps its weights gathered."""
     firsts = summary.groupby("entry", sort=False).first()
-    fsdp = {("keep" if v == "keep" else ""): e for e in r.order
-            for s, v in [(firsts.loc[e, "strategy"], firsts.loc[e, "variant"])] if s == "fsdp"}
+    fsdp = {
+        ("keep" if v == "keep" else ""): e
+        for e in r.order
+        for s, v in [(firsts.loc[e, "strategy"], firsts.loc[e, "variant"])]
+        if s == "fsdp"
+    }
     if "" not in fsdp:
         return ""
     reshard = fsdp[""]
     if "keep" not in fsdp or r.spreads[reshard].n < 2 or r.spreads[fsdp["keep"]].n < 2:
         if reshard not in _groups(r)[1]:
             return ""
-        return ("Why FSDP2 is slower is untested: that it gathers each block's weights again in "
-                "backward is a hypothesis.")
+        return (
+            "Why FSDP2 is slower is untested: that it gathers each block's weights again in backward is a hypothesis."
+        )
     keep = fsdp["keep"]
     ratio, low, high = r.difference(reshard, keep)
     if r.verdict(reshard, keep) == WITHIN:
-        return (f"Gathering each block's weights again in backward costs FSDP2 no measurable speed: "
-                f"the run that keeps them gathered ({names[keep]}) is within the noise of it "
-                f"({significant(ratio)}x).")
+        return (
+            f"Gathering each block's weights again in backward costs FSDP2 no measurable speed: "
+            f"the run that keeps them gathered ({names[keep]}) is within the noise of it "
+            f"({significant(ratio)}x)."
+        )
     if ratio < 1:
-        return (f"Gathering each block's weights again in backward costs FSDP2 speed: it runs at "
-                f"{significant(ratio)}x the run that keeps them gathered (95% interval "
-                f"{signed(low)} to {signed(high)} images/s).")
-    return (f"Gathering each block's weights again in backward does not slow FSDP2 here: it runs "
-            f"at {significant(ratio)}x the run that keeps them gathered, beyond the noise.")
+        return (
+            f"Gathering each block's weights again in backward costs FSDP2 speed: it runs at "
+            f"{significant(ratio)}x the run that keeps them gathered (95% interval "
+            f"{signed(low)} to {signed(high)} images/s)."
+        )
+    return (
+        f"Gathering each block's weights again in backward does not slow FSDP2 here: it runs "
+        f"at {significant(ratio)}x the run that keeps them gathered, beyond the noise."
+    )
 
 
-def _accuracy_sentence(summary: pd.DataFrame, workers: int, names: dict[str, str],
-                       fastest: str, cause: CauseFinding | None) -> str:
+def _accuracy_sentence(
+    summary: pd.DataFrame, workers: int, names: dict[str, str], fastest: str, cause: CauseFinding | None
+) -> str:
     gaps = [g for g in baseline_gaps(summary) if g.workers == workers]
     if not gaps:
         return ""
     g: BaselineGap = gaps[0]
     values = [s.mean for s in g.others.values()]
     span = _span(values)
-    level = (f"single process reaches AP {significant(g.spread.mean)}, the {workers}-worker "
-             f"strateg{'y' if len(values) == 1 else 'ies'} {span}")
+    level = (
+        f"single process reaches AP {significant(g.spread.mean)}, the {workers}-worker "
+        f"strateg{'y' if len(values) == 1 else 'ies'} {span}"
+    )
     if g.unjudged and not (g.above or g.below or g.within):
         return f"Accuracy is not judged: {level}, with one run on a side."
     if not (g.above or g.below):
@@ -203,25 +233,31 @@ def _accuracy_sentence(summary: pd.DataFrame, workers: int, names: dict[str, str
     spreads = noise_spreads(summary[(summary["status"] == "ok") & summary["AP"].notna()], "AP")
     shown = fastest if fastest in g.others else next(iter(g.others))
     d = difference(spreads[shown], g.spread)
-    found = (f"Accuracy differs: {level}; {names[shown]} differs by {signed(d.a.mean - d.b.mean)} "
-             f"(95% interval {signed(d.low)} to {signed(d.high)})")
+    found = (
+        f"Accuracy differs: {level}; {names[shown]} differs by {signed(d.a.mean - d.b.mean)} "
+        f"(95% interval {signed(d.low)} to {signed(d.high)})"
+    )
     if cause is not None and cause.supported is None:
-        return (f"{found}; runs that tested {cause.cause} cannot decide it ({cause.finding}), so "
-                "it and per-worker sampling of proposals remain hypotheses.")
+        return (
+            f"{found}; runs that tested {cause.cause} cannot decide it ({cause.finding}), so "
+            "it and per-worker sampling of proposals remain hypotheses."
+        )
     if cause is not None:
         verb = "supports" if cause.supported else "does not support"
         return f"{found}, and a run that tested {cause.cause} {verb} it: {cause.finding}."
-    return (f"{found}; why is untested: per-worker BatchNorm statistics or per-worker sampling of "
-            "proposals are hypotheses.")
+    return (
+        f"{found}; why is untested: per-worker BatchNorm statistics or per-worker sampling of proposals are hypotheses."
+    )
 
 
-def _check_sentence(check: MeasurementCheck | None, summary: pd.DataFrame,
-                    names: dict[str, str]) -> str:
+def _check_sentence(check: MeasurementCheck | None, summary: pd.DataFrame, names: dict[str, str]) -> str:
     if check is None:
         return ""
     if check.noisy:
-        return ("The machine was noisy: seeds of one configuration disagree by more than 10%, so "
-                "read differences of that size with care (the measurement check).")
+        return (
+            "The machine was noisy: seeds of one configuration disagree by more than 10%, so "
+            "read differences of that size with care (the measurement check)."
+        )
     outliers = check.outliers
     if not outliers:
         return ""
@@ -229,16 +265,19 @@ def _check_sentence(check: MeasurementCheck | None, summary: pd.DataFrame,
 
     def which(entry: str, run: str) -> str:  # 'ZeRO-1, 2 workers, seed 2'
         workers, seed = rows.loc[run, "workers"], rows.loc[run, "seed"]
-        return (f"{names[entry]}, {int(workers)} worker{'s' if int(workers) != 1 else ''}"
-                + ("" if seed != seed else f", seed {int(seed)}"))
+        return f"{names[entry]}, {int(workers)} worker{'s' if int(workers) != 1 else ''}" + (
+            "" if seed != seed else f", seed {int(seed)}"
+        )
 
     said = _join(which(e.entry, run) for e, run, _ in outliers if run in rows.index)
     if not said:
         return ""
     one = len(outliers) == 1
-    return (f"{'One run' if one else f'{len(outliers)} runs'} ({said}) "
-            f"{'was an outlier' if one else 'were outliers'} among {'its' if one else 'their'} "
-            "entry's seeds (the measurement check).")
+    return (
+        f"{'One run' if one else f'{len(outliers)} runs'} ({said}) "
+        f"{'was an outlier' if one else 'were outliers'} among {'its' if one else 'their'} "
+        "entry's seeds (the measurement check)."
+    )
 
 
 def verdict(found: VerdictInput) -> Verdict:
@@ -249,11 +288,22 @@ def verdict(found: VerdictInput) -> Verdict:
     names = reader_names(summary, workers=False)
     r = _ranking(summary, found.compared)
     if r is None:
-        return Verdict(tuple(filter(None, (
-            "No two strategies ran at one worker count above 1 on the real loader, so none is "
-            "compared.", _check_sentence(found.check, summary, names)))))
+        return Verdict(
+            tuple(
+                filter(
+                    None,
+                    (
+                        "No two strategies ran at one worker count above 1 on the real loader, so none is compared.",
+                        _check_sentence(found.check, summary, names),
+                    ),
+                )
+            )
+        )
     speed = _speed_sentences(r, names, summary)
-    sentences = [*speed, _fsdp_sentence(r, names, summary),
-                 _accuracy_sentence(summary, r.workers, names, r.order[0], found.accuracy_cause),
-                 _check_sentence(found.check, summary, names)]
+    sentences = [
+        *speed,
+        _fsdp_sentence(r, names, summary),
+        _accuracy_sentence(summary, r.workers, names, r.order[0], found.accuracy_cause),
+        _check_sentence(found.check, summary, names),
+    ]
     return Verdict(tuple(s for s in sentences if s))  # at most 2 + 1 + 1 + 1: MAX_SENTENCES

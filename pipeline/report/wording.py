@@ -3,6 +3,7 @@ size, a share, a duration, a count, a range, a list of names; and one numbers.te
 sentence modules (findings.py, answer.py, ranking.py, ranking_why.py, baseline_gap.py,
 holdout.py) all say them alike through these.
 """
+
 from __future__ import annotations
 
 import math
@@ -10,9 +11,19 @@ import math
 from .tables import significant
 
 # Columns of summary.csv whose per-entry mean (and sd) numbers.tex defines, with the decimals.
-MACRO_COLUMNS = {"images_per_second": 2, "speedup_vs_single": 3, "sec_per_iter_mean": 4,
-                 "time_data": 4, "time_compute": 4, "time_communication": 4,
-                 "time_optimizer": 4, "AP": 3, "AP50": 3, "AP75": 3, "train_seconds": 1}
+MACRO_COLUMNS = {
+    "images_per_second": 2,
+    "speedup_vs_single": 3,
+    "sec_per_iter_mean": 4,
+    "time_data": 4,
+    "time_compute": 4,
+    "time_communication": 4,
+    "time_optimizer": 4,
+    "AP": 3,
+    "AP50": 3,
+    "AP75": 3,
+    "train_seconds": 1,
+}
 
 
 def macro(name: str, value: str) -> str:

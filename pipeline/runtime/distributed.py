@@ -3,6 +3,7 @@
 A process started by torchrun (or a test) finds its place in the job in the environment:
 RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -48,6 +49,7 @@ def gpu_count() -> int:
         return sys.modules["torch"].cuda.device_count()
     try:
         import pynvml
+
         pynvml.nvmlInit()
         try:
             installed = pynvml.nvmlDeviceGetCount()
@@ -81,6 +83,7 @@ def visible_gpus(installed: int, visible: str | None) -> int:
 
 def default_device(local_rank: int = 0) -> torch.device:
     import torch
+
     return torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
 
 
@@ -93,6 +96,7 @@ def init_process_group(backend: str, timeout_s: float, threads: int) -> Membersh
     and parallel.timeout_s; threads 0 means cores / local processes."""
     import torch
     import torch.distributed as dist
+
     rank, processes = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", processes))
@@ -108,17 +112,29 @@ def init_process_group(backend: str, timeout_s: float, threads: int) -> Membersh
     torch.set_num_threads(threads)
     if not dist.is_initialized():
         timeout = datetime.timedelta(seconds=timeout_s)
-        dist.init_process_group(backend, store=attempt_store(rank, processes, timeout),
-                                rank=rank, world_size=processes, timeout=timeout,
-                                device_id=device if device.type == "cuda" else None)
+        dist.init_process_group(
+            backend,
+            store=attempt_store(rank, processes, timeout),
+            rank=rank,
+            world_size=processes,
+            timeout=timeout,
+            device_id=device if device.type == "cuda" else None,
+        )
         start_heartbeat()
     return Membership(rank, processes, device, backend, threads)
 
 
 # ---- who stopped where: for the message of a run that lost a process ----------------------
-PEER_FAILURE_HINTS = ("gloo", "NCCL", "Connection closed", "Connection reset", "Broken pipe",
-                      "Timed out", "timed out",
-                      "caused pair closure")  # gloo's words where its timeout ends a broadcast
+PEER_FAILURE_HINTS = (
+    "gloo",
+    "NCCL",
+    "Connection closed",
+    "Connection reset",
+    "Broken pipe",
+    "Timed out",
+    "timed out",
+    "caused pair closure",
+)  # gloo's words where its timeout ends a broadcast
 # (DDP's buffer sync: "Application timeout caused pair closure", seen with a hung peer)
 STORE_READ_TIMEOUT = datetime.timedelta(seconds=5)
 
@@ -126,6 +142,7 @@ STORE_READ_TIMEOUT = datetime.timedelta(seconds=5)
 def _store():
     """The job's key-value store (torchrun's, or rank 0's): every rank can reach it."""
     import torch.distributed as dist
+
     try:
         return dist.distributed_c10d._get_default_store()
     except (AttributeError, RuntimeError, ValueError):  # not in a process group
@@ -147,6 +164,7 @@ def start_heartbeat() -> None:
     HEARTBEAT_S (the training loop itself does no store I/O), so that a rank that lost its
     peers can tell which one went silent (died, or hangs) and where."""
     import torch.distributed as dist
+
     store, rank = _store(), dist.get_rank()
 
     def beat():
@@ -170,6 +188,7 @@ def last_reported(kind: str) -> dict[int, float | None]:
     """Every rank's last value of `kind` ("step", "alive") in the store; None: never reported,
     or the store is gone."""
     import torch.distributed as dist
+
     store, values = _store(), {}
     if store is None:
         return values
@@ -187,16 +206,23 @@ def lost_peers(err: BaseException) -> str | None:
     """If `err` is a collective that failed because another process of the job died or hangs,
     what happened and what to do; None for any other error."""
     import torch.distributed as dist
+
     if not dist.is_initialized() or not (
-            isinstance(err, dist.DistError) or any(h in str(err) for h in PEER_FAILURE_HINTS)):
+        isinstance(err, dist.DistError) or any(h in str(err) for h in PEER_FAILURE_HINTS)
+    ):
         return None
     steps, beats, now = last_reported("step"), last_reported("alive"), time.time()
-    silent = {rank: now - beat if beat is not None else math.inf for rank, beat in beats.items()
-              if rank != dist.get_rank() and (beat is None or now - beat > 3 * HEARTBEAT_S)}
+    silent = {
+        rank: now - beat if beat is not None else math.inf
+        for rank, beat in beats.items()
+        if rank != dist.get_rank() and (beat is None or now - beat > 3 * HEARTBEAT_S)
+    }
     if silent:
-        who = "; ".join(f"rank {rank} has been silent for {age:.0f} s, since step "
-                        f"{int(steps[rank]) if steps.get(rank) is not None else 0}"
-                        for rank, age in silent.items())
+        who = "; ".join(
+            f"rank {rank} has been silent for {age:.0f} s, since step "
+            f"{int(steps[rank]) if steps.get(rank) is not None else 0}"
+            for rank, age in silent.items()
+        )
         who += ": it died or hangs (its own lines in this log, and torchrun's report, say why)"
     elif beats:
         who = "every rank is still alive: a connection between them failed"
@@ -207,7 +233,8 @@ def lost_peers(err: BaseException) -> str | None:
         f"rank {dist.get_rank()} lost the other processes of its run ({first_line}); {who}. "
         "The run's last checkpoint is kept: rerun the same command to resume from it, or set "
         "parallel.max_restarts to have torchrun restart the run by itself. A process that "
-        "hangs rather than dies is waited for at most parallel.timeout_s")
+        "hangs rather than dies is waited for at most parallel.timeout_s"
+    )
 
 
 def attempt_store(rank: int, processes: int, timeout: datetime.timedelta) -> dist.Store:
@@ -216,12 +243,14 @@ def attempt_store(rank: int, processes: int, timeout: datetime.timedelta) -> dis
     a restarted process group reads the dead one's addresses from it and cannot connect
     (seen with gloo on torch 2.14; pytorch/pytorch#167288 is the same with NCCL)."""
     import torch.distributed as dist
+
     store, _, _ = next(dist.rendezvous("env://", rank, processes, timeout=timeout))
     return dist.PrefixStore(f"attempt-{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", store)
 
 
 def barrier() -> None:
     import torch.distributed as dist
+
     if dist.is_initialized():
         dist.barrier()
 
@@ -229,6 +258,7 @@ def barrier() -> None:
 def all_gather(obj) -> list:
     """Every process's `obj`, in rank order ([obj] outside a process group)."""
     import torch.distributed as dist
+
     if not dist.is_initialized():
         return [obj]
     everyone = [None] * dist.get_world_size()
@@ -251,6 +281,7 @@ def destroy_process_group() -> None:
     under ~AsyncBarrierWork). A finished process ends without teardown
     (lifetime.exit_finished), so the kept groups are never freed at all."""
     import torch.distributed as dist
+
     if dist.is_initialized():
         dist.barrier()
         _LEFT.extend(compat.process_groups())

@@ -11,6 +11,7 @@ and its own error (or, for a rank killed without a word, how it ended and the re
 torchrun's own report. Where that rank's failure is the run's result (its training diverged),
 this records the run as failed and exits 0, as a single-process run does: the workflow goes on.
 """
+
 from __future__ import annotations
 
 import socket
@@ -21,9 +22,11 @@ from torch.distributed.run import parse_args, run
 
 from . import failure
 
-REMEDY = ("The run's last checkpoint is kept: rerun the same command to resume from it (a rank "
-          "killed for memory needs fewer images per worker), or set parallel.max_restarts to "
-          "have torchrun restart the run by itself")
+REMEDY = (
+    "The run's last checkpoint is kept: rerun the same command to resume from it (a rank "
+    "killed for memory needs fewer images per worker), or set parallel.max_restarts to "
+    "have torchrun restart the run by itself"
+)
 
 
 def how_it_ended(failed) -> str:
@@ -41,8 +44,10 @@ def message(err: ChildFailedError, max_restarts: int) -> str:
     own = failure.own_message(first)
     if own:  # the rank's own reason carries its remedy
         return f"error: {where}{restarts}: {own}{stopped}"
-    return (f"error: {where} {how_it_ended(first)} first{restarts}, without a reason of its own "
-            f"(killed, or out of memory){stopped}. {REMEDY}.")
+    return (
+        f"error: {where} {how_it_ended(first)} first{restarts}, without a reason of its own "
+        f"(killed, or out of memory){stopped}. {REMEDY}."
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,6 +10,7 @@ own error came first; else a rank that ended without a word (killed); never a pe
 lost it (a `Consequence`). The outcome is written by one process, the one that launched the
 run (`write_outcome`): several ranks that diverge at once would race for the same files.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,9 +63,11 @@ def write_outcome(outcome: dict) -> str:
         else:
             tmp.write_text("")
     write_json(out / "train_summary.json", outcome["summary"])
-    return (f"The run is recorded as failed in {out / 'train_summary.json'}, with its reason: the "
-            "report lists it and the workflow goes on. A changed setting reruns it; to rerun it "
-            "unchanged, delete that file.")
+    return (
+        f"The run is recorded as failed in {out / 'train_summary.json'}, with its reason: the "
+        "report lists it and the workflow goes on. A changed setting reruns it; to rerun it "
+        "unchanged, delete that file."
+    )
 
 
 def describe(err: BaseException) -> str:
@@ -81,8 +84,12 @@ def record(message: str, outcome: dict | None = None) -> None:
     if not path:
         return
     now = time.time()
-    data = {"message": one_line(message), "timestamp": int(now), "time": now,
-            "consequence": isinstance(message, Consequence)}
+    data = {
+        "message": one_line(message),
+        "timestamp": int(now),
+        "time": now,
+        "consequence": isinstance(message, Consequence),
+    }
     if outcome:
         data["outcome"] = outcome
     try:
@@ -97,11 +104,13 @@ def first_cause(failures: dict, torchruns_first: int) -> tuple[int, object]:
     a reason of its own; else one that ended without a word (killed), torchrun's own first
     (`torchruns_first`: the rank it saw fail first, not one it then stopped) before the
     others; else the earliest that lost a peer."""
+
     def order(rank: int):
         data = _ours(failures[rank])
         if data is None:
             return (1, 0.0 if rank == torchruns_first else 1.0, rank)
         return (2 if data.get("consequence") else 0, data["time"], rank)
+
     rank = min(failures, key=order)
     return rank, failures[rank]
 
@@ -140,7 +149,7 @@ def stage_error(log: str | Path, since: float, output: str | Path) -> str | None
     if written < since or not lines or output.exists():
         return None
     starts = [i for i, line in enumerate(lines) if line.startswith("error: ")]
-    error = lines[starts[-1]:] if starts else lines[-1:]
+    error = lines[starts[-1] :] if starts else lines[-1:]
     if len(error) > ERROR_LINES:
         error = error[:ERROR_LINES] + [f"... ({len(error) - ERROR_LINES} more lines in {log})"]
     return "\n".join(error)

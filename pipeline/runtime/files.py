@@ -18,6 +18,7 @@ renamed into place. It replaces only a directory that carries that mark and stil
 listing says: anything else at the target (a user's data, a mount, a symlink, our tree or a copy
 of it with a file added, changed or removed) is left untouched, and what differs is named.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,8 +52,7 @@ class OutputError(OSError):
 REMEDIES = {
     errno.ENOSPC: "free space on the file system that holds {dir} (df -h {dir}) and rerun",
     errno.EDQUOT: "free space within your quota on {dir} and rerun",
-    errno.EACCES: "make {dir} writable by you (or run from a copy of the project you can write) "
-                  "and rerun",
+    errno.EACCES: "make {dir} writable by you (or run from a copy of the project you can write) and rerun",
     errno.EROFS: "{dir} is on a read-only file system: run from a writable copy of the project",
 }
 REMEDIES[errno.EPERM] = REMEDIES[errno.EACCES]
@@ -63,9 +63,12 @@ def output_error(path: Path, err: OSError) -> OutputError | OSError:
     remedy = REMEDIES.get(err.errno)
     if remedy is None:
         return err
-    return OutputError(err.errno, f"{path}: cannot write it ({os.strerror(err.errno)}); "
-                       f"{remedy.format(dir=path.parent)}. The previous {path.name}, if any, "
-                       "is unchanged")
+    return OutputError(
+        err.errno,
+        f"{path}: cannot write it ({os.strerror(err.errno)}); "
+        f"{remedy.format(dir=path.parent)}. The previous {path.name}, if any, "
+        "is unchanged",
+    )
 
 
 def _remove_stale_temporaries(path: Path) -> None:
@@ -112,7 +115,7 @@ def _output_folders(path: Path) -> list[Path]:
     root = Path(os.path.abspath(OUTPUT_TREE))
     folder = Path(os.path.abspath(path.parent))
     chain = [folder, *folder.parents]
-    return chain[:chain.index(root) + 1] if root in chain else []
+    return chain[: chain.index(root) + 1] if root in chain else []
 
 
 def _folders_follow_umask(path: Path) -> None:
@@ -122,8 +125,11 @@ def _folders_follow_umask(path: Path) -> None:
     for folder in _output_folders(path):
         with contextlib.suppress(OSError):  # a folder's mode is not worth failing a written output
             info = folder.lstat()
-            if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
-                    and stat.S_IMODE(info.st_mode) & 0o777 != usual):
+            if (
+                stat.S_ISDIR(info.st_mode)
+                and info.st_uid == os.geteuid()
+                and stat.S_IMODE(info.st_mode) & 0o777 != usual
+            ):
                 set_usual_mode(folder)
 
 
@@ -169,8 +175,9 @@ def read_json(path: str | Path):
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: file not found") from None
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err.msg} at line {err.lineno}); "
-                         "delete it and rerun the stage that writes it") from err
+        raise ValueError(
+            f"{path}: not valid JSON ({err.msg} at line {err.lineno}); delete it and rerun the stage that writes it"
+        ) from err
 
 
 def read_json_lines(path: str | Path) -> list:
@@ -197,9 +204,11 @@ def made_by_pipeline(path: str | Path) -> bool:
 
 
 NO_LISTING = "(its marker lists no files: written by an older version, so changes cannot be told)"
-EDITED_REMEDY = (f"move it away to have it made afresh (what you changed stays in the moved copy); "
-                 f"or, to keep it as your own data, delete its {MARKER} file: the pipeline then "
-                 "never replaces it, and uses a COCO 2017 layout there as it is")
+EDITED_REMEDY = (
+    f"move it away to have it made afresh (what you changed stays in the moved copy); "
+    f"or, to keep it as your own data, delete its {MARKER} file: the pipeline then "
+    "never replaces it, and uses a COCO 2017 layout there as it is"
+)
 
 
 def edits(target: str | Path) -> str:
@@ -226,7 +235,8 @@ def check_replaceable(target: str | Path, remedy: str) -> None:
     if (target.exists() or target.is_symlink()) and not made_by_pipeline(target):
         raise ForeignDirectoryError(
             f"{target} already exists and was not made by this pipeline (that would be a "
-            f"directory, not a link, holding {MARKER}), so it was left untouched: {remedy}")
+            f"directory, not a link, holding {MARKER}), so it was left untouched: {remedy}"
+        )
     refuse_edited(target)
 
 
@@ -238,7 +248,8 @@ def refuse_edited(target: str | Path) -> None:
     if changed:
         raise EditedTreeError(
             f"{target} was made by this pipeline, but is not as it was written: {changed}. It "
-            f"was left untouched, not replaced: {EDITED_REMEDY}")
+            f"was left untouched, not replaced: {EDITED_REMEDY}"
+        )
 
 
 @contextlib.contextmanager

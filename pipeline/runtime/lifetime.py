@@ -9,6 +9,7 @@ torchrun), each worker with respect to torchrun, an evaluation or equivalence st
 This holds under torchrun, plain python, srun (the parent is slurmstepd) and in a container;
 it needs no polling and nothing to clean up.
 """
+
 from __future__ import annotations
 
 import ctypes

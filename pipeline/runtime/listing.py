@@ -10,6 +10,7 @@ Cheap for COCO's 123k files and 19 GB: the listing holds each file's size and mo
 comparison stats every file and reads only a JSON file whose size or time differs; an image
 whose size or time differs counts as changed, unread (hashing 19 GB to find out costs minutes).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -65,9 +66,12 @@ class Differences:
         return bool(self.added or self.changed or self.removed)
 
     def said(self, most: int = 10) -> str:
-        """"notes.txt (added), annotations/x.json (changed), ... and 3 more", for a person."""
-        items = ([f"{p} (added)" for p in self.added] + [f"{p} (changed)" for p in self.changed]
-                 + [f"{p} (removed)" for p in self.removed])
+        """ "notes.txt (added), annotations/x.json (changed), ... and 3 more", for a person."""
+        items = (
+            [f"{p} (added)" for p in self.added]
+            + [f"{p} (changed)" for p in self.changed]
+            + [f"{p} (removed)" for p in self.removed]
+        )
         rest = f" and {len(items) - most} more" if len(items) > most else ""
         return ", ".join(items[:most]) + rest
 

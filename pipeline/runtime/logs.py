@@ -5,6 +5,7 @@ All the processes of a run write into one log (the job's, or the terminal), so t
 could not be told apart, and each rank repeated the dataset's warnings (every rank reads the
 same annotation files).
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,7 +32,8 @@ class SaidByRankZero(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno >= logging.ERROR or not (
-            record.name == SAME_ON_EVERY_RANK or record.name.startswith(SAME_ON_EVERY_RANK + "."))
+            record.name == SAME_ON_EVERY_RANK or record.name.startswith(SAME_ON_EVERY_RANK + ".")
+        )
 
 
 def configure() -> None:

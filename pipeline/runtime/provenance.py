@@ -1,4 +1,5 @@
 """Where a result came from: params, seed, code revision, package versions, hardware, threads."""
+
 from __future__ import annotations
 
 import os
@@ -14,10 +15,12 @@ def git_revision() -> str:
     """HEAD's commit, with '-dirty' when tracked files differ from it. Outside a checkout (the
     container image) the revision it was built from, passed in as BENCH_GIT_REVISION."""
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             check=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
         return rev + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return os.environ.get("BENCH_GIT_REVISION", "unknown")
@@ -61,8 +64,13 @@ def gpu_driver() -> str | None:
 
 
 def hardware() -> dict:
-    info = {"machine": platform.machine(), "processor": cpu_model(),
-            "cpu_count": os.cpu_count(), "hostname": platform.node(), "os": platform.platform()}
+    info = {
+        "machine": platform.machine(),
+        "processor": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "hostname": platform.node(),
+        "os": platform.platform(),
+    }
     if "torch" in sys.modules or _importable("torch"):
         import torch
 
@@ -84,5 +92,11 @@ def _importable(name: str) -> bool:
 
 def collect(params: dict, **run_facts) -> dict:
     """One provenance record: the params the stage used plus facts about this run and machine."""
-    return {"params": params, "git_revision": git_revision(), "packages": package_versions(),
-            "hardware": hardware(), "argv": sys.argv, **run_facts}
+    return {
+        "params": params,
+        "git_revision": git_revision(),
+        "packages": package_versions(),
+        "hardware": hardware(),
+        "argv": sys.argv,
+        **run_facts,
+    }

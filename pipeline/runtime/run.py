@@ -9,6 +9,7 @@ stay what they were.
 It lives on the ground floor because the run record (records/training.py) carries it; it knows no
 strategy: a strategy's options are a mapping here, declared and defaulted by the strategy.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -31,9 +32,9 @@ class Run:
     strategy: str
     workers: int
     images_per_worker: int = 1
-    data_mode: str = "real"       # real: the loader decodes and augments; synthetic: in memory
-    precision: str = "fp32"       # runs before mixed precision: fp32
-    norm: str = "batchnorm"       # the tiny model's normalisation (model.norm; runs before it: batchnorm)
+    data_mode: str = "real"  # real: the loader decodes and augments; synthetic: in memory
+    precision: str = "fp32"  # runs before mixed precision: fp32
+    norm: str = "batchnorm"  # the tiny model's normalisation (model.norm; runs before it: batchnorm)
     seed: int = 0
     options: Mapping[str, Any] = field(default_factory=dict)  # the strategy's declared options
 
@@ -41,10 +42,12 @@ class Run:
         try:
             return self.options[key]
         except KeyError:
-            raise RunError(f"{self.strategy} run: no option '{key}' (its options: "
-                           f"{', '.join(self.options) or 'none'}); declare it among the "
-                           "strategy's `options`, or fill the run through "
-                           "pipeline/strategies/sweep.py") from None
+            raise RunError(
+                f"{self.strategy} run: no option '{key}' (its options: "
+                f"{', '.join(self.options) or 'none'}); declare it among the "
+                "strategy's `options`, or fill the run through "
+                "pipeline/strategies/sweep.py"
+            ) from None
 
     def to_json(self) -> dict:
         """The filled sweep entry: the common keys, the options beside them, then the seed."""
@@ -57,11 +60,12 @@ class Run:
     def from_json(cls, raw: Mapping, where: str = "run") -> Run:
         """A run from its JSON object: every key that is not a common field is an option."""
         try:
-            return cls(**{k: v for k, v in raw.items() if k in RUN_FIELDS},
-                       options={k: v for k, v in raw.items() if k not in RUN_FIELDS})
+            return cls(
+                **{k: v for k, v in raw.items() if k in RUN_FIELDS},
+                options={k: v for k, v in raw.items() if k not in RUN_FIELDS},
+            )
         except TypeError as err:  # strategy or workers missing
-            raise ValueError(f"{where}: not a run ({err}); a run names at least its strategy "
-                             "and workers") from None
+            raise ValueError(f"{where}: not a run ({err}); a run names at least its strategy and workers") from None
 
     def replace(self, **changes) -> Run:
         """This run with some common fields or options changed (an option stays an option)."""

@@ -15,6 +15,7 @@ the refusal to name; a refused process changes nothing in the run directory. The
 after the job (naming its last holder): deleting it could let two processes lock two files.
 On a file system without locks (Lustre mounted without -o flock) the launcher warns and goes on.
 """
+
 from __future__ import annotations
 
 import errno
@@ -50,11 +51,12 @@ def holder(run_dir: str | Path) -> dict:
 def busy_message(run_dir: str | Path) -> str:
     found = holder(run_dir)
     pid, host = found.get("pid"), found.get("host")
-    who = (f"pid {pid}" if pid else "pid unknown") + (
-        f" on {host}" if host and host != socket.gethostname() else "")
+    who = (f"pid {pid}" if pid else "pid unknown") + (f" on {host}" if host and host != socket.gethostname() else "")
     stop = f"stop it (kill {pid})" if pid else "stop it"
-    return (f"another process ({who}) is {found.get('doing', 'working on')} this run "
-            f"({run_dir}): wait for it to end, or {stop}, then rerun")
+    return (
+        f"another process ({who}) is {found.get('doing', 'working on')} this run "
+        f"({run_dir}): wait for it to end, or {stop}, then rerun"
+    )
 
 
 def _lock(fd: int, patience_s: float = PATIENCE_S) -> None:
@@ -89,12 +91,18 @@ def hold(run_dir: str | Path, stage: str) -> int | None:
         if err.errno == errno.EWOULDBLOCK:
             raise RunBusyError(busy_message(run_dir)) from None
         if err.errno in NO_LOCKS:
-            print(f"warning: {path}: cannot be locked ({os.strerror(err.errno)}); make sure no "
-                  "other process trains or evaluates this run meanwhile", file=sys.stderr)
+            print(
+                f"warning: {path}: cannot be locked ({os.strerror(err.errno)}); make sure no "
+                "other process trains or evaluates this run meanwhile",
+                file=sys.stderr,
+            )
             return None
         raise
     os.ftruncate(fd, 0)
-    os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                             "doing": DOING.get(stage, stage)}).encode() + b"\n")
+    os.write(
+        fd,
+        json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "doing": DOING.get(stage, stage)}).encode()
+        + b"\n",
+    )
     os.set_inheritable(fd, True)  # held on by torchrun, python or srun after our exec
     return fd

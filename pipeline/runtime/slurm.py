@@ -6,6 +6,7 @@ one it returns None and nothing here is used. The job's node list and CPUs per t
 from the controller (`scontrol show job`), not from the environment: Snakemake's SLURM job step
 removes most SLURM_* variables before it runs a job's command.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,8 @@ PORT_SPREAD = 1000  # rendezvous ports used: the configured one + job id % PORT_
 @dataclass(frozen=True)
 class Allocation:
     job_id: str
-    hosts: tuple[str, ...]   # node names, in the allocation's order
-    first_address: str       # where the first node is reached (its NodeAddr)
+    hosts: tuple[str, ...]  # node names, in the allocation's order
+    first_address: str  # where the first node is reached (its NodeAddr)
     cpus_per_task: int
 
 
@@ -63,5 +64,12 @@ def srun(alloc: Allocation, nodes: int) -> list[str]:
     --kill-on-bad-exit: a torchrun that fails takes the others down instead of leaving them
     waiting at the next collective.
     """
-    return [shutil.which("srun") or "srun", "--overlap", f"--nodes={nodes}", f"--ntasks={nodes}",
-            "--ntasks-per-node=1", f"--cpus-per-task={alloc.cpus_per_task}", "--kill-on-bad-exit=1"]
+    return [
+        shutil.which("srun") or "srun",
+        "--overlap",
+        f"--nodes={nodes}",
+        f"--ntasks={nodes}",
+        "--ntasks-per-node=1",
+        f"--cpus-per-task={alloc.cpus_per_task}",
+        "--kill-on-bad-exit=1",
+    ]

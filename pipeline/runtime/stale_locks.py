@@ -8,6 +8,7 @@ merely its pid reused) and the files are the very ones it wrote (same inode and 
 lock (a Snakemake still running, on this host or another) is left to Snakemake, which refuses
 to start and says so.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,10 @@ def record_owner(lock_files, workdir: Path = Path(".")) -> None:
     """Called in `onstart`: these lock files are held by this Snakemake process."""
     pid = os.getpid()
     files = {str(f): _identity(Path(f)) for f in lock_files}
-    write_json(workdir / OWNER, {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid,
-                                 "start": _process_start(pid), "files": files})
+    write_json(
+        workdir / OWNER,
+        {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid, "start": _process_start(pid), "files": files},
+    )
 
 
 def release_stale(workdir: Path = Path(".")) -> str | None:
@@ -59,8 +62,7 @@ def release_stale(workdir: Path = Path(".")) -> str | None:
         owner = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    alive = (owner.get("boot") == _boot_id()
-             and _process_start(owner.get("pid", -1)) == owner.get("start"))
+    alive = owner.get("boot") == _boot_id() and _process_start(owner.get("pid", -1)) == owner.get("start")
     if owner.get("host") != socket.gethostname() or alive:
         return None  # another host's, or still running: Snakemake's own check decides
     removed = []
@@ -71,6 +73,8 @@ def release_stale(workdir: Path = Path(".")) -> str | None:
             removed.append(name)
     path.unlink(missing_ok=True)
     if removed:
-        return (f"Removed the locks of an earlier Snakemake (pid {owner['pid']}) that was killed "
-                f"before it could: {', '.join(removed)}")
+        return (
+            f"Removed the locks of an earlier Snakemake (pid {owner['pid']}) that was killed "
+            f"before it could: {', '.join(removed)}"
+        )
     return None

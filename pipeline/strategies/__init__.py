@@ -21,6 +21,7 @@ records of its own in its module (pipeline/runtime/records/base.py `declare_fact
 where torch is not loaded (the Snakefile, the sweep, the report); torch is imported by its
 runtime, built by `get(run, parallel).runtime()` in a training process.
 """
+
 from __future__ import annotations
 
 import functools
@@ -44,8 +45,7 @@ def lookup(name: str) -> type[Strategy]:
     try:
         return STRATEGIES[name]
     except KeyError:
-        raise ValueError(f"sweep.strategy: unknown strategy {name!r}; "
-                         f"choose one of {', '.join(STRATEGIES)}") from None
+        raise ValueError(f"sweep.strategy: unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}") from None
 
 
 @functools.cache  # asked once per run while the workflow plans
@@ -69,6 +69,23 @@ def recorded(run: Run) -> Run:
     return lookup(run.strategy).filled(**run.to_json())
 
 
-__all__ = ["DDP", "FSDP", "Context", "DataParallel", "Option", "ParameterServer", "REGISTERED",
-           "Run", "Runtime", "Single", "Strategy", "STRATEGIES", "Traffic", "Zero", "get", "lookup",
-           "not_run_by", "recorded"]
+__all__ = [
+    "DDP",
+    "FSDP",
+    "Context",
+    "DataParallel",
+    "Option",
+    "ParameterServer",
+    "REGISTERED",
+    "Run",
+    "Runtime",
+    "Single",
+    "Strategy",
+    "STRATEGIES",
+    "Traffic",
+    "Zero",
+    "get",
+    "lookup",
+    "not_run_by",
+    "recorded",
+]

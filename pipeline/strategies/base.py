@@ -11,6 +11,7 @@ of it. Its runtime (process.py `Runtime`, built by `spec.runtime()` inside a tra
 wraps the model, synchronises gradients, counts what it communicates, checksums the replicas
 and gathers the state a checkpoint saves.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,8 @@ class Option:
 class Strategy:
     """The spec: defaults describe one process on one device; strategies override what differs."""
 
-    name = "base"      # the sweep's `strategy` value
-    label = "base"     # its one display name: tables, figures, the report's and paper's prose
+    name = "base"  # the sweep's `strategy` value
+    label = "base"  # its one display name: tables, figures, the report's and paper's prose
     options: dict[str, Option] = {}
     max_workers: int | None = None  # a strategy that cannot use more workers says so
 
@@ -74,10 +75,8 @@ class Strategy:
         options existed (it ran with what is now the default)."""
         unknown = sorted(set(given) - set(RUN_FIELDS) - set(cls.options))
         if unknown:
-            raise ValueError(f"{cls.name}: no option '{unknown[0]}' (its options: "
-                             f"{', '.join(cls.options) or 'none'})")
-        return Run.from_json({**{k: o.default for k, o in cls.options.items()}, **given,
-                              "strategy": cls.name})
+            raise ValueError(f"{cls.name}: no option '{unknown[0]}' (its options: {', '.join(cls.options) or 'none'})")
+        return Run.from_json({**{k: o.default for k, o in cls.options.items()}, **given, "strategy": cls.name})
 
     def __init__(self, run: Run, parallel: schema.Parallel):
         self.run, self.parallel = run, parallel
@@ -92,8 +91,9 @@ class Strategy:
     def invalid(cls, run: Run) -> str | None:
         """Why this sweep entry makes no sense for the strategy (checked before any job)."""
         if cls.max_workers is not None and run.workers > cls.max_workers:
-            return (f"{cls.name} runs at most {cls.max_workers} worker(s), not {run.workers} "
-                    "(use ddp, ps or dp for more)")
+            return (
+                f"{cls.name} runs at most {cls.max_workers} worker(s), not {run.workers} (use ddp, ps or dp for more)"
+            )
         return None
 
     def processes(self) -> int:
@@ -162,12 +162,13 @@ class Strategy:
         busiest link (a server's, device 0's), all processes on one host."""
         flows = [flow for phase in cls.phases(run, grad_bytes) or [] for flow in phase]
         loads = Network(Link(0.0, 0.0)).loads(flows)
-        return {"worker": loads.get(("link", ("worker", run.workers - 1)), 0.0),
-                "busiest": max(loads.values(), default=0.0)}
+        return {
+            "worker": loads.get(("link", ("worker", run.workers - 1)), 0.0),
+            "busiest": max(loads.values(), default=0.0),
+        }
 
     @classmethod
-    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
-                              backward: float) -> float:
+    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network, backward: float) -> float:
         """Predicted communication seconds per iteration that no computation hides, given
         `backward` seconds of backward pass to overlap with: by default the phases one after
         the other, none overlapping. NaN: this strategy states no model (the report says so)."""
@@ -175,8 +176,7 @@ class Strategy:
         return math.nan if phases is None else sum(network.seconds(phase) for phase in phases)
 
     @classmethod
-    def timed_communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
-                                    backward: float) -> float:
+    def timed_communication_seconds(cls, run: Run, grad_bytes: float, network: Network, backward: float) -> float:
         """The part of `communication_seconds` that a run's time split counts as communication
         (`communication_timed`): the cost model's like for like with what a run measures. By
         default all of it."""

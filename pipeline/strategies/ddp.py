@@ -10,6 +10,7 @@ model whose only buffers are constants (the frozen BatchNorm of a pretrained bac
 Gradients are views of DDP's buckets, as its documentation advises: no copy per parameter out
 of the bucket after each all-reduce.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,6 +44,7 @@ def powersgd_payload_elements(state: powerSGD_hook.PowerSGDState, bucket) -> int
     """Elements PowerSGD all-reduces for one bucket: the uncompressed tensors, plus the P and Q
     factors (n*r + m*r) of each matrix it compresses. Mirrors powerSGD_hook's own choice."""
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
     if state.iter < state.start_powerSGD_iter:
         return bucket.buffer().numel()
     rank, elements = state.matrix_approximation_rank, 0
@@ -95,20 +97,24 @@ def wrapped_in_ddp(model: torch.nn.Module, ctx: Context, parallel: schema.Parall
     (a `comm_hook` value), counted into `traffic`: ddp's wrapping, and zero's."""
     import torch
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
     if parallel.sync_batchnorm:
         model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     # Rank 0's BatchNorm statistics at every forward, where the model has any that change;
     # the gradients are views of DDP's buckets (not copied out of them after each all-reduce).
     wrapped = torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-        gradient_as_bucket_view=True, **compat.ddp_buffer_sync(bool(changing_buffers(model))))
+        model,
+        device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+        gradient_as_bucket_view=True,
+        **compat.ddp_buffer_sync(bool(changing_buffers(model))),
+    )
     state = None
     if hook == "powersgd":
         # Compress from the third iteration on (the fewest PowerSGD's error feedback
         # allows): the demo is too short for the default 1000 of plain all-reduce.
         state = powerSGD_hook.PowerSGDState(
-            process_group=None, matrix_approximation_rank=parallel.powersgd_rank,
-            start_powerSGD_iter=2)
+            process_group=None, matrix_approximation_rank=parallel.powersgd_rank, start_powerSGD_iter=2
+        )
     wrapped.register_comm_hook(state, counting_hook(hook, ctx.processes, traffic))
     return wrapped
 
@@ -130,8 +136,7 @@ def ring_all_reduce(workers: int, grad_bytes: float, hook: str) -> list[list[Flo
     return [[Flow(("worker", i), ("worker", (i + 1) % n), wire, 2 * (n - 1)) for i in range(n)]]
 
 
-def all_reduce_seconds(workers: int, grad_bytes: float, hook: str, network: Network,
-                       backward: float) -> float:
+def all_reduce_seconds(workers: int, grad_bytes: float, hook: str, network: Network, backward: float) -> float:
     """Each bucket is one all-reduce: timed as such where commbench measured all-reduce at
     this process count, else as the ring over the network's links. Buckets start as
     backward fills them, so all but the last overlap it: what stays exposed is the last
@@ -163,24 +168,37 @@ def bucket_seconds(workers: int, nbytes: float, hook: str, network: Network) -> 
 class DDP(TorchrunStrategy):
     name = "ddp"
     label = "DDP"
-    options = {"comm_hook": Option("none", {"enum": ["none", "fp16", "bf16", "powersgd"]},
-                                   "gradient compression of the all-reduce (none: plain fp32)")}
+    options = {
+        "comm_hook": Option(
+            "none",
+            {"enum": ["none", "fp16", "bf16", "powersgd"]},
+            "gradient compression of the all-reduce (none: plain fp32)",
+        )
+    }
     evaluates_on_workers = True  # each rank predicts its share; one COCOeval of the gathered
     equivalence_entry = {"workers": 2, "images_per_worker": 4}
     theory_text = "2(N-1)/N M per rank for ring all-reduce"
-    bytes_counted = ("DDP's are derived from the size of each bucket its communication hook "
-                     "hands to the all-reduce, times the ring's 2(N-1)/N (not read from the network).")
-    memory_text = ("the whole weights, gradients and momentum, M each (3M), and another M in its "
-                   "gradient buckets (not counted as owned state)")
-    communication_timed = ("the time backward waits for the last all-reduce bucket once its "
-                           "gradients are ready, the rest of the all-reduce overlapping compute")
+    bytes_counted = (
+        "DDP's are derived from the size of each bucket its communication hook "
+        "hands to the all-reduce, times the ring's 2(N-1)/N (not read from the network)."
+    )
+    memory_text = (
+        "the whole weights, gradients and momentum, M each (3M), and another M in its "
+        "gradient buckets (not counted as owned state)"
+    )
+    communication_timed = (
+        "the time backward waits for the last all-reduce bucket once its "
+        "gradients are ready, the rest of the all-reduce overlapping compute"
+    )
     RING = "DDP (ring all-reduce)"  # the curve the report's sentences compare with
 
     @classmethod
     def predicted_curves(cls, predict: schema.Predict) -> dict[str, dict]:
         hook = predict.ddp_comm_hook
-        return {cls.RING: {"strategy": cls.name, "comm_hook": "none"},
-                f"DDP + {hook} compression": {"strategy": cls.name, "comm_hook": hook}}
+        return {
+            cls.RING: {"strategy": cls.name, "comm_hook": "none"},
+            f"DDP + {hook} compression": {"strategy": cls.name, "comm_hook": hook},
+        }
 
     @classmethod
     def variant(cls, run: Run) -> str:
@@ -195,8 +213,7 @@ class DDP(TorchrunStrategy):
         return ring_all_reduce(run.workers, grad_bytes, run.option("comm_hook"))
 
     @classmethod
-    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
-                              backward: float) -> float:
+    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network, backward: float) -> float:
         return all_reduce_seconds(run.workers, grad_bytes, run.option("comm_hook"), network, backward)
 
     def runtime(self) -> DDPRuntime:

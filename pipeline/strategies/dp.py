@@ -10,6 +10,7 @@ models (pytorch/pytorch#25627, pytorch/vision#1659): it would split each image's
 instead of splitting the list of images and targets. `detection_data_parallel()` scatters by sample
 and gathers the loss dictionaries (training) or detection lists (evaluation) correctly.
 """
+
 from __future__ import annotations
 
 import functools
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 def _to(obj, device):
     import torch
+
     if torch.is_tensor(obj):
         return obj.to(device, non_blocking=True)
     if isinstance(obj, dict):
@@ -44,14 +46,14 @@ def scatter_by_sample(inputs: tuple, devices: list) -> list[tuple]:
     images = inputs[0]
     n = min(len(devices), len(images))
     bounds = [round(i * len(images) / n) for i in range(n + 1)]
-    return [tuple(_to(list(part[bounds[i]:bounds[i + 1]]), devices[i]) for part in inputs)
-            for i in range(n)]
+    return [tuple(_to(list(part[bounds[i] : bounds[i + 1]]), devices[i]) for part in inputs) for i in range(n)]
 
 
 def gather_outputs(outputs: list, device):
     """Loss dictionaries: the mean over replicas (as DDP averages gradients). Detections: the
     per-image lists concatenated in input order."""
     import torch
+
     if isinstance(outputs[0], dict):
         return {k: torch.stack([o[k].to(device) for o in outputs]).mean() for k in outputs[0]}
     return [_to(d, device) for replica in outputs for d in replica]
@@ -81,8 +83,9 @@ def detection_data_parallel() -> type:
             return super().replicate(module, device_ids)
 
         def gather(self, outputs, output_device):
-            return gather_outputs(outputs, torch.device("cuda", output_device)
-                                  if isinstance(output_device, int) else output_device)
+            return gather_outputs(
+                outputs, torch.device("cuda", output_device) if isinstance(output_device, int) else output_device
+            )
 
     return DetectionDataParallel
 
@@ -122,12 +125,13 @@ class DataParallel(Strategy):
         gradients come back to it after backward: (N-1)M each way over its link, M over each
         other device's. Nothing overlaps."""
         others = range(1, run.workers)
-        return [[Flow(("worker", 0), ("worker", i), grad_bytes) for i in others],
-                [Flow(("worker", i), ("worker", 0), grad_bytes) for i in others]]
+        return [
+            [Flow(("worker", 0), ("worker", i), grad_bytes) for i in others],
+            [Flow(("worker", i), ("worker", 0), grad_bytes) for i in others],
+        ]
 
     @classmethod
-    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
-                              backward: float) -> float:
+    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network, backward: float) -> float:
         if network.nodes > 1:
             return math.nan  # one process: DataParallel cannot span machines
         return super().communication_seconds(run, grad_bytes, network, backward)

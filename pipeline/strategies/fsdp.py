@@ -32,6 +32,7 @@ Checkpoints hold the gathered full state dicts (torch.distributed.checkpoint.sta
 full_state_dict), written by rank 0 and read by every rank, so a checkpoint is a plain model and
 a plain optimizer state keyed by parameter name, whatever the world size.
 """
+
 from __future__ import annotations
 
 import copy
@@ -50,6 +51,7 @@ GATHERED_BYTES = {"bf16": 2, "fp16": 2}  # per element of a 16-bit run's weights
 
 def batchnorms(module) -> list:
     import torch
+
     return [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
 
 
@@ -75,6 +77,7 @@ class Gathered:
 
     def load_state_dict(self, state: dict) -> None:
         from torch.distributed.checkpoint import state_dict as state_dict_api
+
         options = state_dict_api.StateDictOptions(full_state_dict=True)
         if self.part == "model":
             state_dict_api.set_model_state_dict(self.model, state, options=options)
@@ -84,9 +87,10 @@ class Gathered:
 
 class UnitBytes(NamedTuple):
     """What a rank sends (and receives) for one FSDP unit, from its shard sizes."""
-    gathered: int         # when its weights are all-gathered (forward; backward if resharded)
-    reduced: int          # when its gradients are reduce-scattered
-    probe: tuple | None   # (module, name) of a parameter of its own: FSDP2 registers a DTensor
+
+    gathered: int  # when its weights are all-gathered (forward; backward if resharded)
+    reduced: int  # when its gradients are reduce-scattered
+    probe: tuple | None  # (module, name) of a parameter of its own: FSDP2 registers a DTensor
     #                       there while the unit is sharded, a plain tensor while it is gathered
     has_gradients: bool
 
@@ -94,26 +98,38 @@ class UnitBytes(NamedTuple):
 class FSDP(TorchrunStrategy):
     name = "fsdp"
     label = "FSDP2"
-    options = {"reshard_after_forward": Option(
-        True, {"type": "boolean"},
-        "true: ZeRO-3, weights gathered again for the backward; false: kept gathered (ZeRO-2-like)")}
+    options = {
+        "reshard_after_forward": Option(
+            True,
+            {"type": "boolean"},
+            "true: ZeRO-3, weights gathered again for the backward; false: kept gathered (ZeRO-2-like)",
+        )
+    }
     evaluates_on_workers = False  # model_final.pt is the whole model: one process scores it
     equivalence_entry = {"workers": 2, "images_per_worker": 4}
-    theory_text = ("3(N-1)/N M per rank for FSDP with resharding after forward (all-gather in "
-                   "forward and again in backward, reduce-scatter of the gradients) and "
-                   "2(N-1)/N M without")
-    memory_text = ("1/N of the weights, gradients and momentum (3M/N), and while a block computes, "
-                   "its whole weights (and gradients in the backward): at most the largest block")
+    theory_text = (
+        "3(N-1)/N M per rank for FSDP with resharding after forward (all-gather in "
+        "forward and again in backward, reduce-scatter of the gradients) and "
+        "2(N-1)/N M without"
+    )
+    memory_text = (
+        "1/N of the weights, gradients and momentum (3M/N), and while a block computes, "
+        "its whole weights (and gradients in the backward): at most the largest block"
+    )
     communication_timed = None  # each unit's gathers and reduce-scatters run in its passes
-    bytes_counted = ("FSDP's are the bytes of each unit's shards as a ring all-gather or "
-                     "reduce-scatter moves them, counted when each unit gathers its weights "
-                     "(seen sharded as it starts its forward, or resharded after it) and when "
-                     "it reduces its gradients.")
+    bytes_counted = (
+        "FSDP's are the bytes of each unit's shards as a ring all-gather or "
+        "reduce-scatter moves them, counted when each unit gathers its weights "
+        "(seen sharded as it starts its forward, or resharded after it) and when "
+        "it reduces its gradients."
+    )
 
     @classmethod
     def predicted_curves(cls, predict: schema.Predict) -> dict[str, dict]:
-        return {"FSDP (ZeRO-3, reshard)": {"strategy": cls.name, "reshard_after_forward": True},
-                "FSDP (keep gathered)": {"strategy": cls.name, "reshard_after_forward": False}}
+        return {
+            "FSDP (ZeRO-3, reshard)": {"strategy": cls.name, "reshard_after_forward": True},
+            "FSDP (keep gathered)": {"strategy": cls.name, "reshard_after_forward": False},
+        }
 
     @classmethod
     def variant(cls, run: Run) -> str:
@@ -134,8 +150,8 @@ class FSDP(TorchrunStrategy):
             return []
 
         def ring(size):
-            return [Flow(("worker", i), ("worker", (i + 1) % n), size * (n - 1) / n, n - 1)
-                    for i in range(n)]
+            return [Flow(("worker", i), ("worker", (i + 1) % n), size * (n - 1) / n, n - 1) for i in range(n)]
+
         gathered = grad_bytes * GATHERED_BYTES.get(run.precision, 4) / 4
         return [ring(gathered)] * (2 if run.option("reshard_after_forward") else 1) + [ring(grad_bytes)]
 
@@ -214,12 +230,15 @@ class FSDPRuntime(TorchrunRuntime):
         """(the units' MixedPrecisionPolicy, BatchNorm's), or (None, None) in fp32. Inputs are
         not cast: the loop's autocast casts them where an operation needs it."""
         import torch
+
         low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.run.precision)
         if low is None:
             return None, None
         policy = compat.mixed_precision_policy()
-        return (policy(param_dtype=low, reduce_dtype=torch.float32, cast_forward_inputs=False),
-                policy(param_dtype=torch.float32, reduce_dtype=torch.float32, cast_forward_inputs=False))
+        return (
+            policy(param_dtype=low, reduce_dtype=torch.float32, cast_forward_inputs=False),
+            policy(param_dtype=torch.float32, reduce_dtype=torch.float32, cast_forward_inputs=False),
+        )
 
     @staticmethod
     def _policy(policy) -> dict:
@@ -227,13 +246,14 @@ class FSDPRuntime(TorchrunRuntime):
 
     def grad_scaler(self, device):
         from torch.distributed.fsdp import sharded_grad_scaler
+
         return sharded_grad_scaler.ShardedGradScaler(device.type)
 
     # ---- bytes, counted where each collective happens -------------------------------------
     _gathers = 0
     _world = 1
     _fp32: set = set()  # ids of the parameters gathered in fp32 in a 16-bit run (BatchNorm's)
-    _bytes: dict = {}   # id(unit) -> UnitBytes
+    _bytes: dict = {}  # id(unit) -> UnitBytes
 
     def _own(self, unit) -> list:
         """The parameters a unit gathers and reduces itself (with its BatchNorm companion):
@@ -250,15 +270,28 @@ class FSDPRuntime(TorchrunRuntime):
         low = GATHERED_BYTES.get(self.run.precision) if gather else None
         return (self._world - 1) * sum(
             p.to_local().numel() * (low if low and id(p) not in self._fp32 else p.element_size())
-            for p in own if hasattr(p, "to_local"))
+            for p in own
+            if hasattr(p, "to_local")
+        )
 
     def _unit_bytes(self, unit) -> UnitBytes:
         own = self._own(unit)
         ids = {id(p) for p in own}
-        probe = next(((module, name) for module in unit.modules()
-                      for name, p in module.named_parameters(recurse=False) if id(p) in ids), None)
-        return UnitBytes(self._ring_bytes(own, gather=True), self._ring_bytes(own, gather=False),
-                         probe, any(p.requires_grad for p in own))
+        probe = next(
+            (
+                (module, name)
+                for module in unit.modules()
+                for name, p in module.named_parameters(recurse=False)
+                if id(p) in ids
+            ),
+            None,
+        )
+        return UnitBytes(
+            self._ring_bytes(own, gather=True),
+            self._ring_bytes(own, gather=False),
+            probe,
+            any(p.requires_grad for p in own),
+        )
 
     def _count_gather(self, unit, args):
         counted = self._bytes[id(unit)]
@@ -288,20 +321,25 @@ class FSDPRuntime(TorchrunRuntime):
     def consolidate(self, model, optimizer, ctx: Context) -> None:
         """Every rank takes part; rank 0 receives the full state dicts on the CPU."""
         from torch.distributed.checkpoint import state_dict as state_dict_api
+
         options = state_dict_api.StateDictOptions(full_state_dict=True, cpu_offload=True)
         self.gathered = {
             "model": state_dict_api.get_model_state_dict(model, options=options),
-            "optimizer": state_dict_api.get_optimizer_state_dict(model, optimizer, options=options)}
+            "optimizer": state_dict_api.get_optimizer_state_dict(model, optimizer, options=options),
+        }
 
     def checkpoint_state(self, model, optimizer) -> dict:
-        return {"model": Gathered(self, "model", model, optimizer),
-                "optimizer": Gathered(self, "optimizer", model, optimizer)}
+        return {
+            "model": Gathered(self, "model", model, optimizer),
+            "optimizer": Gathered(self, "optimizer", model, optimizer),
+        }
 
     def model_state(self, model) -> dict:
         return self.gathered["model"]
 
     def scoring_model(self, model, ctx: Context):
         from torch.distributed.checkpoint import state_dict as state_dict_api
+
         options = state_dict_api.StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = state_dict_api.get_model_state_dict(model, options=options)
         if not ctx.reports:
@@ -313,6 +351,7 @@ class FSDPRuntime(TorchrunRuntime):
     def checksum(self, model) -> str:
         """Of the whole parameters, gathered on every rank (each holds a different shard)."""
         from torch.distributed.checkpoint import state_dict as state_dict_api
+
         options = state_dict_api.StateDictOptions(full_state_dict=True)
         full = state_dict_api.get_model_state_dict(model, options=options)
         return tensor_checksum(full[name] for name, _ in self._blueprint.named_parameters())

@@ -6,6 +6,7 @@ a sharded model for checkpoints and scoring, and reports its own facts. Torch is
 the functions below: a strategy module holds its spec and its runtime, and its spec is read
 where torch is not loaded (the Snakefile, the sweep, the report).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 def _cpu():
     import torch
+
     return torch.device("cpu")
 
 
@@ -27,14 +29,14 @@ def _cpu():
 class Context:
     """What one training process knows about its place in the job."""
 
-    rank: int = 0                 # global process rank
-    processes: int = 1            # processes in the job (a dedicated ps server included)
+    rank: int = 0  # global process rank
+    processes: int = 1  # processes in the job (a dedicated ps server included)
     device: torch.device = field(default_factory=_cpu)
     threads: int = 1
     backend: str = "none"
-    shard: int | None = 0         # the part of the data this process trains on; None: no data
-    shards: int = 1               # parts the data is split into (1 for single and dp)
-    role: str = "worker"          # "worker", "server" (dedicated ps) or "server+worker"
+    shard: int | None = 0  # the part of the data this process trains on; None: no data
+    shards: int = 1  # parts the data is split into (1 for single and dp)
+    role: str = "worker"  # "worker", "server" (dedicated ps) or "server+worker"
 
     @property
     def reports(self) -> bool:
@@ -72,12 +74,19 @@ def owned_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dic
     """Bytes of parameters, gradients and optimizer state this process holds, counted from the
     tensors themselves (a sharded optimizer's inner one holds only its partition's state)."""
     import torch
+
     params = list(model.parameters())
     inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer's local SGD
-    return {"parameters": sum(local_bytes(p) for p in params),
-            "gradients": sum(local_bytes(p.grad) for p in params if p.grad is not None),
-            "optimizer": sum(local_bytes(v) for state in inner.state.values()
-                             for v in state.values() if torch.is_tensor(v) and v.dim() > 0)}
+    return {
+        "parameters": sum(local_bytes(p) for p in params),
+        "gradients": sum(local_bytes(p.grad) for p in params if p.grad is not None),
+        "optimizer": sum(
+            local_bytes(v)
+            for state in inner.state.values()
+            for v in state.values()
+            if torch.is_tensor(v) and v.dim() > 0
+        ),
+    }
 
 
 def changing_buffers(model: torch.nn.Module) -> list:
@@ -86,8 +95,14 @@ def changing_buffers(model: torch.nn.Module) -> list:
     are the same everywhere: syncing them would move R50's 0.4 MB, and launch a copy per
     tensor, every iteration for nothing."""
     from torchvision.ops.misc import FrozenBatchNorm2d
-    return [b for module in model.modules() if not isinstance(module, FrozenBatchNorm2d)
-            for b in module.buffers(recurse=False) if b.is_floating_point()]
+
+    return [
+        b
+        for module in model.modules()
+        if not isinstance(module, FrozenBatchNorm2d)
+        for b in module.buffers(recurse=False)
+        if b.is_floating_point()
+    ]
 
 
 def parameter_checksum(model: torch.nn.Module) -> str:
@@ -114,6 +129,7 @@ class Runtime:
 
     def start(self, threads: int) -> Context:
         import torch
+
         threads = threads or available_cores()
         torch.set_num_threads(threads)
         return Context(device=default_device(), threads=threads)
@@ -125,12 +141,14 @@ class Runtime:
     def optimizer(self, params, **sgd) -> torch.optim.Optimizer:
         """The optimizer over `params` (SGD's keywords): SGD, unless the strategy shards it."""
         import torch
+
         return torch.optim.SGD(params, **sgd)
 
     def grad_scaler(self, device: torch.device):
         """fp16's loss scaler (pipeline/training/precision.py). Every process that steps must
         skip the same steps: true where each holds the whole averaged gradients."""
         import torch
+
         return torch.amp.GradScaler(device.type)
 
     def step(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, ctx: Context) -> float:

@@ -24,6 +24,7 @@ serves), a dedicated server N M/K, a colocated one M + (N-2) M/K: for K = 1 the 
 one server that is the bottleneck the study is about, against 2(N-1)/N M per rank for ring
 all-reduce (`phases` below).
 """
+
 from __future__ import annotations
 
 import time
@@ -53,12 +54,13 @@ GRADIENTS, BUFFERS, WEIGHTS = 0, 1, 2  # message tags: each message matched by k
 class Stale:
     """A server's asynchronous state: each worker's gradients applied so far (its clock), the
     updates applied in all (the weights' version), who waits for an answer."""
+
     clock: dict
     version: int = 0
     waiting: list = field(default_factory=list)
-    sends: list = field(default_factory=list)    # answers on their way
+    sends: list = field(default_factory=list)  # answers on their way
     histogram: Counter = field(default_factory=Counter)
-    max_ahead: int = 0        # the most updates an answered worker was ahead of the slowest
+    max_ahead: int = 0  # the most updates an answered worker was ahead of the slowest
 
 
 @dataclass(frozen=True)
@@ -89,29 +91,39 @@ def balanced_shards(sizes: list[int], k: int) -> list[int]:
 class ParameterServer(TorchrunStrategy):
     name = "ps"
     label = "parameter server"
-    options = {"placement": Option("colocated", {"enum": ["colocated", "dedicated"]},
-                                   "servers beside the first workers, or in their own processes"),
-               "servers": Option(1, {"type": "integer", "minimum": 1},
-                                 "K: server shards the parameters are split over"),
-               "staleness": Option(0, {"type": "integer", "minimum": 0},
-                                   "S: updates a worker may run ahead of the slowest (0: synchronous)")}
+    options = {
+        "placement": Option(
+            "colocated",
+            {"enum": ["colocated", "dedicated"]},
+            "servers beside the first workers, or in their own processes",
+        ),
+        "servers": Option(1, {"type": "integer", "minimum": 1}, "K: server shards the parameters are split over"),
+        "staleness": Option(
+            0, {"type": "integer", "minimum": 0}, "S: updates a worker may run ahead of the slowest (0: synchronous)"
+        ),
+    }
     evaluates_on_workers = True  # as ddp: one process per worker predicts its share
     equivalence_entry = {"workers": 2, "images_per_worker": 4}
-    theory_text = ("2(N-1)M through a co-located server and 2NM through a dedicated one (split "
-                   "over K server shards: 2(M + (N-2)M/K) and 2NM/K)")
+    theory_text = (
+        "2(N-1)M through a co-located server and 2NM through a dedicated one (split "
+        "over K server shards: 2(M + (N-2)M/K) and 2NM/K)"
+    )
     communication_timed = "a worker's sending its gradients and receiving the updated weights"
-    bytes_counted = ("The parameter server counts the bytes of the messages it really sends and "
-                     "receives.")
-    memory_text = ("the whole weights and gradients on every process, the momentum 1/K on each "
-                   "server (a colocated server: 2M + M/K)")
+    bytes_counted = "The parameter server counts the bytes of the messages it really sends and receives."
+    memory_text = (
+        "the whole weights and gradients on every process, the momentum 1/K on each "
+        "server (a colocated server: 2M + M/K)"
+    )
     SHARDED = "PS, K servers (dedicated, spare CPU machines)"  # compared in the report's sentences
 
     @classmethod
     def predicted_curves(cls, predict: schema.Predict) -> dict[str, dict]:
         """One server beside the first worker, and K dedicated shards (K follows the cluster:
         costmodel/clusters.py Cluster.servers)."""
-        return {"PS, 1 server (colocated)": {"strategy": cls.name, "placement": "colocated", "servers": 1},
-                cls.SHARDED: {"strategy": cls.name, "placement": "dedicated", "servers": "K"}}
+        return {
+            "PS, 1 server (colocated)": {"strategy": cls.name, "placement": "colocated", "servers": 1},
+            cls.SHARDED: {"strategy": cls.name, "placement": "dedicated", "servers": "K"},
+        }
 
     def __init__(self, run: Run, parallel: schema.Parallel):
         super().__init__(run, parallel)
@@ -123,21 +135,26 @@ class ParameterServer(TorchrunStrategy):
         # always named: ps-colocated-w2-b4, ps-dedicated-w2-b4; shards when more than one,
         # bounded staleness when not synchronous: ps-dedicated-k2-ssp1-w2-b4
         k, staleness = run.option("servers"), run.option("staleness")
-        return (run.option("placement") + (f"-k{k}" if k > 1 else "")
-                + (f"-ssp{staleness}" if staleness else ""))
+        return run.option("placement") + (f"-k{k}" if k > 1 else "") + (f"-ssp{staleness}" if staleness else "")
 
     @classmethod
     def invalid(cls, run: Run) -> str | None:
         placement, k = run.option("placement"), run.option("servers")
         if run.precision == "fp16":  # the workers' loss scale would have to follow the server's
-            return ("fp16 needs a loss scale every process agrees on, and only the server steps; "
-                    "use precision: bf16 (no scaler) for ps")
+            return (
+                "fp16 needs a loss scale every process agrees on, and only the server steps; "
+                "use precision: bf16 (no scaler) for ps"
+            )
         if run.option("staleness") and placement != "dedicated":
-            return ("staleness > 0 needs placement: dedicated (a colocated server would stop "
-                    "serving while it computes its own gradients)")
+            return (
+                "staleness > 0 needs placement: dedicated (a colocated server would stop "
+                "serving while it computes its own gradients)"
+            )
         if placement == "colocated" and k > run.workers:
-            return (f"colocated servers live on workers: {k} servers need at least as "
-                    f"many workers, not {run.workers} (or use placement: dedicated)")
+            return (
+                f"colocated servers live on workers: {k} servers need at least as "
+                f"many workers, not {run.workers} (or use placement: dedicated)"
+            )
         return super().invalid(run)
 
     def unavailable(self) -> str | None:
@@ -160,8 +177,12 @@ class ParameterServer(TorchrunStrategy):
         n, k = run.workers, run.option("servers")
         dedicated = run.option("placement") == "dedicated"
         server = (lambda s: ("server", s)) if dedicated else (lambda s: ("worker", s))
-        gradients = [Flow(("worker", w), server(s), grad_bytes / k)
-                     for w in range(n) for s in range(k) if server(s) != ("worker", w)]
+        gradients = [
+            Flow(("worker", w), server(s), grad_bytes / k)
+            for w in range(n)
+            for s in range(k)
+            if server(s) != ("worker", w)
+        ]
         return [gradients, [Flow(f.dst, f.src, f.nbytes) for f in gradients]]
 
     @classmethod
@@ -202,11 +223,13 @@ class ParameterServerRuntime(TorchrunRuntime):
     def wrap(self, model: torch.nn.Module, ctx: Context) -> torch.nn.Module:
         import torch
         import torch.distributed as dist
+
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.buffers = changing_buffers(model)  # they travel with server 0's parameters
         self.owner = balanced_shards([p.numel() * p.element_size() for p in self.params], self.servers)
-        self.shards = [[p for p, o in zip(self.params, self.owner, strict=False) if o == s]
-                       for s in range(self.servers)]
+        self.shards = [
+            [p for p, o in zip(self.params, self.owner, strict=False) if o == s] for s in range(self.servers)
+        ]
         self.versions = torch.zeros(self.servers, device=ctx.device)  # of each shard's weights held (SSP)
         state = self._flat(self.params + self.buffers)
         dist.broadcast(state, src=0)  # every replica starts from server 0's weights
@@ -220,6 +243,7 @@ class ParameterServerRuntime(TorchrunRuntime):
     @staticmethod
     def _flat(tensors) -> torch.Tensor:
         import torch
+
         return torch.cat([t.detach().reshape(-1) for t in tensors])
 
     @staticmethod
@@ -227,7 +251,7 @@ class ParameterServerRuntime(TorchrunRuntime):
         """(tensor, its slice of the flat message) for each tensor, in order."""
         offset = 0
         for tensor in tensors:
-            yield tensor, flat[offset:offset + tensor.numel()].view_as(tensor)
+            yield tensor, flat[offset : offset + tensor.numel()].view_as(tensor)
             offset += tensor.numel()
 
     def _unflatten(self, flat: torch.Tensor, tensors) -> None:
@@ -237,21 +261,24 @@ class ParameterServerRuntime(TorchrunRuntime):
     @staticmethod
     def _gradients(params) -> torch.Tensor:
         import torch
-        return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                          for p in params])
+
+        return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
 
     def _send(self, tensor: torch.Tensor, dst: int, tag: int) -> dist.Work:
         import torch.distributed as dist
+
         self._traffic.sent += tensor.numel() * tensor.element_size()
         return dist.isend(tensor, dst, tag=tag)
 
     def _recv(self, tensor: torch.Tensor, src: int, tag: int) -> dist.Work:
         import torch.distributed as dist
+
         self._traffic.received += tensor.numel() * tensor.element_size()
         return dist.irecv(tensor, src, tag=tag)
 
     def _empty(self, tensors, ctx: Context) -> torch.Tensor:
         import torch
+
         return torch.empty(sum(t.numel() for t in tensors), device=ctx.device)
 
     def step(self, model, optimizer, ctx: Context) -> float:
@@ -287,6 +314,7 @@ class ParameterServerRuntime(TorchrunRuntime):
         """Average this shard's gradients from every worker, update it, post its new values to
         the other workers (onto `pending`). Returns the seconds of the update."""
         import torch
+
         mine, remote = self.shards[ctx.rank], [w for w in self.workers if w != ctx.rank]
         grads = {w: self._empty(mine, ctx) for w in remote}
         works = [self._recv(grads[w], w, GRADIENTS) for w in remote]
@@ -331,16 +359,21 @@ class ParameterServerRuntime(TorchrunRuntime):
         computed on (and the first worker's buffers to server 0); take the weights it answers
         with, and their version."""
         import torch
+
         start = time.perf_counter()
         works = []
         for s in range(self.servers):
             parts = [self._gradients(self.shards[s])]
             if s == 0 and self.buffers:
-                parts.append(self._flat(self.buffers) if ctx.rank == self.first_worker
-                             else torch.zeros(sum(b.numel() for b in self.buffers), device=ctx.device))
-            works.append(self._send(torch.cat(parts + [self.versions[s:s + 1]]), s, GRADIENTS))
-        states = {s: torch.empty(sum(t.numel() for t in self._state(s)) + 1, device=ctx.device)
-                  for s in range(self.servers)}
+                parts.append(
+                    self._flat(self.buffers)
+                    if ctx.rank == self.first_worker
+                    else torch.zeros(sum(b.numel() for b in self.buffers), device=ctx.device)
+                )
+            works.append(self._send(torch.cat(parts + [self.versions[s : s + 1]]), s, GRADIENTS))
+        states = {
+            s: torch.empty(sum(t.numel() for t in self._state(s)) + 1, device=ctx.device) for s in range(self.servers)
+        }
         works += [self._recv(state, s, WEIGHTS) for s, state in states.items()]
         for work in works:
             work.wait()
@@ -356,6 +389,7 @@ class ParameterServerRuntime(TorchrunRuntime):
         spent updating."""
         import torch
         import torch.distributed as dist
+
         if self.ssp is None:
             self.ssp = Stale(clock={w: 0 for w in self.workers})
         mine, ssp, start, update = self.shards[ctx.rank], self.ssp, time.perf_counter(), 0.0
@@ -381,13 +415,15 @@ class ParameterServerRuntime(TorchrunRuntime):
     def _answer(self, ctx: Context) -> None:
         """Send the current weights to every waiting worker within S of the slowest."""
         import torch
+
         ssp = self.ssp
         slowest = min(ssp.clock.values())
         for w in [w for w in ssp.waiting if ssp.clock[w] - slowest <= self.staleness]:
             ssp.waiting.remove(w)
             ssp.max_ahead = max(ssp.max_ahead, ssp.clock[w] - slowest)
-            state = torch.cat([self._flat(self._state(ctx.rank)),
-                               torch.tensor([float(ssp.version)], device=ctx.device)])
+            state = torch.cat(
+                [self._flat(self._state(ctx.rank)), torch.tensor([float(ssp.version)], device=ctx.device)]
+            )
             ssp.sends.append(self._send(state, w, WEIGHTS))
 
     def summary_facts(self, ranks: list[dict]) -> dict:
@@ -398,8 +434,7 @@ class ParameterServerRuntime(TorchrunRuntime):
         histogram = Counter()
         for rank in ranks:
             histogram.update({int(k): v for k, v in (rank.get("staleness_histogram") or {}).items()})
-        return {"staleness": {"bound": self.staleness,
-                              "histogram": {str(k): histogram[k] for k in sorted(histogram)}}}
+        return {"staleness": {"bound": self.staleness, "histogram": {str(k): histogram[k] for k in sorted(histogram)}}}
 
     def rank_facts(self, ctx: Context) -> dict:
         if self.ssp is None:
@@ -414,8 +449,10 @@ class ParameterServerRuntime(TorchrunRuntime):
         if self.servers == 1 and not self.staleness:
             return
         mine = [i for i, owner in enumerate(self.owner) if owner == ctx.rank]  # none for a worker
-        shard = {i: (self.params[i].detach().cpu(),
-                     {k: v.cpu() for k, v in optimizer.state.get(self.params[i], {}).items()}) for i in mine}
+        shard = {
+            i: (self.params[i].detach().cpu(), {k: v.cpu() for k, v in optimizer.state.get(self.params[i], {}).items()})
+            for i in mine
+        }
         for part in distributed.all_gather(shard):
             for i, (value, state) in part.items():
                 self.params[i].data.copy_(value)

@@ -5,6 +5,7 @@ compared with; its update is the reference the others must reproduce.
 the baseline: it is the cost model's compute input at the threads each process of a
 multi-process CPU run gets (cores / processes), measured rather than scaled
 (pipeline/report/prediction.py)."""
+
 from __future__ import annotations
 
 from ..runtime.run import Run
@@ -16,8 +17,7 @@ class Single(Strategy):
     name = "single"
     label = "single process"
     max_workers = 1
-    options = {"threads": Option(0, {"type": "integer", "minimum": 0},
-                                 "torch threads of this run (0: train.threads)")}
+    options = {"threads": Option(0, {"type": "integer", "minimum": 0}, "torch threads of this run (0: train.threads)")}
     # The reference every multi-worker strategy's one step is compared with: the same 8 images.
     equivalence_entry = {"workers": 1, "images_per_worker": 8}
 

@@ -19,6 +19,7 @@ model is fitted without it and then predicts it (pipeline/report/holdout.py: the
 check). Like `repeats` it is in no run: toggling it changes no run id, fingerprint or result,
 only what the report and the what-if command fit the model on (`held_out`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,8 +37,7 @@ from ..runtime import provenance
 from ..runtime.records.training import RunSummary
 from ..runtime.run import NORMS, Run
 
-COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "precision", "norm",
-               "repeats", "held_out")
+COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "precision", "norm", "repeats", "held_out")
 DATA_MODES = ("real", "synthetic")
 PRECISIONS = ("fp32", "bf16", "fp16")
 RunSections = schema.Config | schema.TrainStage  # what filling an entry reads: train, data, model
@@ -46,14 +46,22 @@ DEPRECATED = {"world_size": "workers"}  # old name -> new name
 
 def _entry_schema(strategy: type[strategies.Strategy]) -> dict:
     positive = {"type": "integer", "minimum": 1}
-    return {"type": "object", "additionalProperties": False, "required": list(COMMON_KEYS),
-            "properties": {"strategy": {"const": strategy.name}, "workers": positive,
-                           "images_per_worker": positive, "repeats": positive,
-                           "held_out": {"type": "boolean"},
-                           "data_mode": {"enum": list(DATA_MODES)},
-                           "precision": {"enum": list(PRECISIONS)},
-                           "norm": {"enum": list(NORMS)},
-                           **{k: o.schema for k, o in strategy.options.items()}}}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": list(COMMON_KEYS),
+        "properties": {
+            "strategy": {"const": strategy.name},
+            "workers": positive,
+            "images_per_worker": positive,
+            "repeats": positive,
+            "held_out": {"type": "boolean"},
+            "data_mode": {"enum": list(DATA_MODES)},
+            "precision": {"enum": list(PRECISIONS)},
+            "norm": {"enum": list(NORMS)},
+            **{k: o.schema for k, o in strategy.options.items()},
+        },
+    }
 
 
 def _renamed(entry: dict, where: str) -> dict:
@@ -62,11 +70,13 @@ def _renamed(entry: dict, where: str) -> dict:
     for old, new in DEPRECATED.items():
         if old in entry:
             if new in entry:
-                raise ParamsError(f"{where}: both {old} and {new}; {old} is the old name of "
-                                  f"{new}, keep only {new}")
-            warnings.warn(f"{where}: '{old}' is deprecated; write '{new}: {entry[old]}' (the "
-                          f"number of workers; a job's processes may be more)", FutureWarning,
-                          stacklevel=3)
+                raise ParamsError(f"{where}: both {old} and {new}; {old} is the old name of {new}, keep only {new}")
+            warnings.warn(
+                f"{where}: '{old}' is deprecated; write '{new}: {entry[old]}' (the "
+                f"number of workers; a job's processes may be more)",
+                FutureWarning,
+                stacklevel=3,
+            )
             entry[new] = entry.pop(old)
     return entry
 
@@ -106,15 +116,20 @@ def _filled(entry: dict, cfg: RunSections, where: str) -> Entry:
     extra = sorted(set(entry) - set(COMMON_KEYS) - set(strategy.options))
     if extra:
         raise ParamsError(_unknown_key_message(strategy, extra[0], where))
-    filled = {"images_per_worker": cfg.train.images_per_worker,
-              "data_mode": cfg.data.mode, "precision": cfg.train.precision,
-              "norm": cfg.model.norm, "repeats": 1, "held_out": False, **entry}
+    filled = {
+        "images_per_worker": cfg.train.images_per_worker,
+        "data_mode": cfg.data.mode,
+        "precision": cfg.train.precision,
+        "norm": cfg.model.norm,
+        "repeats": 1,
+        "held_out": False,
+        **entry,
+    }
     try:  # the options' defaults are valid by their declaration: the entry's own are checked
         jsonschema.validate(filled, _entry_schema(strategy))
     except jsonschema.ValidationError as err:
         path = ".".join(map(str, err.absolute_path))
-        raise ParamsError(f"{where}{'.' + path if path else ''}: {err.message}; "
-                          f"{remedy(err)}") from None
+        raise ParamsError(f"{where}{'.' + path if path else ''}: {err.message}; {remedy(err)}") from None
     repeats, held_out = filled.pop("repeats"), filled.pop("held_out")
     run = strategy.filled(**filled, seed=cfg.train.seed)
     why = strategy.invalid(run)
@@ -135,16 +150,20 @@ def _check_fits_the_data(run: Run, entry: dict, cfg: RunSections, where: str) ->
     images, workers, per_worker = synthetic.train_images, run.workers, run.images_per_worker
     name = entry_id(run)
     if workers > images:
-        raise ParamsError(f"{where}.workers ({name}): {workers} workers but "
-                          f"data.synthetic.train_images is {images}, so some worker would have "
-                          f"no image of its own; use at most {images} workers or raise "
-                          "data.synthetic.train_images")
+        raise ParamsError(
+            f"{where}.workers ({name}): {workers} workers but "
+            f"data.synthetic.train_images is {images}, so some worker would have "
+            f"no image of its own; use at most {images} workers or raise "
+            "data.synthetic.train_images"
+        )
     if workers * per_worker > images:
         inherited = "" if "images_per_worker" in entry else " (from train.images_per_worker)"
-        raise ParamsError(f"{where}.images_per_worker ({name}): {per_worker}{inherited} x "
-                          f"{workers} workers = {workers * per_worker} images per step, more "
-                          f"than data.synthetic.train_images ({images}); lower images_per_worker "
-                          f"to at most {images // workers} or raise data.synthetic.train_images")
+        raise ParamsError(
+            f"{where}.images_per_worker ({name}): {per_worker}{inherited} x "
+            f"{workers} workers = {workers * per_worker} images per step, more "
+            f"than data.synthetic.train_images ({images}); lower images_per_worker "
+            f"to at most {images // workers} or raise data.synthetic.train_images"
+        )
 
 
 def variant(run: Run) -> str:
@@ -170,18 +189,29 @@ def run_id(run: Run) -> str:
 
 def identity(run: Run) -> dict:
     """The fields that say which run a record belongs to, in every summary of it."""
-    return {"run_id": run_id(run), "entry": entry_id(run), "strategy": run.strategy,
-            "variant": variant(run), "workers": run.workers,
-            "images_per_worker": run.images_per_worker, "data_mode": run.data_mode,
-            "precision": run.precision, "seed": run.seed, "run": run}
+    return {
+        "run_id": run_id(run),
+        "entry": entry_id(run),
+        "strategy": run.strategy,
+        "variant": variant(run),
+        "workers": run.workers,
+        "images_per_worker": run.images_per_worker,
+        "data_mode": run.data_mode,
+        "precision": run.precision,
+        "seed": run.seed,
+        "run": run,
+    }
 
 
 def unfinished_summary(cfg: schema.TrainStage, run: Run, status: str, reason: str) -> dict:
     """The train_summary.json of a run that did not finish: `skipped` (this machine cannot run
     it) or `failed` (its training diverged); identity, status, reason and provenance."""
-    return RunSummary(**identity(run), status=status, reason=reason,
-                      provenance=provenance.collect(stages.config_for(cfg, "train"),
-                                                    run=run.to_json())).to_json()
+    return RunSummary(
+        **identity(run),
+        status=status,
+        reason=reason,
+        provenance=provenance.collect(stages.config_for(cfg, "train"), run=run.to_json()),
+    ).to_json()
 
 
 def repeated(run: Run, repeats: int) -> list[Run]:
@@ -196,14 +226,14 @@ def runs(cfg: schema.Config, source: str = "params.yaml") -> dict[str, Run]:
     duplicates are an error, and so is no run at all (nothing to measure)."""
     where = f"{source}: presets.{cfg.preset}.sweep"
     if not cfg.sweep:  # the schema refuses this in params.yaml; a config edited in code too
-        raise ParamsError(f"{where}: empty; list at least one run, e.g. - {{strategy: single, "
-                          "workers: 1}")
+        raise ParamsError(f"{where}: empty; list at least one run, e.g. - {{strategy: single, workers: 1}}")
     entries = _entries(cfg, where)
     ids = [entry_id(e.run) for e in entries]
     duplicates = sorted({r for r in ids if ids.count(r) > 1})
     if duplicates:
-        raise ParamsError(f"{where}: duplicate entries {duplicates}; each combination once "
-                          "(more seeds of one: its repeats)")
+        raise ParamsError(
+            f"{where}: duplicate entries {duplicates}; each combination once (more seeds of one: its repeats)"
+        )
     return {run_id(run): run for e in entries for run in repeated(e.run, e.repeats)}
 
 
@@ -239,14 +269,16 @@ def equivalence_runs(cfg: RunSections, compared: list[str] | None = None) -> lis
     if compared is None:
         assert isinstance(cfg, schema.Config), "without `compared`, the whole preset's sweep says"
         compared = swept(cfg)
-    checked = [cls for cls in strategies.REGISTERED if cls.equivalence_entry is not None
-               and (cls.name in compared or cls.is_baseline(""))]
+    checked = [
+        cls
+        for cls in strategies.REGISTERED
+        if cls.equivalence_entry is not None and (cls.name in compared or cls.is_baseline(""))
+    ]
     checked.sort(key=lambda cls: not cls.is_baseline(""))
     return [fill({"strategy": cls.name, **cls.equivalence_entry}, cfg) for cls in checked]
 
 
-def outcome(run_dirs: dict[str, str], report: str,
-            data_failure: tuple[str, str] | None = None) -> str:
+def outcome(run_dirs: dict[str, str], report: str, data_failure: tuple[str, str] | None = None) -> str:
     """The workflow's last words: how many runs finished, which were skipped or failed and why
     (from each run's train_summary.json), and where the report is. `data_failure`: (its log,
     its error) where the data stage failed, the reason the runs not trained yet were kept
@@ -262,11 +294,11 @@ def outcome(run_dirs: dict[str, str], report: str,
             done += 1
         else:
             other.append(f"  {run_id}: {summary.get('status')}: {summary.get('reason')}")
-    lines = [f"runs: {done} of {len(run_dirs)} trained"
-             + (f", {len(other)} skipped or failed:" if other else "")] + other
+    lines = [
+        f"runs: {done} of {len(run_dirs)} trained" + (f", {len(other)} skipped or failed:" if other else "")
+    ] + other
     if missing and data_failure:
-        lines.append(f"  not trained, as the data stage failed ({data_failure[0]}): "
-                     f"{', '.join(missing)}")
+        lines.append(f"  not trained, as the data stage failed ({data_failure[0]}): {', '.join(missing)}")
         lines += [f"    {line}" for line in data_failure[1].splitlines()]
     elif missing:
         lines.append(f"  not trained yet: {', '.join(missing)}")

@@ -1,6 +1,7 @@
 """What the multi-process strategies (ddp, ps, zero, fsdp) share: one process per worker started
 by torchrun (one launcher per node, c10d rendezvous across nodes) and the checks of what this
 machine can run (the spec), a torch.distributed process group (the runtime)."""
+
 from __future__ import annotations
 
 from ..config import schema
@@ -10,8 +11,8 @@ from .process import Context, Runtime
 
 
 class TorchrunStrategy(Strategy):
-    extra_processes = 0              # processes besides the workers (a dedicated server)
-    evaluates_on_workers = False     # evaluate with as many processes as trained
+    extra_processes = 0  # processes besides the workers (a dedicated server)
+    evaluates_on_workers = False  # evaluate with as many processes as trained
 
     def processes(self) -> int:
         return self.run.workers + self.extra_processes
@@ -63,12 +64,17 @@ class TorchrunStrategy(Strategy):
 def torchrun(python: str, per_node: int, parallel: schema.Parallel, job_id: str) -> list[str]:
     """The standard launcher: one torchrun per node (pipeline/runtime/elastic.py: torchrun, naming the
     process that died), c10d rendezvous at parallel.rdzv_endpoint, elastic restarts."""
-    command = [python, "-m", "pipeline.runtime.elastic", f"--nproc-per-node={per_node}",
-               f"--nnodes={parallel.nnodes}", f"--max-restarts={parallel.max_restarts}"]
+    command = [
+        python,
+        "-m",
+        "pipeline.runtime.elastic",
+        f"--nproc-per-node={per_node}",
+        f"--nnodes={parallel.nnodes}",
+        f"--max-restarts={parallel.max_restarts}",
+    ]
     if parallel.nnodes == 1:
         return command + ["--standalone"]
-    return command + ["--rdzv-backend=c10d", f"--rdzv-endpoint={parallel.rdzv_endpoint}",
-                      f"--rdzv-id={job_id}"]
+    return command + ["--rdzv-backend=c10d", f"--rdzv-endpoint={parallel.rdzv_endpoint}", f"--rdzv-id={job_id}"]
 
 
 class TorchrunRuntime(Runtime):
@@ -81,9 +87,15 @@ class TorchrunRuntime(Runtime):
 
     def start(self, threads: int) -> Context:
         member = distributed.init_process_group(self.parallel.backend, self.parallel.timeout_s, threads)
-        ctx = Context(rank=member.rank, processes=member.processes, device=member.device,
-                      threads=member.threads, backend=member.backend,
-                      shard=member.rank, shards=member.processes)
+        ctx = Context(
+            rank=member.rank,
+            processes=member.processes,
+            device=member.device,
+            threads=member.threads,
+            backend=member.backend,
+            shard=member.rank,
+            shards=member.processes,
+        )
         return self.place(ctx)
 
     def place(self, ctx: Context) -> Context:

@@ -18,6 +18,7 @@ A checkpoint is consolidated: every rank sends its partition's state to rank 0, 
 dict then has the layout of a plain SGD's (global parameter indices), so it loads into any
 strategy (`single` included), and into `zero` at any world size.
 """
+
 from __future__ import annotations
 
 from ..config import schema
@@ -31,8 +32,10 @@ from .torchrun import TorchrunRuntime, TorchrunStrategy
 def partition_bytes(optimizer) -> list[int]:
     """Bytes of each rank's partition of the parameters: what it steps, then broadcasts."""
     # _partition_parameters is the optimizer's own assignment (private, unchanged since 1.8).
-    return [sum(p.numel() * p.element_size() for group in groups for p in group["params"])
-            for groups in optimizer._partition_parameters()]
+    return [
+        sum(p.numel() * p.element_size() for group in groups for p in group["params"])
+        for groups in optimizer._partition_parameters()
+    ]
 
 
 PLAIN = "none"  # DDP's gradient all-reduce as it is: plain fp32, no compression hook
@@ -45,15 +48,23 @@ class Zero(TorchrunStrategy):
     label = "ZeRO-1"
     evaluates_on_workers = True  # as ddp: each rank predicts its share
     equivalence_entry = {"workers": 2, "images_per_worker": 4}
-    theory_text = ("3(N-1)/N M per rank for ZeRO-1 (a ring all-reduce of the gradients, then a "
-                   "broadcast of each rank's updated 1/N of the weights)")
-    memory_text = ("the whole weights and gradients and 1/N of the momentum (2M + M/N), and DDP's "
-                   "M of gradient buckets; its partitions are whole tensors, so a model with one "
-                   "large tensor (the demo's box head) leaves more than 1/N on its busiest rank")
-    communication_timed = ("DDP's wait for the last all-reduce bucket (the broadcast of the "
-                           "updated weights is one call with the step: optimizer time)")
-    bytes_counted = ("ZeRO-1's are DDP's, plus the bytes of the partitions its optimizer "
-                     "broadcasts after each step, read from the optimizer's own partition.")
+    theory_text = (
+        "3(N-1)/N M per rank for ZeRO-1 (a ring all-reduce of the gradients, then a "
+        "broadcast of each rank's updated 1/N of the weights)"
+    )
+    memory_text = (
+        "the whole weights and gradients and 1/N of the momentum (2M + M/N), and DDP's "
+        "M of gradient buckets; its partitions are whole tensors, so a model with one "
+        "large tensor (the demo's box head) leaves more than 1/N on its busiest rank"
+    )
+    communication_timed = (
+        "DDP's wait for the last all-reduce bucket (the broadcast of the "
+        "updated weights is one call with the step: optimizer time)"
+    )
+    bytes_counted = (
+        "ZeRO-1's are DDP's, plus the bytes of the partitions its optimizer "
+        "broadcasts after each step, read from the optimizer's own partition."
+    )
 
     @classmethod
     def predicted_curves(cls, predict: schema.Predict) -> dict[str, dict]:
@@ -69,13 +80,11 @@ class Zero(TorchrunStrategy):
         n = run.workers
         if n < 2:
             return []
-        gather = [Flow(("worker", i), ("worker", (i + 1) % n), grad_bytes * (n - 1) / n, n - 1)
-                  for i in range(n)]
+        gather = [Flow(("worker", i), ("worker", (i + 1) % n), grad_bytes * (n - 1) / n, n - 1) for i in range(n)]
         return ring_all_reduce(n, grad_bytes, PLAIN) + [gather]
 
     @classmethod
-    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
-                              backward: float) -> float:
+    def communication_seconds(cls, run: Run, grad_bytes: float, network: Network, backward: float) -> float:
         """The all-reduce overlaps the backward pass as DDP's does; the weights' broadcast comes
         after the step, exposed: where commbench timed broadcast, one from each rank's bucket,
         N latencies and M's bytes once. Otherwise the all-gather ring of `phases`."""
@@ -88,8 +97,7 @@ class Zero(TorchrunStrategy):
         return overlapped + network.seconds(cls.phases(run, grad_bytes)[-1])
 
     @classmethod
-    def timed_communication_seconds(cls, run: Run, grad_bytes: float, network: Network,
-                                    backward: float) -> float:
+    def timed_communication_seconds(cls, run: Run, grad_bytes: float, network: Network, backward: float) -> float:
         """DDP's all-reduce only: the broadcast's seconds count as the optimizer's in a run
         (`communication_timed`)."""
         return all_reduce_seconds(run.workers, grad_bytes, PLAIN, network, backward)
@@ -117,8 +125,9 @@ class ZeroRuntime(TorchrunRuntime):
 
         # Every rank builds the whole SGD's parameter list, but holds state for its partition;
         # the parameters become views of one bucket a rank, broadcast whole (module docstring)
-        return zero_optim.ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD,
-                                                  parameters_as_bucket_view=True, **sgd)
+        return zero_optim.ZeroRedundancyOptimizer(
+            params, optimizer_class=torch.optim.SGD, parameters_as_bucket_view=True, **sgd
+        )
 
     def step(self, model, optimizer, ctx: Context) -> float:
         """The local step of this rank's partition, then the broadcast of every partition: the

@@ -10,6 +10,7 @@ the position (epoch, batches done in it, iterations), every rank's random number
 traffic counters. It holds only tensors and plain data and is loaded with weights_only=True, so
 a checkpoint from someone else cannot run code. A finished run removes its state.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,16 +50,20 @@ def load_checkpoint(state_dir: Path, expected: str, run_dir: str) -> dict | None
         raise CheckpointError(
             f"{path}: cannot be read as a checkpoint ({type(err).__name__}: {str(err)[:200]}); "
             f"it was left as it is. Delete {state_dir} to train the run from its start, or "
-            "put back an intact copy to resume it") from None
+            "put back an intact copy to resume it"
+        ) from None
     if not isinstance(checkpoint, dict) or "fingerprint" not in checkpoint:
-        raise CheckpointError(f"{path}: is not a checkpoint of this pipeline; it was left as it "
-                              f"is. Delete {state_dir} to train the run from its start")
+        raise CheckpointError(
+            f"{path}: is not a checkpoint of this pipeline; it was left as it "
+            f"is. Delete {state_dir} to train the run from its start"
+        )
     # One without a run name predates them: stale, like any checkpoint of other code.
     if "run" in checkpoint and checkpoint["run"] != run_dir:
         raise CheckpointError(
             f"{path}: was written for run {checkpoint.get('run')!r}, not for {run_dir!r} "
             "(copied from another preset or run?); it was left as it is. Move it back where it "
-            f"belongs, or delete {state_dir} to train this run from its start")
+            f"belongs, or delete {state_dir} to train this run from its start"
+        )
     if checkpoint["fingerprint"] != expected:
         log.info("%s was written with other settings or code; starting over", path)
         return None
@@ -69,8 +74,7 @@ def truncate_log(path: Path, last_step: int) -> None:
     """Keep the records up to the checkpoint; later ones belong to the interrupted stretch."""
     if not path.exists():
         return
-    kept = [line for line in path.read_text().splitlines()
-            if line.strip() and json.loads(line)["step"] <= last_step]
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= last_step]
     with atomic_path(path) as tmp:
         tmp.write_text("".join(line + "\n" for line in kept))
 
@@ -110,21 +114,30 @@ class Checkpointer:
         if reports:
             for name in ("iterations.jsonl", "evaluations.jsonl"):
                 truncate_log(self.state_dir / name, position["step"])
-            log.info("resuming %s at epoch %d, batch %d (step %d)", self.state_dir.parent,
-                     position["epoch"], position["batch"], position["step"])
+            log.info(
+                "resuming %s at epoch %d, batch %d (step %d)",
+                self.state_dir.parent,
+                position["epoch"],
+                position["batch"],
+                position["step"],
+            )
         return True
 
     def save(self, writes: bool) -> None:
         """Every rank's `rank_parts` are gathered (so a resumed run draws the same numbers and
         reports the bytes of all its iterations, not only of its last session); the process
         that `writes` saves them with `parts`. Every rank goes on once the file is on disk."""
-        gathered = {name: distributed.all_gather(part.state_dict())
-                    for name, part in self.rank_parts.items()}
+        gathered = {name: distributed.all_gather(part.state_dict()) for name, part in self.rank_parts.items()}
         if writes:
-            save_torch({"fingerprint": self.fingerprint, "run": self.run_name, **gathered,
-                        **{name: None if part is None else part.state_dict()
-                           for name, part in self.parts.items()}},
-                       self.state_dir / "checkpoint.pt")
+            save_torch(
+                {
+                    "fingerprint": self.fingerprint,
+                    "run": self.run_name,
+                    **gathered,
+                    **{name: None if part is None else part.state_dict() for name, part in self.parts.items()},
+                },
+                self.state_dir / "checkpoint.pt",
+            )
             # What the workflow reads while it plans (no torch there): which run this resumes.
             write_json(self.state_dir / SIDECAR, {"fingerprint": self.fingerprint, "run": self.run_name})
         distributed.barrier()

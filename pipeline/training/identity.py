@@ -8,6 +8,7 @@ on (pipeline/data/tree.py). A checkpoint records it beside itself (state/checkpo
 the workflow can name, before anything runs, a checkpoint that no run will resume: one whose
 run left the sweep, or whose settings, code or data changed since (`superseded`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,8 +28,12 @@ def fingerprint(cfg: schema.TrainStage | schema.Config, run: Run, known_files: d
     """The identical run: its config, entry, code and data. `known_files`: the manifest's
     signature of the data, whose hashes are reused where the files are unchanged."""
     data = tree.identity(tree.signature(cfg.data.root, known=known_files))
-    identity = {"config": stages.config_for(cfg, "train"), "run": run.to_json(),
-                "code": stages.code_digest("train", strategies.not_run_by(run.strategy)), "data": data}
+    identity = {
+        "config": stages.config_for(cfg, "train"),
+        "run": run.to_json(),
+        "code": stages.code_digest("train", strategies.not_run_by(run.strategy)),
+        "data": data,
+    }
     return hashlib.sha256(canonical(identity).encode()).hexdigest()[:16]
 
 
@@ -39,8 +44,9 @@ def recorded_fingerprint(state_dir: Path) -> str | None:
         return None
 
 
-def superseded(cfg: schema.Config, runs: dict[str, Run], runs_dir: str | Path,
-               known_files: dict | None = None) -> list[str]:
+def superseded(
+    cfg: schema.Config, runs: dict[str, Run], runs_dir: str | Path, known_files: dict | None = None
+) -> list[str]:
     """A line for each checkpoint under `runs_dir` (results/runs/<preset>) that no run of this
     sweep will resume: it is kept where it is (a run left the sweep) or replaced when its run
     starts over (its settings, code or data changed); either way the user hears of it first."""
@@ -49,10 +55,14 @@ def superseded(cfg: schema.Config, runs: dict[str, Run], runs_dir: str | Path,
         run_dir = checkpoint.parent.parent
         run = runs.get(run_dir.name)
         if run is None:
-            lines.append(f"{checkpoint}: an unfinished run that is not in this sweep; it is kept "
-                         f"(delete {run_dir} when you no longer need it)")
+            lines.append(
+                f"{checkpoint}: an unfinished run that is not in this sweep; it is kept "
+                f"(delete {run_dir} when you no longer need it)"
+            )
         elif recorded_fingerprint(checkpoint.parent) not in (None, fingerprint(cfg, run, known_files)):
-            lines.append(f"{checkpoint}: written with other settings, code or data than the run "
-                         "has now; the run starts over and replaces it (move it away first to "
-                         "keep it)")
+            lines.append(
+                f"{checkpoint}: written with other settings, code or data than the run "
+                "has now; the run starts over and replaces it (move it away first to "
+                "keep it)"
+            )
     return lines

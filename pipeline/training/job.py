@@ -1,5 +1,6 @@
 """One training process's run: what `setup` (train.py) builds, the loop advances and the summary
 (summary.py) reads at the end."""
+
 from __future__ import annotations
 
 import functools
@@ -47,10 +48,10 @@ class Job:
     global_batch: int
     fingerprint: str
     precision: Precision
-    clock: IterationClock     # the phase split and losses of each iteration (timing.py)
+    clock: IterationClock  # the phase split and losses of each iteration (timing.py)
     state: TrainState = field(default_factory=TrainState)  # what a checkpoint resumes
-    moved: Moved = field(default_factory=Moved)            # this process's bytes, every session's
-    phases: Phases = field(default_factory=Phases)         # ... and seconds in each phase
+    moved: Moved = field(default_factory=Moved)  # this process's bytes, every session's
+    phases: Phases = field(default_factory=Phases)  # ... and seconds in each phase
     monitor: Monitor | None = None  # utilisation sampling while the loop runs
     sync_check: SyncCheck | None = None  # train.sync_debug, set by setup (timing.py)
 
@@ -59,16 +60,21 @@ class Job:
         """The run's checkpoint over its named stateful parts (checkpoint.py): the whole run's,
         and what each rank keeps of its own, saved for every rank."""
         return Checkpointer(
-            self.state_dir, self.fingerprint, run_name(self.out_dir),
-            parts={**self.runtime.checkpoint_state(self.model, self.optimizer),
-                   "scaler": self.precision.scaler, "train_state": self.state},
-            rank_parts={"moved": self.moved, "phases": self.phases, "rng": RandomState(self.ctx.device)})
+            self.state_dir,
+            self.fingerprint,
+            run_name(self.out_dir),
+            parts={
+                **self.runtime.checkpoint_state(self.model, self.optimizer),
+                "scaler": self.precision.scaler,
+                "train_state": self.state,
+            },
+            rank_parts={"moved": self.moved, "phases": self.phases, "rng": RandomState(self.ctx.device)},
+        )
 
     @functools.cached_property
     def schedule(self) -> schema.Train:
         """The train section with its warm-up resolved (`auto` -> iterations)."""
-        return self.cfg.train.model_copy(
-            update={"warmup_iters": warmup_iterations(self.cfg.train, len(self.sampler))})
+        return self.cfg.train.model_copy(update={"warmup_iters": warmup_iterations(self.cfg.train, len(self.sampler))})
 
     @property
     def state_dir(self) -> Path:

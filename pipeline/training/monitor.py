@@ -6,6 +6,7 @@ shows up here, and so does a data loader that keeps the CPU busy while the GPU w
 A sample is one dict: t (seconds since the sampler started), rank, cpu_percent (of one core;
 above 100 with several threads), rss_mb, and gpus: [{index, util_percent, memory_mb}].
 """
+
 from __future__ import annotations
 
 import resource
@@ -53,15 +54,22 @@ class Monitor:
 
     def sample(self) -> dict:
         memory = self._process.memory_info().rss / 2**20
-        record = {"t": round(time.perf_counter() - self._start, 3), "rank": self.rank,
-                  "cpu_percent": self._process.cpu_percent(None), "rss_mb": round(memory, 1),
-                  "gpus": []}
+        record = {
+            "t": round(time.perf_counter() - self._start, 3),
+            "rank": self.rank,
+            "cpu_percent": self._process.cpu_percent(None),
+            "rss_mb": round(memory, 1),
+            "gpus": [],
+        }
         for index in self.gpus if self.nvml else ():
             handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
-            record["gpus"].append({
-                "index": index,
-                "util_percent": self.nvml.nvmlDeviceGetUtilizationRates(handle).gpu,
-                "memory_mb": round(self.nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20, 1)})
+            record["gpus"].append(
+                {
+                    "index": index,
+                    "util_percent": self.nvml.nvmlDeviceGetUtilizationRates(handle).gpu,
+                    "memory_mb": round(self.nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20, 1),
+                }
+            )
         return record
 
     def stop(self) -> list[dict]:
@@ -78,8 +86,11 @@ def peak_memory(gpus: list[int]) -> dict:
     slack: what the operating system had to give it)."""
     if gpus:
         allocated = [torch.cuda.max_memory_allocated(g) for g in gpus]
-        return {"peak_bytes": max(allocated), "per_gpu_bytes": allocated,
-                "reserved_bytes": max(torch.cuda.max_memory_reserved(g) for g in gpus),
-                "measure": "torch.cuda.max_memory_allocated"}
+        return {
+            "peak_bytes": max(allocated),
+            "per_gpu_bytes": allocated,
+            "reserved_bytes": max(torch.cuda.max_memory_reserved(g) for g in gpus),
+            "measure": "torch.cuda.max_memory_allocated",
+        }
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {"peak_bytes": kib * 1024, "measure": "peak resident set (getrusage ru_maxrss)"}

@@ -10,6 +10,7 @@ gradients after all-reduce), and for fsdp through its sharded scaler; the parame
 steps alone, so ps takes bf16, not fp16. FSDP also gathers 16-bit weights itself
 (MixedPrecisionPolicy, pipeline/strategies/fsdp.py); the autocast here still runs around it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,8 +31,7 @@ class Precision:
         self.skipped_steps = 0
 
     def autocast(self):
-        return torch.autocast(self.device.type, dtype=self.dtype or torch.float32,
-                              enabled=self.dtype is not None)
+        return torch.autocast(self.device.type, dtype=self.dtype or torch.float32, enabled=self.dtype is not None)
 
     @property
     def handles_overflow(self) -> bool:
@@ -63,5 +63,4 @@ class ScaledOptimizer:
         scaler.update()
         if scaler.get_scale() < before:  # the gradients overflowed: this step was skipped
             self._precision.skipped_steps += 1
-            log.info("fp16: gradients overflowed, step skipped; loss scale %g -> %g", before,
-                     scaler.get_scale())
+            log.info("fp16: gradients overflowed, step skipped; loss scale %g -> %g", before, scaler.get_scale())

@@ -11,6 +11,7 @@ the file is written, so TensorBoard's "relative" axis reads seconds of training 
 and checkpoints left out). Where tensorboard is not installed (a GPU host's own python), one
 line says so and nothing is written: the same values stay in iterations.jsonl.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,13 @@ log = logging.getLogger(__name__)
 
 EVENTS_FILE = "events.out.tfevents.iterations"
 # tag -> the iteration record's key; the loss terms (loss_*) follow under loss/
-TIME_SPLIT = {"time/iteration": "time_iter", "time/data": "time_data", "time/compute": "time_compute",
-              "time/communication": "time_communication", "time/optimizer": "time_optimizer"}
+TIME_SPLIT = {
+    "time/iteration": "time_iter",
+    "time/data": "time_data",
+    "time/compute": "time_compute",
+    "time/communication": "time_communication",
+    "time/optimizer": "time_optimizer",
+}
 EVALUATED = ("AP", "AP50", "AP75")
 
 
@@ -60,8 +66,9 @@ def wall_times(records: list[dict], now: float) -> dict[int, float]:
     return {step: start + seconds for step, seconds in elapsed.items()}
 
 
-def write_events(run_dir: Path, records: list[dict], evaluations: list[Evaluation],
-                 now: float | None = None) -> Path | None:
+def write_events(
+    run_dir: Path, records: list[dict], evaluations: list[Evaluation], now: float | None = None
+) -> Path | None:
     """RUN_DIR/EVENTS_FILE from the run's records; None (and one line why) where tensorboard is
     not installed."""
     try:
@@ -69,8 +76,11 @@ def write_events(run_dir: Path, records: list[dict], evaluations: list[Evaluatio
         from tensorboard.compat.proto.summary_pb2 import Summary
         from tensorboard.summary.writer.record_writer import RecordWriter
     except ImportError as err:
-        log.info("no TensorBoard event file for this run: tensorboard is not installed (%s); its "
-                 "scalars are in iterations.jsonl", err)
+        log.info(
+            "no TensorBoard event file for this run: tensorboard is not installed (%s); its "
+            "scalars are in iterations.jsonl",
+            err,
+        )
         return None
     now = time.time() if now is None else now
     walls = wall_times(records, now)
@@ -80,8 +90,7 @@ def write_events(run_dir: Path, records: list[dict], evaluations: list[Evaluatio
         first = min(walls.values(), default=now)
         writer.write(Event(wall_time=first, file_version="brain.Event:2").SerializeToString())
         for step, scalars in steps(records, evaluations).items():
-            summary = Summary(value=[Summary.Value(tag=tag, simple_value=value)
-                                     for tag, value in scalars.items()])
+            summary = Summary(value=[Summary.Value(tag=tag, simple_value=value) for tag, value in scalars.items()])
             event = Event(wall_time=walls.get(step, now), step=step, summary=summary)
             writer.write(event.SerializeToString())
         writer.flush()

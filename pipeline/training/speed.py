@@ -16,6 +16,7 @@ host launches its kernels (SM 49 % at 16 images in bf16 on an H100):
 
 A compile failure ends the run with one line naming train.compile and the remedy (`compiled`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,7 +26,7 @@ import torch
 from ..config import schema
 
 log = logging.getLogger("train")
-COMPILE = ("backbone",)              # train.compile: false, or what is compiled
+COMPILE = ("backbone",)  # train.compile: false, or what is compiled
 OPTIMIZERS = ("default", "foreach", "fused")
 
 
@@ -34,8 +35,10 @@ class CompileFailed(RuntimeError):
 
     def __init__(self, err: BaseException):
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-        super().__init__(f"train.compile: torch.compile of the backbone failed ({type(err).__name__}: "
-                         f"{first}); set train.compile: false to train uncompiled")
+        super().__init__(
+            f"train.compile: torch.compile of the backbone failed ({type(err).__name__}: "
+            f"{first}); set train.compile: false to train uncompiled"
+        )
 
 
 def is_compile_error(err: BaseException) -> bool:

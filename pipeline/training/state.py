@@ -8,6 +8,7 @@ beside the model, the optimizer and the scaler, and never sees the loop's own ob
     RandomState  this process's generators (one per rank in a checkpoint)
     Stopwatch    training seconds, with checkpoints and evaluations kept out of them
 """
+
 from __future__ import annotations
 
 import time
@@ -24,9 +25,9 @@ WARMUP_ITERATIONS_EXCLUDED = 5  # first iterations (allocator, caches) left out 
 class TrainState:
     """The run's resumable position, the same on every rank."""
 
-    epoch: int = 0            # the epoch in progress (or the next one)
-    batch: int = 0            # batches of it done
-    step: int = 0             # iterations done
+    epoch: int = 0  # the epoch in progress (or the next one)
+    batch: int = 0  # batches of it done
+    step: int = 0  # iterations done
     train_seconds: float = 0.0
     evaluation_seconds: float = 0.0  # evaluations during training, kept out of train_seconds
     checkpoints: dict = field(default_factory=lambda: {"count": 0, "seconds": 0.0})  # likewise
@@ -93,8 +94,10 @@ class Phases:
         return {phase: total / count for phase, total in self.seconds.get(part, {}).items()} if count else {}
 
     def state_dict(self) -> dict:
-        return {"seconds": {part: dict(sums) for part, sums in self.seconds.items()},
-                "iterations": dict(self.iterations)}
+        return {
+            "seconds": {part: dict(sums) for part, sums in self.seconds.items()},
+            "iterations": dict(self.iterations),
+        }
 
     def load_state_dict(self, state: dict | None) -> None:
         # None: a checkpoint written before phases were kept; this session's count from here
@@ -111,18 +114,31 @@ class RandomState:
 
     def state_dict(self) -> dict:
         kind, keys, position, has_gauss, cached = np.random.get_state()
-        return {"torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
-                "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
-                          "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}}
+        return {
+            "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+            "numpy": {
+                "keys": torch.from_numpy(keys.astype(np.int64)),
+                "position": int(position),
+                "has_gauss": int(has_gauss),
+                "cached_gaussian": float(cached),
+            },
+        }
 
     def load_state_dict(self, state: dict) -> None:
         torch.set_rng_state(state["torch"])
         if state["cuda"] is not None and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["cuda"], self.device)
         numpy = state["numpy"]
-        np.random.set_state(("MT19937", numpy["keys"].numpy().astype(np.uint32), numpy["position"],
-                             numpy["has_gauss"], numpy["cached_gaussian"]))
+        np.random.set_state(
+            (
+                "MT19937",
+                numpy["keys"].numpy().astype(np.uint32),
+                numpy["position"],
+                numpy["has_gauss"],
+                numpy["cached_gaussian"],
+            )
+        )
 
 
 class Stopwatch:

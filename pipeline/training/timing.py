@@ -15,6 +15,7 @@ path runs, and is tested, on both.
 two clock reads, stay): the benchmark compares the two to show what measuring costs.
 `train.sync_debug` checks the claim on a GPU (`SyncCheck`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,13 +29,13 @@ import torch
 class Pending:
     """One iteration whose device work may still be running."""
 
-    record: dict                    # what the host knew at its end
-    marks: dict                     # phase name -> mark ("forward" is absent without data)
+    record: dict  # what the host knew at its end
+    marks: dict  # phase name -> mark ("forward" is absent without data)
     losses: torch.Tensor | None = None  # the loss and its terms, on their way to the host
     loss_names: tuple = ()
-    copied: object = None           # the CUDA event after that copy (None on a CPU)
-    communication: float = 0.0      # seconds the strategy reported communicating
-    backward_wait: float = 0.0      # seconds backward waited on DDP's last bucket
+    copied: object = None  # the CUDA event after that copy (None on a CPU)
+    communication: float = 0.0  # seconds the strategy reported communicating
+    backward_wait: float = 0.0  # seconds backward waited on DDP's last bucket
 
 
 class IterationClock:
@@ -92,9 +93,11 @@ class IterationClock:
             step = self._seconds(marks["step"], marks["end"])
             # DDP's all-reduce runs inside backward: the part backward waited for it counts as
             # communication, not compute.
-            record.update(time_compute=compute - pending.backward_wait,
-                          time_communication=pending.communication + pending.backward_wait,
-                          time_optimizer=step - pending.communication)
+            record.update(
+                time_compute=compute - pending.backward_wait,
+                time_communication=pending.communication + pending.backward_wait,
+                time_optimizer=step - pending.communication,
+            )
         return record
 
 

@@ -17,6 +17,7 @@ every epoch, the live iterations log), so that a rerun of the identical run (sam
 code) resumes where the last checkpoint was taken, mid-epoch if need be, to the result an
 uninterrupted run gets; a finished run removes it (pipeline/training/checkpoint.py).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -82,7 +83,7 @@ def learning_rate(train: schema.Train, base_lr: float, step: int, epoch: int) ->
         alpha = step / train.warmup_iters
         warmup = train.warmup_factor * (1 - alpha) + alpha
     decays = sum(1 for milestone in train.lr_steps if epoch >= milestone)
-    return base_lr * warmup * train.lr_gamma ** decays
+    return base_lr * warmup * train.lr_gamma**decays
 
 
 def seed_everything(seed: int) -> None:
@@ -107,18 +108,26 @@ class Progress:
         if not self.enabled:
             return
         if self.bar is not None:
-            self.bar.set_postfix(epoch=record["epoch"], loss=f"{record['loss']:.3f}",
-                                 lr=f"{record['lr']:.2g}", refresh=False)
+            self.bar.set_postfix(
+                epoch=record["epoch"], loss=f"{record['loss']:.3f}", lr=f"{record['lr']:.2g}", refresh=False
+            )
             self.bar.update(1)
             return
         self.window.append(record["time_iter"])
         if record["step"] % self.every == 0 or record["step"] == total:
             per_step = sum(self.window) / len(self.window)
             self.window = []
-            log.info("step %d/%d epoch %d loss %.4f lr %.4g %.3fs/it %.1f images/s ETA %s",
-                     record["step"], total, record["epoch"], record["loss"], record["lr"],
-                     per_step, self.images_per_step / per_step if per_step > 0 else float("nan"),
-                     clock_time((total - record["step"]) * per_step))
+            log.info(
+                "step %d/%d epoch %d loss %.4f lr %.4g %.3fs/it %.1f images/s ETA %s",
+                record["step"],
+                total,
+                record["epoch"],
+                record["loss"],
+                record["lr"],
+                per_step,
+                self.images_per_step / per_step if per_step > 0 else float("nan"),
+                clock_time((total - record["step"]) * per_step),
+            )
 
     def close(self) -> None:
         if self.bar is not None:
@@ -136,8 +145,9 @@ def to_device(images, targets, device):
     device (a blocking copy would drain its queue, once per tensor of every target)."""
     # The loader's uint8 images are copied as such and made float32 in [0, 1] on the device.
     images = [to_model_input(image, device) for image in images]
-    targets = [{k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in t.items()}
-               for t in targets]
+    targets = [
+        {k: (v.to(device, non_blocking=True) if torch.is_tensor(v) else v) for k, v in t.items()} for t in targets
+    ]
     return images, targets
 
 
@@ -165,7 +175,8 @@ def check_finite(record: dict, precision: Precision) -> None:
         raise Diverged(
             f"non-finite loss {values} at epoch {record['epoch']}, step {record['step']}; the last "
             "good checkpoint (if any) stays in the run's state/ directory. Lower train.base_lr or "
-            "raise train.warmup_iters, and check the boxes of the data")
+            "raise train.warmup_iters, and check the boxes of the data"
+        )
 
 
 @dataclass
@@ -211,45 +222,84 @@ def setup(cfg: schema.TrainStage, run: Run, out_dir: Path) -> Job:
     if ctx.device.type == "cpu":
         torch.use_deterministic_algorithms(True)
     seed_everything(run.seed)  # the same initial weights in every process
-    dataset = CocoDetection(data_cfg.root, "train", train=True,
-                            horizontal_flip=data_cfg.horizontal_flip,
-                            exif_orientation=data_cfg.exif_orientation)
+    dataset = CocoDetection(
+        data_cfg.root,
+        "train",
+        train=True,
+        horizontal_flip=data_cfg.horizontal_flip,
+        exif_orientation=data_cfg.exif_orientation,
+    )
     in_memory = run.data_mode == "synthetic"
     if in_memory:
         dataset = InMemory(dataset, per_process, run.seed + 1000 * (ctx.shard or 0))
     groups = aspect_ratio_groups(dataset.aspect_ratios(), data_cfg.aspect_ratio_groups)
     try:
-        sampler = ShardedBatchSampler(len(dataset), per_process, run.seed, ctx.shard or 0,
-                                      ctx.shards, groups)
+        sampler = ShardedBatchSampler(len(dataset), per_process, run.seed, ctx.shard or 0, ctx.shards, groups)
     except ValueError as err:
         raise TrainingError(f"{data_cfg.root}: {err}") from None
     workers = 0 if in_memory else loader_workers(data_cfg)
-    log.info("loader: %d images in %d aspect-ratio group(s), %d worker process(es) per process",
-             len(dataset), len(set(groups)), workers)
+    log.info(
+        "loader: %d images in %d aspect-ratio group(s), %d worker process(es) per process",
+        len(dataset),
+        len(set(groups)),
+        workers,
+    )
     loader_seed = torch.Generator()
     # On a GPU, batches go to page-locked memory, so the copy to the device (non_blocking)
     # overlaps the next step; workers prefetch two batches each (DataLoader's default).
-    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate,
-                                         num_workers=workers,
-                                         generator=loader_seed,
-                                         pin_memory=ctx.device.type == "cuda")
+    loader = torch.utils.data.DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        collate_fn=collate,
+        num_workers=workers,
+        generator=loader_seed,
+        pin_memory=ctx.device.type == "cuda",
+    )
     model = speed.apply(build_model(cfg.model, dataset.num_classes).to(ctx.device), train_cfg)
     model = runtime.wrap(model, ctx)
     base_lr = scaled_lr(train_cfg, global_batch)
-    optimizer = runtime.optimizer([p for p in model.parameters() if p.requires_grad], lr=base_lr,
-                                  momentum=train_cfg.momentum, weight_decay=train_cfg.weight_decay,
-                                  **speed.sgd_options(train_cfg))
-    job = Job(cfg, run, out_dir, runtime, ctx, dataset, sampler, loader, loader_seed, model,
-              optimizer, base_lr, global_batch, fingerprint(cfg, run),
-              Precision(run.precision, ctx.device, runtime.grad_scaler),
-              IterationClock(ctx.device, train_cfg.time_split))
+    optimizer = runtime.optimizer(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=base_lr,
+        momentum=train_cfg.momentum,
+        weight_decay=train_cfg.weight_decay,
+        **speed.sgd_options(train_cfg),
+    )
+    job = Job(
+        cfg,
+        run,
+        out_dir,
+        runtime,
+        ctx,
+        dataset,
+        sampler,
+        loader,
+        loader_seed,
+        model,
+        optimizer,
+        base_lr,
+        global_batch,
+        fingerprint(cfg, run),
+        Precision(run.precision, ctx.device, runtime.grad_scaler),
+        IterationClock(ctx.device, train_cfg.time_split),
+    )
     job.checkpointer.restore(ctx.rank, ctx.reports)
     job.state.begin_session(int(os.environ.get(RESTART_COUNT, 0)))
-    job.sync_check = SyncCheck(runtime.unwrap(model), SYNC_CHECK_AFTER,
-                               enabled=train_cfg.sync_debug and ctx.device.type == "cuda")
-    log.info("rank %d (%s): %d images, %d per process x %d shards, lr %.4g, %d threads, %s, %s",
-             ctx.rank, ctx.role, len(dataset), per_process, ctx.shards, base_lr, ctx.threads,
-             ctx.device, ctx.backend)
+    job.sync_check = SyncCheck(
+        runtime.unwrap(model), SYNC_CHECK_AFTER, enabled=train_cfg.sync_debug and ctx.device.type == "cuda"
+    )
+    log.info(
+        "rank %d (%s): %d images, %d per process x %d shards, lr %.4g, %d threads, %s, %s",
+        ctx.rank,
+        ctx.role,
+        len(dataset),
+        per_process,
+        ctx.shards,
+        base_lr,
+        ctx.threads,
+        ctx.device,
+        ctx.backend,
+    )
     return job
 
 
@@ -280,12 +330,18 @@ def iterate(job: Job, batch, stopwatch: Stopwatch, log: IterationLog) -> None:
         distributed.report_progress(state.step)
         state.batch += 1
         now = time.perf_counter()
-        record = {"step": state.step, "epoch": state.epoch, "lr": lr, **data,
-                  "bytes_sent": traffic.sent, "bytes_received": traffic.received,
-                  "time_iter": stopwatch.lap_seconds(now), "elapsed": stopwatch.elapsed(now)}
+        record = {
+            "step": state.step,
+            "epoch": state.epoch,
+            "lr": lr,
+            **data,
+            "bytes_sent": traffic.sent,
+            "bytes_received": traffic.received,
+            "time_iter": stopwatch.lap_seconds(now),
+            "elapsed": stopwatch.elapsed(now),
+        }
         # -- its record is finished one iteration late, once its device work is done (timing.py)
-        pending = Pending(record, marks, communication=seconds_communicating,
-                          backward_wait=traffic.backward_wait)
+        pending = Pending(record, marks, communication=seconds_communicating, backward_wait=traffic.backward_wait)
         log.write(clock.push(pending, losses))
 
 
@@ -307,8 +363,7 @@ def run_epoch(job: Job, log: IterationLog, max_steps: int | None) -> None:
     training time."""
     state, every = job.state, job.schedule.checkpoint_every
     begin_epoch(job)
-    batches = (job.loader if job.ctx.shard is not None
-               else itertools.repeat(None, len(job.sampler) - state.batch))
+    batches = job.loader if job.ctx.shard is not None else itertools.repeat(None, len(job.sampler) - state.batch)
     stopwatch = Stopwatch(state)
     for batch in batches:
         iterate(job, batch, stopwatch, log)
@@ -339,11 +394,9 @@ def train(cfg: schema.TrainStage, run: Run, out_dir: str | Path, max_steps: int 
     """Train one sweep entry; `max_steps` stops early (the equivalence check's single step).
     Returns the run summary in the process that writes it, None in the others."""
     job = setup(cfg, run, Path(out_dir))
-    job.monitor = Monitor(job.ctx.rank, cfg.train.monitor_interval_s,
-                          job.runtime.gpus_in_use(job.ctx)).start()
+    job.monitor = Monitor(job.ctx.rank, cfg.train.monitor_interval_s, job.runtime.gpus_in_use(job.ctx)).start()
     state = job.state
-    progress = Progress(job.total_steps, state.step, cfg.train.print_every, job.ctx.reports,
-                        job.global_batch)
+    progress = Progress(job.total_steps, state.step, cfg.train.print_every, job.ctx.reports, job.global_batch)
     job.model.train()
     live_log = job.state_dir / "iterations.jsonl"
     try:
@@ -378,17 +431,27 @@ def evaluate_during_training(job: Job) -> None:
     start = time.perf_counter()
     model = job.runtime.scoring_model(job.model, job.ctx)  # gathered, where it is sharded
     if model is not None:
-        val = CocoDetection(job.cfg.data.root, "val", train=False,
-                            exif_orientation=job.cfg.data.exif_orientation)
-        metrics = scoring.score(model, val, job.cfg.eval.batch_size, job.ctx.device,
-                                chatter=job.out_dir / scoring.CHATTER)
-        record = {"epoch": job.state.epoch + 1, "step": job.state.step, "train_seconds": job.state.train_seconds,
-                  **{k: metrics[k] for k in ("AP", "AP50", "AP75")},
-                  "seconds": time.perf_counter() - start}
+        val = CocoDetection(job.cfg.data.root, "val", train=False, exif_orientation=job.cfg.data.exif_orientation)
+        metrics = scoring.score(
+            model, val, job.cfg.eval.batch_size, job.ctx.device, chatter=job.out_dir / scoring.CHATTER
+        )
+        record = {
+            "epoch": job.state.epoch + 1,
+            "step": job.state.step,
+            "train_seconds": job.state.train_seconds,
+            **{k: metrics[k] for k in ("AP", "AP50", "AP75")},
+            "seconds": time.perf_counter() - start,
+        }
         with open(job.state_dir / "evaluations.jsonl", "a") as handle:
             handle.write(json.dumps(record) + "\n")
-        log.info("epoch %d: AP %.4f AP50 %.4f after %.1f s of training (evaluation %.1f s)",
-                 record["epoch"], record["AP"], record["AP50"], job.state.train_seconds, record["seconds"])
+        log.info(
+            "epoch %d: AP %.4f AP50 %.4f after %.1f s of training (evaluation %.1f s)",
+            record["epoch"],
+            record["AP"],
+            record["AP50"],
+            job.state.train_seconds,
+            record["seconds"],
+        )
     distributed.barrier()
     job.model.train()
     job.state.evaluation_seconds += time.perf_counter() - start
@@ -405,17 +468,21 @@ def explain_failure(err: BaseException, args) -> str | None:
 
 def main(argv: list[str] | None = None) -> None:
     def arguments(parser):
-        parser.add_argument("--entry", required=True,
-                            help="the sweep entry as JSON (not --run: torchrun takes that for its --run-path)")
+        parser.add_argument(
+            "--entry", required=True, help="the sweep entry as JSON (not --run: torchrun takes that for its --run-path)"
+        )
         parser.add_argument("--out", required=True, help="run directory")
         parser.add_argument("--max-steps", type=int, help="stop after this many iterations")
 
-    cli.run_stage("Train one sweep entry (see module docstring).",
-                  lambda args: train(args.cfg, Run.from_json(json.loads(args.entry), "--entry"), args.out,
-                                     args.max_steps),
-                  arguments=arguments, stage="train", explain=explain_failure, argv=argv,
-                  errors=(TrainingError, CheckpointError, DatasetError, OutputError,
-                          speed.CompileFailed))  # one line each
+    cli.run_stage(
+        "Train one sweep entry (see module docstring).",
+        lambda args: train(args.cfg, Run.from_json(json.loads(args.entry), "--entry"), args.out, args.max_steps),
+        arguments=arguments,
+        stage="train",
+        explain=explain_failure,
+        argv=argv,
+        errors=(TrainingError, CheckpointError, DatasetError, OutputError, speed.CompileFailed),
+    )  # one line each
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ as keys of their own beside its fields, and only when the strategy reports them.
 stages write for other readers too (the provenance, commbench's) are OpenRecords: a key no field
 declares is kept as written rather than refused.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,11 +69,15 @@ def _encode(value):
     return value
 
 
-REMEDY = ("correct it, or delete the run directory and rerun its training (its fields are "
-          "declared in pipeline/runtime/records/)")
+REMEDY = (
+    "correct it, or delete the run directory and rerun its training (its fields are "
+    "declared in pipeline/runtime/records/)"
+)
 # A strategy's facts (Runtime.summary_facts, rank_facts) are declared keys, not free ones
-STRATEGY_REMEDY = ("a strategy's facts are declared by its module: records.base.declare_facts("
-                   "RunSummary (summary_facts) or RankReport (rank_facts), name=type)")
+STRATEGY_REMEDY = (
+    "a strategy's facts are declared by its module: records.base.declare_facts("
+    "RunSummary (summary_facts) or RankReport (rank_facts), name=type)"
+)
 FACTS = {"facts": True}  # the field that holds a strategy's declared facts, written flat
 _DECLARED: dict[type, dict[str, typing.Any]] = {}  # record -> fact name -> its type
 
@@ -114,14 +119,14 @@ class Record:
         """The fields a JSON object of this record holds, decoded (records from their objects);
         a key no field declares is an error naming it, `where` it is and the `remedy`."""
         if not isinstance(raw, dict):
-            raise RecordError(f"{where}: expected a JSON object for {cls.__name__}, found "
-                              f"{type(raw).__name__}; {remedy}")
+            raise RecordError(
+                f"{where}: expected a JSON object for {cls.__name__}, found {type(raw).__name__}; {remedy}"
+            )
         facts = _DECLARED.get(cls, {})
         known = {name.lower(): name for name in [*cls.field_names(), *facts]}
         if issubclass(cls, OpenRecord):  # another stage's record: its other keys kept as written
             other = {k: v for k, v in raw.items() if k not in known.values()}
-            raw = {**{k: v for k, v in raw.items() if k in known.values()},
-                   **({"other": other} if other else {})}
+            raw = {**{k: v for k, v in raw.items() if k in known.values()}, **({"other": other} if other else {})}
         for key in raw:
             if key not in known.values():
                 close = difflib.get_close_matches(key.lower(), list(known), n=1)

@@ -3,6 +3,7 @@ CommbenchRecord, with a LinkFit per primitive, the SharedCompute factor and its 
 strategies' Calibrations, and each measurement's Check against its bands. All are OpenRecords:
 the timings behind a fit are kept as other keys.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -2,6 +2,7 @@
 pipeline/equivalence.py): EquivalenceRecord, a StepCheck per strategy and the SplitDistance of
 each cause of the difference.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -49,5 +50,8 @@ class EquivalenceRecord(Record):
     @property
     def relative_steps(self) -> dict[str, float]:
         """strategy -> how far its step landed from single's, relative to the step, where run."""
-        return {name: step.relative_to_step for name, step in self.strategies.items()
-                if step.skipped is None and step.relative_to_step is not None}
+        return {
+            name: step.relative_to_step
+            for name, step in self.strategies.items()
+            if step.skipped is None and step.relative_to_step is not None
+        }

@@ -2,6 +2,7 @@
 evaluations.jsonl), and Metrics, the final model's (RUN_DIR/metrics.json,
 pipeline/detection/evaluate.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -2,6 +2,7 @@
 params, code revision, package versions, its Hardware). The run summary, metrics.json and
 commbench's files carry one.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -3,6 +3,7 @@ time split, losses, checkpoints, the evaluations during training, every rank's R
 provenance), and the parts they hold. `RunSummary.from_json` reads a summary of any version
 first through `upgrade(raw)`, the one place that knows how older run folders differ.
 """
+
 from __future__ import annotations
 
 import copy
@@ -48,7 +49,7 @@ class Memory(Record):
 
     peak_bytes: int
     measure: str
-    reserved_bytes: int | None = None    # GPU: torch.cuda.max_memory_reserved (the allocator's)
+    reserved_bytes: int | None = None  # GPU: torch.cuda.max_memory_reserved (the allocator's)
     per_gpu_bytes: list[int] | None = None  # GPU: max_memory_allocated of each GPU it uses
     state: StateBytes | None = None
 
@@ -60,7 +61,7 @@ class RankReport(Record):
     and by the strategy's theory. The rest is what a strategy observed (Runtime.rank_facts)."""
 
     rank: int | None = None
-    role: str | None = None            # worker, server (dedicated ps) or server+worker
+    role: str | None = None  # worker, server (dedicated ps) or server+worker
     checksum: str | None = None
     gradient_bytes: int | None = None  # M
     bytes_per_iteration: Bytes | None = None
@@ -167,17 +168,16 @@ class RunSummary(Record):
         whole = super().to_json()
         if self.status != "skipped":
             return whole
-        return {f.name: whole[f.name] for f in dataclasses.fields(self)
-                if f.metadata.get("skipped") and f.name in whole}
+        return {
+            f.name: whole[f.name] for f in dataclasses.fields(self) if f.metadata.get("skipped") and f.name in whole
+        }
 
     @classmethod
-    def from_json(cls, raw: dict, where: str = "train_summary.json",
-                  folder: str | None = None) -> RunSummary:
+    def from_json(cls, raw: dict, where: str = "train_summary.json", folder: str | None = None) -> RunSummary:
         """A summary as any version of the pipeline wrote it (`folder`: the run directory's
         name, the run id of a summary that does not say); `where` names it in errors."""
         if not isinstance(raw, dict):
-            raise RecordError(f"{where}: expected a JSON object, found {type(raw).__name__}; "
-                              f"{REMEDY}")
+            raise RecordError(f"{where}: expected a JSON object, found {type(raw).__name__}; {REMEDY}")
         return super().from_json(upgrade(raw, folder, where), where)
 
     @classmethod
@@ -195,8 +195,9 @@ def _rename(record: dict, where: str) -> None:
     for old, new in RENAMED.items():
         if old in record:
             if new in record:
-                raise RecordError(f"{where}: both '{old}' and '{new}'; '{old}' is the old name "
-                                  f"of '{new}', keep only '{new}'")
+                raise RecordError(
+                    f"{where}: both '{old}' and '{new}'; '{old}' is the old name of '{new}', keep only '{new}'"
+                )
             record[new] = record.pop(old)
 
 

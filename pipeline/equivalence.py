@@ -21,9 +21,9 @@ import functools
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -136,14 +136,14 @@ def measure(
             cfg.model.model_copy(update={"norm": norm, "backbone_weights": None}), num_classes
         ).state_dict()
     # Each run against the baseline's run under its own norm (the first of each norm).
-    references = {}
+    references: dict[str, Any] = {}
     for name, r in runs.items():
         references.setdefault(r.norm, name)
     reference_id = references[cfg.model.norm]
     reference = states[reference_id]
     names = [n for n, v in reference.items() if v.is_floating_point() and "running" not in n]
     step = max((reference[n] - initial[cfg.model.norm][n]).abs().max().item() for n in names)
-    results = {name: {"skipped": why} for name, why in skipped.items()}
+    results: dict[str, dict[str, Any]] = {name: {"skipped": why} for name, why in skipped.items()}
     launched = {}
     for name, state in states.items():
         norm = runs[name].norm
@@ -196,4 +196,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -159,17 +159,20 @@ def inputs(args: argparse.Namespace, predict: schema.Predict, preset: str) -> tu
             "no compute to predict from: give --from RESULTS (a finished preset) or "
             "--gpu-seconds-per-image and --gradient-bytes"
         )
-    runs, links, where, held = [], {}, None, ()
+    runs: list[RunDir] = []
+    links: dict[int, CommbenchRecord] = {}
+    where: Path | None = None
+    held: tuple[str, ...] = ()
     if args.results is not None:
         runs, links = finished_runs(args.results, preset)
         where = args.results / "runs" / preset
         found = {run.entry for run in runs}
         held = tuple(entry for entry in held_out_entries(args.params, preset) if entry in found)
-    compute = (
-        Compute(given[0], given[1], "given on the command line")
-        if given[0] is not None
-        else preset_compute([run for run in runs if run.entry not in held], preset, where)
-    )
+    if given[0] is not None:
+        compute = Compute(given[0], given[1], "given on the command line")
+    else:
+        assert where is not None  # without --from, the checks above stopped the command
+        compute = preset_compute([run for run in runs if run.entry not in held], preset, where)
     frame = fitted(prediction_frame(runs, links, held), held) if runs else pd.DataFrame(columns=["ratio", "flag"])
     source = (
         f"{where}" + (f", its held-out {', '.join(held)} left out" if held else "") if where else "--from not given"

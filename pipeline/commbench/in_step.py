@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import typing
 
 import torch
 import torch.distributed as dist
@@ -51,11 +52,24 @@ def ddp_buckets(model: torch.nn.Module) -> list[int]:
     reduces them: DDP's own assignment (its first bucket capped at 1 MiB, then BUCKET_BYTES)
     over the parameters in reverse, which is what its rebuild after the first step settles on
     for the demo's detector (measured: 3485736 + 591152 bytes)."""
-    params = [p for p in model.parameters() if p.requires_grad][::-1]
+    params: list[torch.Tensor] = list(reversed([p for p in model.parameters() if p.requires_grad]))
     indices, _ = dist._compute_bucket_assignment_by_size(
         params, [dist._DEFAULT_FIRST_BUCKET_BYTES, BUCKET_BYTES], [False] * len(params)
     )
     return [sum(params[i].numel() * params[i].element_size() for i in bucket) for bucket in indices]
+
+
+def all_reduced(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
+    """`tensor` all-reduced as DDP's plain hook does it on a bucket (the division by N too)."""
+    # the hook reads only the bucket's buffer (Bucket); None: the default group
+    return default_hooks.allreduce_hook(None, Bucket(tensor))  # type: ignore[arg-type]
+
+
+def waited(works: list[dist.Work | None]) -> None:
+    """Wait for each posted message (None only for a rank outside the group)."""
+    for work in works:
+        assert work is not None
+        work.wait()
 
 
 class Exchanges:
@@ -85,20 +99,19 @@ class Exchanges:
         if self.pattern(i) != "during":
             return
         launched, self._ended = time.perf_counter(), []
-        future = default_hooks.allreduce_hook(None, Bucket(self._full))
+        future = all_reduced(self._full)
         self._during = (launched, future.then(lambda fut: self._ended.append(time.perf_counter())))
 
     def after(self, i: int, seconds: float) -> None:
         self.compute.append(seconds)
         start, pattern = time.perf_counter(), self.pattern(i)
         if pattern == "after_all_reduce":
-            future = default_hooks.allreduce_hook(None, Bucket(self._last))
-            future.then(lambda fut: fut.value()).wait()  # the counting hook's own callback
+            all_reduced(self._last).then(lambda fut: fut.value()).wait()  # the counting hook's own callback
         elif pattern == "after_send_recv":
             self._server_exchange()
         else:
-            launched, future = self._during
-            future.wait()
+            launched, ended = self._during
+            ended.wait()
             self.during.append(self._ended[0] - launched)
         self.exchange.append(time.perf_counter() - start if pattern != "during" else 0.0)
 
@@ -107,15 +120,11 @@ class Exchanges:
         in, their mean, the weights out."""
         if self.rank == 0:
             grads = {w: self._received[w] for w in range(1, self.processes)}
-            for work in [dist.irecv(g, w) for w, g in grads.items()]:
-                work.wait()
-            weights = sum(grads.values()) / self.processes
-            for work in [dist.isend(weights, w) for w in grads]:
-                work.wait()
+            waited([dist.irecv(g, w) for w, g in grads.items()])
+            weights = typing.cast(torch.Tensor, sum(grads.values())) / self.processes
+            waited([dist.isend(weights, w) for w in grads])
         else:
-            works = [dist.isend(self._sent, 0), dist.irecv(self._received[0], 0)]
-            for work in works:
-                work.wait()
+            waited([dist.isend(self._sent, 0), dist.irecv(self._received[0], 0)])
 
     def _gathered(self, values: list[float]) -> list[list[float]]:
         """[repeat][rank] of `values` (this rank's, one per repeat), on every rank."""

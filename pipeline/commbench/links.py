@@ -14,6 +14,7 @@ if it stays outside.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import statistics
@@ -119,7 +120,12 @@ def with_other_load(measure, device: torch.device, rank: int):
     known = busy is not None and after is not None
     # every rank's own CPU; rank 0's reading of the machine
     own_cpu, machine, unknown = reduced(
-        [time.process_time() - own, (after - busy) if known else 0.0, 0.0 if known else 1.0], device
+        [
+            time.process_time() - own,
+            (after - busy) if busy is not None and after is not None else 0.0,
+            0.0 if known else 1.0,
+        ],
+        device,
     )
     seconds = time.perf_counter() - wall
     other = (machine - own_cpu) / seconds if not unknown and seconds > 0 else None
@@ -167,7 +173,7 @@ def measure(
 
         found, check = bands.checked(
             f"{name} over {processes} processes",
-            lambda once=once: with_other_load(once, device, rank),
+            functools.partial(with_other_load, once, device, rank),
             bands.link_verdict,
             lambda p: {
                 "alpha_s": p["alpha_s"],

@@ -33,7 +33,19 @@ NUM_CLASSES = 2  # the box predictor's last layer, negligible beside the rest of
 WARMUPS = 3
 
 
-def step_of(model_cfg: schema.Model, images: int, device: torch.device, wrap=None):
+class Step:
+    """A callable training forward + backward of `model` on one batch; `model` is what
+    in_step.py sizes its buckets and messages by."""
+
+    def __init__(self, model: torch.nn.Module, batch: list[torch.Tensor], targets: list[dict]):
+        self.model, self.batch, self.targets = model, batch, targets
+
+    def __call__(self) -> None:
+        self.model.zero_grad(set_to_none=True)
+        sum(self.model(self.batch, self.targets).values()).backward()
+
+
+def step_of(model_cfg: schema.Model, images: int, device: torch.device, wrap=None) -> Step:
     """One training forward + backward of the run's detector (built without downloaded weights)
     on `images` square images of the model's min_size, one box each, as a callable; the model
     wrapped by `wrap(model)` where given (a strategy's)."""
@@ -46,13 +58,7 @@ def step_of(model_cfg: schema.Model, images: int, device: torch.device, wrap=Non
     batch = [torch.rand(3, side, side, device=device) for _ in range(images)]
     box = torch.tensor([[side * 0.2, side * 0.2, side * 0.6, side * 0.7]], device=device)
     targets = [{"boxes": box, "labels": torch.ones(1, dtype=torch.int64, device=device)} for _ in range(images)]
-
-    def step() -> None:
-        model.zero_grad(set_to_none=True)
-        sum(model(batch, targets).values()).backward()
-
-    step.model = model  # what in_step.py sizes its buckets and messages by
-    return step
+    return Step(model, batch, targets)
 
 
 def measure(
@@ -89,6 +95,7 @@ def measure(
         [statistics.median(alone) if rank == 0 else 0.0, bands.relative_spread(alone) if rank == 0 else 0.0], device
     )
     together_s, together_spread = together_timed(step, repeats, device, processes, warmups=0, around=exchanges)
+    in_step_terms = {"in_step": exchanges.fitted(primitives, alone, images)} if exchanges and primitives else {}
     return {
         "alone_s": alone_s,
         "together_s": together_s,
@@ -98,7 +105,7 @@ def measure(
         "alone_spread": alone_spread,
         "together_spread": together_spread,
         "expected": expected,
-        **({"in_step": exchanges.fitted(primitives, alone, images)} if exchanges else {}),
+        **in_step_terms,
     }
 
 

@@ -29,7 +29,7 @@ def run_stage(
     description: str,
     body: Callable[[argparse.Namespace], object],
     *,
-    arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    arguments: Callable[[argparse.ArgumentParser], object] | None = None,  # what it returns is not used
     stage: str | None = None,
     errors: tuple[type[BaseException], ...] = (),
     explain: Callable[[BaseException, argparse.Namespace], str | None] | None = None,
@@ -62,9 +62,9 @@ def run_stage(
             failure.record(err.code.removeprefix("error: "))
         raise
     except Exception as err:
-        message = explain(err, args) if explain is not None else None
-        if message is None:
+        explained = explain(err, args) if explain is not None else None
+        if explained is None:
             failure.record(failure.describe(err))
             raise
-        failure.record(message)
-        raise SystemExit(f"error: {message}") from err
+        failure.record(explained)
+        raise SystemExit(f"error: {explained}") from err

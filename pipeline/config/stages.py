@@ -100,7 +100,7 @@ def config_for(cfg: pydantic.BaseModel, stage: str) -> dict:
     """The sections (or single keys) of the resolved preset (or of a stage's view of it, one
     that holds them) that `stage` reads, its knobs left out, as plain data: what its results
     depend on (its Snakemake params, its checkpoints' identity)."""
-    dumped, picked = cfg.model_dump(), {}
+    dumped, picked = cfg.model_dump(), dict[str, Any]()
     for name in STAGES[stage].sections:
         section, _, key = name.partition(".")
         if key:
@@ -243,7 +243,7 @@ def _imports(path: Path, module: str) -> frozenset[str]:
 def _parsed_imports(path: Path, module: str, mtime_ns: int, size: int) -> frozenset[str]:
     is_package = path.name == "__init__.py"
     package_parts = module.split(".") if is_package else module.split(".")[:-1]
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)

@@ -11,6 +11,7 @@ here is a prediction, and labelled as one where it is shown.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +47,7 @@ class Fit:
         return max((abs(r) for r in self.residuals), default=0.0)
 
 
-def fit(sizes: list[float], seconds: list[float]) -> Fit:
+def fit(sizes: Sequence[float], seconds: Sequence[float]) -> Fit:
     """Least-squares alpha and beta of `seconds = alpha + beta * size`, weighted by 1/seconds so
     that the small messages (where alpha shows) count as much as the large ones (where beta
     does): the fit minimises relative, not absolute, error. Residuals are relative."""
@@ -114,10 +115,13 @@ class Network:
         fixed = self.in_step.message_s if self.in_step else 0.0
         for flow in flows:
             here, there = self.node(flow.src), self.node(flow.dst)
+            link: Link | None
             if here == there:
                 link, out, into = self.intra, ("link", flow.src), ("link", flow.dst)
             else:
                 link, out, into = self.inter, ("network", here), ("network", there)
+            if link is None:
+                raise ValueError(f"a flow from node {here} to node {there}, but no inter-node link was given")
             for port in ((out, "out"), (into, "in")):
                 load = ports.setdefault(port, [0.0, 0.0])
                 load[0] += flow.nbytes

@@ -164,6 +164,8 @@ def saturation(strategy: StrategyModel, cluster: Cluster, compute: Compute, per_
         point = predict_point(
             strategy, strategy.filled(workers=gpus), compute, per_gpu, Network(intra=cluster.intra, gpus_per_node=gpus)
         )
+        if point is None:  # it cannot run there: no size of its own to state
+            return None
         if point["predicted_efficiency"] < 0.5:
             return gpus
     return None

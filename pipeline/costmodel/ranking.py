@@ -63,7 +63,7 @@ class Ranked:
 def ranking(rates: dict[str, float], band: Band) -> list[Ranked]:
     """`rates` (label -> predicted images/s), fastest first, each with its band and whether the
     band tells it apart from the next."""
-    order = sorted(rates, key=rates.get, reverse=True)
+    order = sorted(rates, key=lambda label: rates[label], reverse=True)
     return [
         Ranked(
             label,

@@ -30,6 +30,7 @@ import os
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import torch
 from PIL import Image
@@ -89,7 +90,7 @@ class CocoDetection(torch.utils.data.Dataset):
         self.missing_keys = missing_optional(document)  # filled in for COCOeval
         self._check_category_ids(document)
         self.num_classes = max(self.categories, default=0) + 1
-        self.skipped = Counter()
+        self.skipped: Counter[str] = Counter()
         self.clamped = 0
         self._examples: dict[str, str] = {}  # reason -> the first thing skipped for it
         by_image = self._annotations_by_image(document)
@@ -130,7 +131,7 @@ class CocoDetection(torch.utils.data.Dataset):
         )
 
     def _annotations_by_image(self, document: dict) -> dict[int, list[dict]]:
-        by_image = {img["id"]: [] for img in document["images"]}
+        by_image: dict[int, list[dict]] = {img["id"]: [] for img in document["images"]}
         for ann in document["annotations"]:
             if ann["image_id"] not in by_image:
                 raise DatasetError(
@@ -327,7 +328,7 @@ def build_manifest(
         if {"train", "val"} <= set(by_split)
         else []
     )
-    manifest = {
+    manifest: dict[str, Any] = {
         "root": str(root),
         "exif_orientation": exif_orientation,
         "category_mismatch": category_mismatch,

@@ -91,9 +91,9 @@ class ExifOrientationError(DatasetError):
 class ImageModeError(DatasetError):
     """An image whose stored mode has no rule, or whose pixels its rule refuses."""
 
-    def __init__(self, message: str, mode: str):
+    def __init__(self, message: str, mode: str | None):
         super().__init__(message)
-        self.mode = mode
+        self.mode = mode  # None where even the header could not be read
 
 
 class ModeRefused(Exception):
@@ -266,7 +266,7 @@ class ImageReader:
         refused, since other tools (and a re-encode to JPEG) trust the extension."""
         expected = FORMATS.get(path.suffix.lower())
         if expected and found not in expected:
-            extension = EXTENSIONS.get(found, f".{str(found).lower()}")
+            extension = EXTENSIONS.get(found or "", f".{str(found).lower()}")
             raise DatasetError(
                 f"{path}: holds {found} data although its name says "
                 f"{expected[0]}; re-encode it as {expected[0]}, or rename it to "

@@ -46,10 +46,11 @@ def dvc(*args: str, cwd: str | Path | None = None, shown: bool = False) -> subpr
     logging.info("running %s", " ".join(command[2:]))
     if not shown:
         return subprocess.run(command, env=env, capture_output=True, text=True, cwd=cwd)
-    said = collections.deque(maxlen=SHOWN_LINES_KEPT)  # for the error message, where it fails
+    said: collections.deque[str] = collections.deque(maxlen=SHOWN_LINES_KEPT)  # for the error message, where it fails
     with subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=cwd
     ) as process:
+        assert process.stdout is not None  # stdout=PIPE
         for line in process.stdout:
             sys.stderr.write(line)
             sys.stderr.flush()
@@ -72,7 +73,7 @@ def fetch_with_dvc(name: str, root: str | Path, fetch: schema.Fetch) -> str:
             f"set data.root to data/{name}, or put a COCO 2017 copy at {root} to "
             "use it without downloading"
         )
-    pulled = bool(remote) and pull_archives(remote)
+    pulled = pull_archives(remote) if remote else False
     # Extraction, preceded by the download unless the pulled archives match dvc.lock.
     reproduced = dvc("repro", stage, shown=True)
     if reproduced.returncode != 0:
@@ -147,8 +148,8 @@ def fetch_unless_present(name: str, root: str | Path, fetch: schema.Fetch) -> st
 
 def prepare(data_cfg: schema.Data, manifest_path: str, tree_state: str = "") -> dict:
     small = data_cfg.synthetic is not None
-    splits = ("train", "val")
-    if small:
+    splits: tuple[str, ...] = ("train", "val")
+    if data_cfg.synthetic is not None:
         counts = synthetic.generate(data_cfg.root, data_cfg.synthetic)
         logging.info("generated %s: %s", data_cfg.root, counts)
     elif data_cfg.fetch is not None:

@@ -41,7 +41,11 @@ def _colour(rng: np.random.Generator) -> tuple[int, int, int]:
     x = 1 - abs(hue % 2 - 1)
     r, g, b = [(1, x, 0), (x, 1, 0), (0, 1, x), (0, x, 1), (x, 0, 1), (1, 0, x)][int(hue)]
     value, floor = rng.uniform(0.65, 1.0), rng.uniform(0.0, 0.3)
-    return tuple(int(255 * value * (floor + (1 - floor) * c)) for c in (r, g, b))
+
+    def channel(c: float) -> int:
+        return int(255 * value * (floor + (1 - floor) * c))
+
+    return channel(r), channel(g), channel(b)
 
 
 def _draw_shape(draw: ImageDraw.ImageDraw, category: str, box, fill) -> None:
@@ -147,7 +151,8 @@ def generate(root: str | Path, settings: schema.Synthetic) -> dict:
 def _write_split(root: Path, split: str, n_images: int, settings: schema.Synthetic) -> dict:
     (root / split).mkdir()
     size = settings.image_size
-    images, annotations = [], []
+    images: list[dict] = []
+    annotations: list[dict] = []
     for index in range(n_images):
         image_id = index + 1
         file_name = f"{image_id:012d}.jpg"

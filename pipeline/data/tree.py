@@ -22,6 +22,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..runtime.listing import file_sha256
 
@@ -84,15 +85,17 @@ def changes(before: dict, now: dict) -> list[str]:
     said = []
     for split, folder in SPLIT_DIRS.items():
         old, new = before.get(split, {}), now[split]
-        if (old.get("images") or MISSING) != new["images"]:
+        # each part: its record, or MISSING where there was none
+        old_images: Any = old.get("images") or MISSING
+        old_ann: Any = old.get("annotations") or MISSING
+        if old_images != new["images"]:
             counts = [
-                parts if parts == MISSING else f"{parts['count']} images"
-                for parts in (old.get("images") or MISSING, new["images"])
+                parts if parts == MISSING else f"{parts['count']} images" for parts in (old_images, new["images"])
             ]
             said.append(
                 f"{folder}: {counts[0]} -> {counts[1]}" if counts[0] != counts[1] else f"{folder}: other file names"
             )
-        old_ann, new_ann = old.get("annotations") or MISSING, new["annotations"]
+        new_ann = new["annotations"]
         if (old_ann == MISSING or new_ann == MISSING) and old_ann != new_ann:
             said.append(f"{annotation_path('', split)}: {'missing' if new_ann == MISSING else 'appeared'}")
         elif old_ann != MISSING and old_ann["sha256"] != new_ann["sha256"]:

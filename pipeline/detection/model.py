@@ -89,6 +89,8 @@ def declare_fsdp_units(model: FasterRCNN, body: str, *blocks: str) -> FasterRCNN
 
 
 def build_tiny(cfg: schema.Model, num_classes: int) -> FasterRCNN:
+    # the tiny model's own keys, which params.py requires where model.name is tiny
+    assert cfg.channels is not None and cfg.anchor_sizes is not None
     backbone = TinyBackbone(cfg.channels, cfg.norm)
     sizes = tuple(cfg.anchor_sizes)
     anchors = AnchorGenerator(sizes=(sizes,), aspect_ratios=((0.5, 1.0, 2.0),))
@@ -149,8 +151,8 @@ def build_resnet50_fpn(cfg: schema.Model, num_classes: int) -> FasterRCNN:
     # Frozen BatchNorm with pretrained weights, as torchvision does; plain BatchNorm from scratch.
     norm = FrozenBatchNorm2d if pretrained else nn.BatchNorm2d
     body = resnet50(weights=None, norm_layer=norm)
-    if pretrained:
-        source = cfg.backbone_weights
+    source = cfg.backbone_weights
+    if source is not None:  # pretrained
         try:
             missing, unexpected = body.load_state_dict(load_backbone_state(source), strict=False)
         except RuntimeError as err:  # shape mismatches

@@ -46,7 +46,10 @@ def baseline_gaps(summary: pd.DataFrame, metric: str = "AP") -> list[BaselineGap
             & (firsts["workers"] > base["workers"])
         ]
         for workers, group in same.groupby("workers", sort=True):
-            above, below, within, unjudged = [], [], [], []
+            above: list[tuple[str, float]] = []
+            below: list[tuple[str, float]] = []
+            within: list[str] = []
+            unjudged: list[str] = []
             for e in group.index:
                 verdict = difference(spreads[b], spreads[e]).verdict
                 gap = spreads[b].mean - spreads[e].mean
@@ -136,6 +139,7 @@ def equivalence_sentence(equivalence: EquivalenceRecord | None) -> str:
     checked = equivalence.relative_steps if equivalence else {}
     if not checked:
         return ""
+    assert equivalence is not None  # it gave `checked`
     values = {significant(v) for v in checked.values()}
     away = (
         f"{values.pop()} of single's step"

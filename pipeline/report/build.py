@@ -18,7 +18,16 @@ from .answer import answer, inference_seconds
 from .data import ReportData
 from .disturbance import measurement_check
 from .figures import FIGURES, write_figures
-from .load import RunDir, dataset_of, load_run, read_input, scaling_frame, summary_frame, traffic_frame
+from .load import (
+    RunDir,
+    dataset_of,
+    load_run,
+    read_input,
+    required,
+    scaling_frame,
+    summary_frame,
+    traffic_frame,
+)
 from .noise import comparisons
 from .numbers import numbers_tex
 from .render import render_html, render_markdown
@@ -232,7 +241,7 @@ def build_report(
         table.write(out_dir, name)
     with atomic_path(out_dir / "predicted_scaling_points.csv") as tmp:
         data.cluster_points.to_csv(tmp, index=False)
-    write_text(out_dir / "numbers.tex", numbers_tex(data) + data.checked.tex_macro())
+    write_text(out_dir / "numbers.tex", numbers_tex(data) + required(data.checked, "ReportData.checked").tex_macro())
     formats = figure_formats(report_cfg)
     write_text(out_dir / "figures.tex", figures_tex("pdf" if "pdf" in formats else formats[0]))
     pngs = write_figures(data, out_dir, formats, report_cfg.dpi)

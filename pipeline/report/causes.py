@@ -24,7 +24,7 @@ import pandas as pd
 from ..measure.stats import Difference, Spread, difference
 from ..runtime.records.equivalence import EquivalenceRecord
 from ..runtime.run import NORMS
-from .load import RunDir, is_baseline
+from .load import RunDir, is_baseline, required
 from .render import Section
 from .tables import signed
 from .verdict import CauseFinding
@@ -96,13 +96,13 @@ def _ap_spreads(runs: list[RunDir], norm: str) -> dict[str, Spread]:
             s.strategy == "ddp" and not s.variant and s.workers == 2
         )
         if r.ok and r.evaluated and s.data_mode == "real" and norm_of(r) == norm and wanted:
-            values.setdefault(r.entry, []).append(r.metrics.AP)
+            values.setdefault(r.entry, []).append(required(r.metrics.AP, f"{r.run_id}'s AP"))
     return {entry: Spread.of(v) for entry, v in values.items()}
 
 
 def _pair(spreads: dict[str, Spread], runs: list[RunDir]) -> tuple[str, str] | None:
     """(single's entry, ddp-w2's entry) at the same global batch, where both ran."""
-    batch = {r.entry: r.summary.workers * r.summary.images_per_worker for r in runs}
+    batch = {r.entry: (r.summary.workers or 0) * (r.summary.images_per_worker or 0) for r in runs}
     singles = [e for e in spreads if e.startswith(("single",))]
     for base in singles:
         for other in spreads:
@@ -115,9 +115,10 @@ def cause_tests(runs: list[RunDir]) -> list[CauseTest]:
     """The batch-statistics test where the runs hold single and ddp-w2 under both norms."""
     spreads = {norm: _ap_spreads(runs, norm) for norm in NORMS}
     pairs = {norm: _pair(spreads[norm], runs) for norm in NORMS}
-    if None in pairs.values():
+    with_pair, without_pair = pairs[WITH], pairs[WITHOUT]
+    if None in pairs.values() or with_pair is None or without_pair is None:
         return []
-    (b, c), (b0, c0) = pairs[WITH], pairs[WITHOUT]
+    (b, c), (b0, c0) = with_pair, without_pair
     with_, without = (
         difference(spreads[WITH][b], spreads[WITH][c]),
         difference(spreads[WITHOUT][b0], spreads[WITHOUT][c0]),

@@ -30,20 +30,23 @@ if TYPE_CHECKING:  # each of these imports the report's modules that import this
 @dataclass(frozen=True, eq=False)
 class ReportData:
     """The runs, their frames and tables, the other stages' records and what was concluded.
-    Every field has an empty default, so a test can build the part a figure or section reads."""
+    Every field has an empty default, so a test can build the part a figure or section reads.
+    The frames are typed as frames, not optional: build() sets every one, and what reads them
+    (a figure, a section) runs on its result; a test's partial ReportData leaves the rest None
+    (pandas ships no types, so the type checker cannot tell frames apart anyway)."""
 
     runs: list[RunDir] = field(default_factory=list)  # every run directory, skipped ones too
-    summary: pd.DataFrame | None = None  # summary.csv: one row per run
+    summary: pd.DataFrame = None  # summary.csv: one row per run
     preset: str = ""
     dataset: str = "unknown"  # what the runs trained on (load.dataset_of)
     published: dict = field(default_factory=dict)  # report.published: the study's values
-    table1: pd.DataFrame | None = None  # AP, published rows then ours
-    scaling: pd.DataFrame | None = None
-    data_modes: pd.DataFrame | None = None
-    compared: pd.DataFrame | None = None  # noise.comparisons: every pair of entries, every metric
-    prediction: pd.DataFrame | None = None  # the cost model's images/s beside the measured (fitted runs)
+    table1: pd.DataFrame = None  # AP, published rows then ours
+    scaling: pd.DataFrame = None
+    data_modes: pd.DataFrame = None
+    compared: pd.DataFrame = None  # noise.comparisons: every pair of entries, every metric
+    prediction: pd.DataFrame = None  # the cost model's images/s beside the measured (fitted runs)
     held_out: HeldOut | None = None  # the cost model's predictions of the held-out entries
-    cluster_points: pd.DataFrame | None = None  # predicted scaling on hypothetical clusters
+    cluster_points: pd.DataFrame = None  # predicted scaling on hypothetical clusters
     tables: dict[str, Table] = field(default_factory=dict)  # every table written, by file name
     links: dict[int, CommbenchRecord] = field(default_factory=dict)  # process count -> commbench
     equivalence: EquivalenceRecord | None = None  # the one-step check, where it ran

@@ -36,7 +36,7 @@ from ..costmodel.bands import BANDS_TEXT
 from ..measure.stats import Gap, Repeats, gap
 from ..runtime.records.commbench import Check, CommbenchRecord
 from ..runtime.records.training import RunSummary
-from .load import RunDir, reader_name
+from .load import RunDir, reader_name, required, speed
 from .render import Section
 from .tables import signed, significant, tex_escape
 
@@ -49,7 +49,7 @@ IDENTICAL_TO_SINGLE = {"single": None, "ddp": {""}, "ps": None, "zero": None, "f
 def identical_to_single(s: RunSummary) -> bool:
     """Whether a run (a completed one's summary) computes exactly single's steps
     (IDENTICAL_TO_SINGLE)."""
-    variants = IDENTICAL_TO_SINGLE.get(s.strategy, set())
+    variants = IDENTICAL_TO_SINGLE.get(s.strategy or "", set())
     return (
         s.workers == 1
         and (s.processes or 1) == 1
@@ -130,9 +130,7 @@ def entry_repeats(runs: list[RunDir]) -> list[EntryRepeats]:
     for entry, members in groups.items():
         if len(members) < 2:
             continue
-        speeds = tuple(
-            sorted(((r.run_id, float(r.summary.images_per_second)) for r in members), key=lambda pair: pair[1])
-        )
+        speeds = tuple(sorted(((r.run_id, speed(r.summary)) for r in members), key=lambda pair: pair[1]))
         far = Repeats.of(v for _, v in speeds).outliers(TOLERANCE)
         outliers = tuple(pair for pair in speeds if pair[1] in far)
         s = members[0].summary
@@ -192,7 +190,8 @@ class IdenticalRuns:
 def _ms(run: RunDir) -> float:
     """Milliseconds an iteration, from images/s and the images an iteration."""
     s = run.summary
-    return 1000 * (s.global_batch or s.images_per_worker * s.workers) / float(s.images_per_second)
+    images = s.global_batch or required(s.images_per_worker, "images_per_worker") * required(s.workers, "workers")
+    return 1000 * images / speed(s)
 
 
 def identical_runs_check(runs: list[RunDir]) -> list[IdenticalRuns]:
@@ -235,9 +234,7 @@ def identical_runs_check(runs: list[RunDir]) -> list[IdenticalRuns]:
             IdenticalRuns(
                 f"one worker, {images} images a step, {mode} data, {precision}"
                 f"{', channels last' if layout else ''}, {threads} thread(s), {device}",
-                tuple(
-                    sorted(((r.run_id, float(r.summary.images_per_second)) for r in single), key=lambda pair: pair[1])
-                ),
+                tuple(sorted(((r.run_id, speed(r.summary)) for r in single), key=lambda pair: pair[1])),
                 overheads,
             )
         )
@@ -296,6 +293,7 @@ def commbench_inputs(commbench: dict[int, CommbenchRecord]) -> list[Input]:
                 )
         calibrations = bench.calibrations
         for name, timings in (calibrations.strategies if calibrations else {}).items():
+            assert calibrations is not None  # the loop runs over its strategies only
             value = ", ".join(f"{key.removesuffix('_s')} {seconds * 1e3:.1f} ms" for key, seconds in timings.items())
             found.append(Input(n, f"{name} timed on the model", value, *_status(calibrations.checks.get(name))))
     return found

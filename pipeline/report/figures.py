@@ -30,7 +30,7 @@ import pandas as pd
 from ..runtime.distributed import available_cores
 from ..runtime.files import atomic_path
 from .data import ReportData
-from .load import AP_COLUMNS, TIME_SPLIT, baseline_mask, reader_name, reader_names, strategy_label
+from .load import AP_COLUMNS, TIME_SPLIT, baseline_mask, reader_name, reader_names, required, strategy_label
 from .noise import Spread
 from .tables import significant
 
@@ -131,7 +131,7 @@ def _bar_rows(per_row: float, rows: Callable[[ReportData], int], base: float = 0
 def draw_loss_vs_time(ax, data: ReportData) -> None:
     frames = []
     for run in data.first_seeds:
-        it = run.iterations.sort_values("elapsed")
+        it = required(run.iterations, f"{run.run_id}'s iterations").sort_values("elapsed")
         # Per-iteration loss is noisy; smooth over ~2% of the run (at least 5 iterations), then
         # keep at most ~2000 points so a 26-epoch COCO run still gives a light PDF.
         window = max(5, len(it) // 50)
@@ -588,6 +588,7 @@ _DRAWING: tuple | None = None  # what write_figures draws from, set before its p
 
 def _draw_figure(name: str) -> dict[str, bytes]:
     """One registered figure, as bytes in every format and PNG."""
+    assert _DRAWING is not None  # set by write_figures before its processes fork
     data, formats, dpi = _DRAWING
     plt = _pyplot()
     fig = drawn(FIGURES[name], data)

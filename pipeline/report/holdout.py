@@ -87,7 +87,8 @@ class HeldOut:
         mine = frame[frame["entry"].isin(list(entries))]
         rows = mine[modelled(mine)].reset_index(drop=True)
         rows = rows.assign(log_ratio=[math.log(r) if r > 0 else math.nan for r in rows["ratio"]])
-        not_judged, unmodelled = {}, {}
+        not_judged: dict[str, str] = {}
+        unmodelled: dict[str, str] = {}
         for entry in entries:
             if entry in set(rows["entry"]):
                 continue

@@ -7,9 +7,11 @@ paying for matplotlib and seaborn.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import re
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +136,7 @@ def load_run(run_dir: str | Path) -> RunDir:
     """The inputs of one run directory (the records of pipeline/runtime/records/)."""
     run = load_result(run_dir)
     sampled = run.ok and run.summary.utilisation is not None  # None: before the sampler
+    assert run.dir is not None  # load_result sets it
     return dataclasses.replace(
         run,
         iterations=read_iterations(run.dir / "iterations.jsonl") if run.ok else None,
@@ -184,10 +187,10 @@ VARIANT_WORDS = (
 )
 
 
-def reader_name(strategy: str, variant, data_mode: str = "real", workers=None) -> str:
+def reader_name(strategy: str | None, variant, data_mode: str = "real", workers=None) -> str:
     """An entry as a reader names it: 'DDP, 2 workers', 'parameter server (2 shards), 2
     workers', 'FSDP2 (weights kept gathered), 2 workers'; no run id's hyphens."""
-    declared = STRATEGIES.get(strategy)
+    declared = STRATEGIES.get(strategy or "")  # None: a summary that names none
     words = []
     for part in variant.split("-") if has_variant(variant) else []:
         for pattern, replacement in VARIANT_WORDS:
@@ -198,7 +201,7 @@ def reader_name(strategy: str, variant, data_mode: str = "real", workers=None) -
             words.append(part)
     if data_mode not in ("real", None) and data_mode == data_mode:  # NaN: real
         words.append("in-memory data" if data_mode == "synthetic" else f"{data_mode} data")
-    name = (declared.label if declared else strategy) + (f" ({', '.join(words)})" if words else "")
+    name = (declared.label if declared else strategy or "") + (f" ({', '.join(words)})" if words else "")
     if workers is None or workers != workers:
         return name
     return f"{name}, {int(workers)} worker{'s' if int(workers) != 1 else ''}"
@@ -249,6 +252,22 @@ def baseline_mask(frame: pd.DataFrame) -> pd.Series:
     )
 
 
+T = typing.TypeVar("T")
+
+
+def required(value: T | None, what: str) -> T:
+    """`value`, which build() (or the run's stage) always sets before a section or figure reads
+    it; None (a test's partial ReportData) fails here, naming it."""
+    if value is None:
+        raise ValueError(f"{what} is not set: build() sets it before sections and figures read it")
+    return value
+
+
+def speed(summary: RunSummary) -> float:
+    """A completed run's images/s (a skipped run has none)."""
+    return required(summary.images_per_second, f"{summary.run_id}'s images_per_second")
+
+
 def number(value) -> float:
     """NaN for missing values and for COCO's -1 ('no objects of that size'), so means stay honest."""
     return math.nan if value is None or value == -1 else float(value)
@@ -270,18 +289,19 @@ def largest_memory(summary: RunSummary, part: str) -> float:
     """MiB of the process that holds the most: `peak` (its peak memory, record.Memory) or
     `state` (the parameters, gradients and optimizer state it owns); NaN before memory was
     recorded."""
-    values = [
-        (r.memory.peak_bytes if part == "peak" else r.memory.state.total)
-        for r in summary.ranks
-        if r.memory is not None and (part == "peak" or r.memory.state)
-    ]
+    memories = [r.memory for r in summary.ranks if r.memory is not None]
+    values = (
+        [memory.peak_bytes for memory in memories]
+        if part == "peak"
+        else [memory.state.total for memory in memories if memory.state is not None]
+    )
     return max(values) / 2**20 if values else math.nan
 
 
 def theory_state(summary: RunSummary) -> float:
     """MiB of parameters, gradients and optimizer state that the busiest process of the run
     holds by its strategy's analysis (Strategy.memory_theory), for the run's M."""
-    declared = STRATEGIES.get(summary.strategy)
+    declared = STRATEGIES.get(summary.strategy or "")
     grad_bytes = next((r.gradient_bytes for r in summary.ranks if r.gradient_bytes), None)
     if declared is None or summary.run is None or grad_bytes is None:
         return math.nan
@@ -303,14 +323,14 @@ def traffic_frame(runs: list[RunDir]) -> pd.DataFrame:
         for run in runs
         if run.ok
         for r in run.summary.ranks
+        if r.bytes_per_iteration is not None and r.theory_bytes_per_iteration is not None
     ]
     return pd.DataFrame(rows, columns=TRAFFIC_COLUMNS)
 
 
 def dataset_of(runs: list[RunDir]) -> str:
     """The data the runs trained on (data.name in their provenance); 'unknown' if none says."""
-    names = {run.summary.provenance.dataset for run in runs}
-    names.discard(None)
+    names = {name for run in runs if (name := run.summary.provenance.dataset) is not None}
     return ", ".join(sorted(names)) or "unknown"
 
 
@@ -407,6 +427,10 @@ class Column:
     integer: bool = False  # a count: Int64 (2, not 2.0), empty where a run has none
 
 
+def _metric(name: str, row: Row) -> float:
+    return number(getattr(row.m, name))
+
+
 def _field(name: str, integer: bool = False, numeric: bool = False) -> Column:
     """The summary field `name` as it is (`numeric`: NaN where it is not recorded)."""
     if name not in RunSummary.field_names():  # at import: a column cannot silently go empty
@@ -456,7 +480,7 @@ COLUMNS = [
     Column("owned_state_mb", lambda r: largest_memory(r.s, "state")),
     Column("theory_state_mb", lambda r: theory_state(r.s) if r.s.status == "ok" else math.nan),
     Column("progress_per_epoch", lambda r: progress_per_epoch(r.s.epoch_loss)),
-    *(Column(k, lambda r, k=k: number(getattr(r.m, k))) for k in AP_COLUMNS + ["APs", "APm", "APl"]),
+    *(Column(k, functools.partial(_metric, k)) for k in AP_COLUMNS + ["APs", "APm", "APl"]),
     _field("train_seconds", numeric=True),
     _field("evaluation_seconds", numeric=True),
     Column("target_ap", lambda r: number(r.target_ap)),

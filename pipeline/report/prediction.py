@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 from statistics import fmean
+from typing import cast
 
 import pandas as pd
 
@@ -33,7 +34,7 @@ from ..runtime.records.commbench import CommbenchRecord
 from ..runtime.records.training import RunSummary
 from ..strategies import lookup, recorded
 from .disturbance import commbench_inputs, shared_factor_disturbed, verdict
-from .load import RunDir, is_baseline
+from .load import RunDir, is_baseline, required
 
 BOUND = 0.20  # |predicted / measured - 1| above this is a miss
 ASSUMPTIONS = (
@@ -81,8 +82,9 @@ def single_inputs(runs: list[RunDir]) -> list[dict]:
     found = []
     for run in runs:
         s = run.summary
-        if run.ok and s.strategy == "single" and s.time_split and s.time_split.compute:
-            images, split = s.global_batch, s.time_split
+        split = s.time_split
+        if run.ok and s.strategy == "single" and split and split.compute:
+            images = required(s.global_batch, f"{run.run_id}'s global_batch")
             gradient_bytes = s.ranks[0].gradient_bytes if s.ranks else None
             found.append(
                 {
@@ -92,7 +94,7 @@ def single_inputs(runs: list[RunDir]) -> list[dict]:
                     "device": str(s.device or "cpu"),
                     "baseline": is_baseline(s.strategy, s.variant),
                     "compute": split.compute / images,
-                    "data": split.data / images,
+                    "data": required(split.data, f"{run.run_id}'s data wait") / images,
                     "compute_variance": compute_variance(run, s) / images,
                     "optimizer": split.optimizer,
                     "images": images,
@@ -166,17 +168,19 @@ def shared_factor(commbench: CommbenchRecord | None) -> float:
 def predict_run(summary: RunSummary, single: dict, network: Network | None, shared: float = 1.0) -> Iteration:
     """The cost model's iteration for one run (its summary), from single's inputs, the host's
     network and the slowdown `shared` of compute beside the run's other processes."""
-    run = recorded(summary.run)
-    per_worker = summary.images_per_worker
+    run = recorded(required(summary.run, f"{summary.run_id}'s run"))
+    per_worker = required(summary.images_per_worker, f"{summary.run_id}'s images_per_worker")
     return iteration(
         lookup(summary.strategy),
         run,
         compute=single["compute"] * per_worker * shared,
-        gradient_bytes=summary.ranks[0].gradient_bytes,
+        # None (a run before gradient bytes were recorded) is read only with a network, so it
+        # passes through unchecked as before.
+        gradient_bytes=cast(float, summary.ranks[0].gradient_bytes),
         network=network,
         variance_per_image=single["compute_variance"] * shared**2,
         images_per_worker=per_worker,
-        images=summary.global_batch,
+        images=required(summary.global_batch, f"{summary.run_id}'s global_batch"),
         data=single["data"] * per_worker,
         optimizer=single["optimizer"],
     )
@@ -203,13 +207,14 @@ def prediction_frame(
     for run in runs:
         s = run.summary
         chosen = compute_input(s, inputs) if run.ok else None
-        if (s.processes or 1) < 2 or chosen is None:
+        if s.processes is None or s.processes < 2 or chosen is None:
             continue
         single, how = chosen
-        network = measured_network(commbench.get(s.processes))
-        shared = shared_factor(commbench.get(s.processes))
-        if shared_factor_disturbed(commbench.get(s.processes)):
-            disturbed = commbench[s.processes].shared_compute.factor
+        bench = commbench.get(s.processes)
+        network = measured_network(bench)
+        shared = shared_factor(bench)
+        if bench is not None and bench.shared_compute is not None and shared_factor_disturbed(bench):
+            disturbed = bench.shared_compute.factor
             how = f"{how}; shared-compute factor x{shared:g} assumed (commbench's x{disturbed:.3f} disturbed)"
         predicted = predict_run(s, single, network, shared)
         measured = s.images_per_second
@@ -339,7 +344,8 @@ def link_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:
         + timed
         + [
             f"{n} processes computing at once: forward + backward of {shared.images} "
-            f"images {shared.alone_s * 1e3:.1f} ms alone, {shared.together_s * 1e3:.1f} ms "
+            f"images {required(shared.alone_s, f'{n} processes alone_s') * 1e3:.1f} ms alone, "
+            f"{required(shared.together_s, f'{n} processes together_s') * 1e3:.1f} ms "
             f"together (x{shared.factor:.3f})"
             for n, found in sorted(commbench.items())
             if (shared := found.shared_compute)

@@ -84,23 +84,23 @@ def why_throughput(r: Ranking, means: pd.DataFrame, summary: pd.DataFrame, predi
             + joined(f"{percent(share)} of the iteration of {e}" for e, share in timed)
             + "."
         )
-    moved = [
+    moved_bytes = [
         (e, means.loc[e, "busiest_rank_bytes_per_iter"], means.loc[e, "busiest_rank_theory_bytes_per_iter"])
         for e in moved
     ]
-    if moved:
-        as_theory = all(known(t) and t > 0 and abs(b / t - 1) <= 0.01 for _, b, t in moved)
+    if moved_bytes:
+        as_theory = all(known(t) and t > 0 and abs(b / t - 1) <= 0.01 for _, b, t in moved_bytes)
         found.append(
             "Bytes per iteration of the busiest rank (sent + received)"
             + (", each within 1% of its strategy's theory" if as_theory else "")
             + ": "
             + ", ".join(
                 f"{e} {byte_size(b)}" + ("" if as_theory or not known(t) else f" (theory {byte_size(t)})")
-                for e, b, t in moved
+                for e, b, t in moved_bytes
             )
             + "."
         )
-        sizes = {e: b for e, b, _ in moved}
+        sizes = {e: b for e, b, _ in moved_bytes}
         if fast in sizes and slow in sizes and slow != fast and sizes[fast]:
             found.append(f"{slow} moves {as_many(sizes[slow] / sizes[fast], 'bytes')} {fast}.")
     held = [e for e in r.order if known(means.loc[e, "owned_state_mb"])]

@@ -31,7 +31,7 @@ from .findings import (
     time_to_accuracy_findings,
 )
 from .holdout import HeldOut
-from .load import PROGRESS_DEFINITION, RunDir, strategy_label
+from .load import PROGRESS_DEFINITION, RunDir, required, strategy_label
 from .noise import NOISE_RULE
 from .render import Section
 from .tables import NO_NUMBER, NO_TEXT, formatted
@@ -63,7 +63,7 @@ def answer(data: ReportData) -> Section:
     entry = FIGURES[VERDICT_FIGURE]
     return Section(
         "The answer",
-        [data.verdict.text, *warning],
+        [required(data.verdict, "ReportData.verdict").text, *warning],
         figures=[(VERDICT_FIGURE, f"figures/{VERDICT_FIGURE}.{data.figure_ext}", entry.caption)],
     )
 
@@ -71,12 +71,12 @@ def answer(data: ReportData) -> Section:
 @section
 def answer_in_full(data: ReportData) -> Section:
     """The long-form answer: every ranking with its intervals and entry ids (answer.answer)."""
-    return data.answer.section()
+    return required(data.answer, "ReportData.answer").section()
 
 
 @section
 def measurement_check(data: ReportData) -> Section:
-    return data.checked.section()
+    return required(data.checked, "ReportData.checked").section()
 
 
 # ---- the results --------------------------------------------------------------------------------
@@ -238,7 +238,8 @@ def held_out(data: ReportData) -> Section:
 
 @section
 def predicted_scaling(data: ReportData) -> Section:
-    return Section(**clusters.section(data.shown("predicted_scaling"), data.cluster_points, data.predict, data.compute))
+    predict, compute = required(data.predict, "ReportData.predict"), required(data.compute, "ReportData.compute")
+    return Section(**clusters.section(data.shown("predicted_scaling"), data.cluster_points, predict, compute))
 
 
 @section

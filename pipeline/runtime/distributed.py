@@ -189,7 +189,7 @@ def last_reported(kind: str) -> dict[int, float | None]:
     or the store is gone."""
     import torch.distributed as dist
 
-    store, values = _store(), {}
+    store, values = _store(), dict[int, float | None]()
     if store is None:
         return values
     store.set_timeout(STORE_READ_TIMEOUT)
@@ -219,8 +219,7 @@ def lost_peers(err: BaseException) -> str | None:
     }
     if silent:
         who = "; ".join(
-            f"rank {rank} has been silent for {age:.0f} s, since step "
-            f"{int(steps[rank]) if steps.get(rank) is not None else 0}"
+            f"rank {rank} has been silent for {age:.0f} s, since step {int(steps.get(rank) or 0)}"
             for rank, age in silent.items()
         )
         who += ": it died or hangs (its own lines in this log, and torchrun's report, say why)"

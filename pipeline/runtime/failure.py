@@ -18,6 +18,7 @@ import os
 import shutil
 import time
 import traceback
+import typing
 from pathlib import Path
 
 from .files import atomic_path, write_json
@@ -99,7 +100,7 @@ def record(message: str, outcome: dict | None = None) -> None:
         pass
 
 
-def first_cause(failures: dict, torchruns_first: int) -> tuple[int, object]:
+def first_cause(failures: dict, torchruns_first: int) -> tuple[int, typing.Any]:
     """(rank, failure) to name, of torchrun's {rank: ProcessFailure}: the earliest that wrote
     a reason of its own; else one that ended without a word (killed), torchrun's own first
     (`torchruns_first`: the rank it saw fail first, not one it then stopped) before the

@@ -46,7 +46,7 @@ class OutputError(OSError):
     """An output could not be written (no space, no permission); the previous file is intact."""
 
     def __str__(self) -> str:  # the message alone, without OSError's "[Errno N]"
-        return self.strerror
+        return self.strerror or ""
 
 
 REMEDIES = {
@@ -60,8 +60,8 @@ REMEDIES[errno.EPERM] = REMEDIES[errno.EACCES]
 
 def output_error(path: Path, err: OSError) -> OutputError | OSError:
     """A write that failed for want of space or permission, said with its remedy."""
-    remedy = REMEDIES.get(err.errno)
-    if remedy is None:
+    remedy = REMEDIES.get(err.errno) if err.errno is not None else None
+    if remedy is None or err.errno is None:
         return err
     return OutputError(
         err.errno,
@@ -143,11 +143,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temporaries(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as err:
         raise output_error(path, err) from err
     os.close(fd)
-    tmp = Path(tmp)
+    tmp = Path(name)
     try:
         yield tmp
         set_usual_mode(tmp)

@@ -49,7 +49,7 @@ def record(root: str | Path, skip: str) -> dict[str, list]:
     root = Path(root)
     listing = {}
     for relative, info in _files(root, skip).items():
-        entry = [info.st_size, info.st_mtime_ns]
+        entry: list[int | str] = [info.st_size, info.st_mtime_ns]
         if relative.endswith(HASHED_SUFFIX) and not os.path.islink(root / relative):
             entry.append(file_sha256(root / relative))
         listing[relative] = entry

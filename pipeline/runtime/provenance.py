@@ -6,6 +6,7 @@ import os
 import platform
 import subprocess
 import sys
+import typing
 from importlib import metadata
 
 PACKAGES = ("torch", "torchvision", "numpy", "pillow", "pycocotools", "snakemake", "dvc")
@@ -64,7 +65,7 @@ def gpu_driver() -> str | None:
 
 
 def hardware() -> dict:
-    info = {
+    info: dict[str, typing.Any] = {
         "machine": platform.machine(),
         "processor": cpu_model(),
         "cpu_count": os.cpu_count(),

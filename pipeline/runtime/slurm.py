@@ -42,6 +42,7 @@ def allocation(environ=os.environ) -> Allocation | None:
         return None
     job = _scontrol("show", "job", "-o", job_id)
     nodelist = environ.get("SLURM_JOB_NODELIST") or _field(job, "NodeList")
+    assert nodelist is not None  # scontrol's record of a job always holds its NodeList
     hosts = tuple(_scontrol("show", "hostnames", nodelist).split())
     # The node's NodeAddr (its name on most clusters) is the address Slurm itself uses for it.
     address = _field(_scontrol("show", "node", "-o", hosts[0]), "NodeAddr") or hosts[0]

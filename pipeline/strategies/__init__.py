@@ -41,9 +41,9 @@ REGISTERED: tuple[type[Strategy], ...] = (Single, DataParallel, DDP, ParameterSe
 STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in REGISTERED}
 
 
-def lookup(name: str) -> type[Strategy]:
+def lookup(name: str | None) -> type[Strategy]:
     try:
-        return STRATEGIES[name]
+        return STRATEGIES[name]  # type: ignore[index]  # None (no strategy given) is not a key: refused below
     except KeyError:
         raise ValueError(f"sweep.strategy: unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}") from None
 

@@ -151,6 +151,7 @@ def all_reduce_seconds(workers: int, grad_bytes: float, hook: str, network: Netw
         buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
         per_bucket = bucket_seconds(workers, grad_bytes / buckets, hook, network)
         return max(per_bucket, buckets * per_bucket - backward)
+    assert in_step is not None  # sizes come from it
     times = [bucket_seconds(workers, size, hook, network) for size in sizes]
     fixed = [in_step.bucket_cost(hook, size) for size in sizes]
     overlapped = sum(t * in_step.contention + f for t, f in zip(times[:-1], fixed[:-1], strict=False))

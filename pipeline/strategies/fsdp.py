@@ -36,7 +36,8 @@ a plain optimizer state keyed by parameter name, whatever the world size.
 from __future__ import annotations
 
 import copy
-from typing import NamedTuple
+import typing
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..config import schema
 from ..costmodel.network import Flow
@@ -45,6 +46,9 @@ from ..runtime.run import Run
 from .base import Option
 from .process import Context, tensor_checksum
 from .torchrun import TorchrunRuntime, TorchrunStrategy
+
+if TYPE_CHECKING:  # the spec stays torch-free at run time
+    import torch
 
 GATHERED_BYTES = {"bf16": 2, "fp16": 2}  # per element of a 16-bit run's weights, all-gathered
 
@@ -166,7 +170,10 @@ class FSDP(TorchrunStrategy):
         depends on the images (the same within the timing noise at 2, 4 and 8 a process)."""
         found = {"plain_s": timed(None)}
         for reshard, key in ((True, "reshard_s"), (False, "keep_s")):
-            runtime = cls(cls.filled(workers=1, reshard_after_forward=reshard), {}).runtime()
+            # no launcher settings: wrapping reads none of them
+            runtime = cls(
+                cls.filled(workers=1, reshard_after_forward=reshard), typing.cast(schema.Parallel, {})
+            ).runtime()
             found[key] = timed(lambda model: runtime.wrap(model, Context()))  # noqa: B023 (called here)
         return found
 
@@ -199,7 +206,8 @@ class FSDPRuntime(TorchrunRuntime):
         super().__init__(spec)
         self.gathered: dict = {}
         self.units: list = []
-        self._blueprint = None  # the model's structure on the meta device, to score a gathered copy
+        # the model's structure on the meta device, to score a gathered copy
+        self._blueprint: torch.nn.Module | None = None
 
     def wrap(self, model, ctx: Context):
         self._blueprint = copy.deepcopy(model).to("meta")
@@ -344,6 +352,7 @@ class FSDPRuntime(TorchrunRuntime):
         state = state_dict_api.get_model_state_dict(model, options=options)
         if not ctx.reports:
             return None
+        assert self._blueprint is not None  # made by wrap()
         plain = copy.deepcopy(self._blueprint).to_empty(device=ctx.device)
         plain.load_state_dict(state)
         return plain
@@ -354,6 +363,7 @@ class FSDPRuntime(TorchrunRuntime):
 
         options = state_dict_api.StateDictOptions(full_state_dict=True)
         full = state_dict_api.get_model_state_dict(model, options=options)
+        assert self._blueprint is not None  # made by wrap()
         return tensor_checksum(full[name] for name, _ in self._blueprint.named_parameters())
 
     def unwrap(self, model):

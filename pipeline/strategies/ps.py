@@ -268,13 +268,17 @@ class ParameterServerRuntime(TorchrunRuntime):
         import torch.distributed as dist
 
         self._traffic.sent += tensor.numel() * tensor.element_size()
-        return dist.isend(tensor, dst, tag=tag)
+        work = dist.isend(tensor, dst, tag=tag)
+        assert work is not None  # None only for a rank outside the group: every rank is in it
+        return work
 
     def _recv(self, tensor: torch.Tensor, src: int, tag: int) -> dist.Work:
         import torch.distributed as dist
 
         self._traffic.received += tensor.numel() * tensor.element_size()
-        return dist.irecv(tensor, src, tag=tag)
+        work = dist.irecv(tensor, src, tag=tag)
+        assert work is not None  # as in _send
+        return work
 
     def _empty(self, tensors, ctx: Context) -> torch.Tensor:
         import torch
@@ -325,7 +329,7 @@ class ParameterServerRuntime(TorchrunRuntime):
         for work in works:
             work.wait()
         start = time.perf_counter()
-        total = sum(grads.values()) if remote else torch.zeros(0, device=ctx.device)
+        total: torch.Tensor = sum(grads.values()) if remote else torch.zeros(0, device=ctx.device)  # type: ignore[assignment]  # a sum of tensors is a tensor
         if ctx.role == "server+worker":
             total = total + self._gradients(mine) if remote else self._gradients(mine)
         # The mean; one worker's gradient is its own mean (x / 1 is x: no pass over it)
@@ -417,6 +421,7 @@ class ParameterServerRuntime(TorchrunRuntime):
         import torch
 
         ssp = self.ssp
+        assert ssp is not None  # a stale server's state, made where it starts serving
         slowest = min(ssp.clock.values())
         for w in [w for w in ssp.waiting if ssp.clock[w] - slowest <= self.staleness]:
             ssp.waiting.remove(w)
@@ -431,7 +436,7 @@ class ParameterServerRuntime(TorchrunRuntime):
         its own application, counted over every gradient of the run."""
         if not self.staleness:
             return {}
-        histogram = Counter()
+        histogram: Counter[int] = Counter()
         for rank in ranks:
             histogram.update({int(k): v for k, v in (rank.get("staleness_histogram") or {}).items()})
         return {"staleness": {"bound": self.staleness, "histogram": {str(k): histogram[k] for k in sorted(histogram)}}}

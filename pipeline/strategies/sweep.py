@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import typing
 import warnings
 from pathlib import Path
 
@@ -210,7 +211,8 @@ def unfinished_summary(cfg: schema.TrainStage, run: Run, status: str, reason: st
         **identity(run),
         status=status,
         reason=reason,
-        provenance=provenance.collect(stages.config_for(cfg, "train"), run=run.to_json()),
+        # as collected (a dict, written as the Provenance record reads it back)
+        provenance=typing.cast(typing.Any, provenance.collect(stages.config_for(cfg, "train"), run=run.to_json())),
     ).to_json()
 
 
@@ -275,7 +277,7 @@ def equivalence_runs(cfg: RunSections, compared: list[str] | None = None) -> lis
         if cls.equivalence_entry is not None and (cls.name in compared or cls.is_baseline(""))
     ]
     checked.sort(key=lambda cls: not cls.is_baseline(""))
-    return [fill({"strategy": cls.name, **cls.equivalence_entry}, cfg) for cls in checked]
+    return [fill({"strategy": cls.name, **(cls.equivalence_entry or {})}, cfg) for cls in checked]
 
 
 def outcome(run_dirs: dict[str, str], report: str, data_failure: tuple[str, str] | None = None) -> str:

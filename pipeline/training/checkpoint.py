@@ -108,8 +108,10 @@ class Checkpointer:
             if part is not None:
                 part.load_state_dict(checkpoint[name])
         for name, part in self.rank_parts.items():
-            stored = checkpoint.get(name)  # Phases: None in a checkpoint older than it
-            part.load_state_dict(stored[rank] if stored is not None or name != "phases" else None)
+            if name == "phases" and checkpoint.get(name) is None:  # a checkpoint older than Phases
+                part.load_state_dict(None)
+            else:
+                part.load_state_dict(checkpoint[name][rank])
         position = checkpoint["train_state"]
         if reports:
             for name in ("iterations.jsonl", "evaluations.jsonl"):

@@ -11,7 +11,7 @@ import torch
 
 from .. import strategies
 from ..config import schema
-from ..data.dataset import CocoDetection
+from ..data.dataset import CocoDetection, InMemory
 from ..data.sampler import ShardedBatchSampler
 from ..runtime.run import Run
 from .checkpoint import Checkpointer, run_name
@@ -38,7 +38,7 @@ class Job:
     out_dir: Path
     runtime: strategies.Runtime  # the strategy in this process (pipeline/strategies/process.py)
     ctx: strategies.Context
-    dataset: CocoDetection
+    dataset: CocoDetection | InMemory
     sampler: ShardedBatchSampler
     loader: torch.utils.data.DataLoader
     loader_seed: torch.Generator

@@ -12,6 +12,7 @@ from __future__ import annotations
 import resource
 import threading
 import time
+import typing
 
 import psutil
 import torch
@@ -36,6 +37,8 @@ class Monitor:
     def __init__(self, rank: int, interval: float, gpus: list[int]):
         self.rank, self.interval, self.gpus = rank, interval, gpus
         self.samples: list[dict] = []
+        self.nvml: typing.Any
+        self.gpu_reason: str | None
         self.nvml, self.gpu_reason = _nvml() if gpus else (None, "no GPU in use")
         self._process = psutil.Process()
         self._stopped = threading.Event()

@@ -14,6 +14,7 @@ steps alone, so ps takes bf16, not fp16. FSDP also gathers 16-bit weights itself
 from __future__ import annotations
 
 import logging
+import typing
 
 import torch
 
@@ -44,7 +45,10 @@ class Precision:
     def optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """What the strategy steps: the optimizer itself, or, for fp16, one that unscales,
         skips an overflowed step and updates the scale."""
-        return optimizer if self.scaler is None else ScaledOptimizer(optimizer, self)
+        # ScaledOptimizer stands in for the optimizer where it is stepped (step, zero_grad, the rest forwarded)
+        return (
+            optimizer if self.scaler is None else typing.cast(torch.optim.Optimizer, ScaledOptimizer(optimizer, self))
+        )
 
 
 class ScaledOptimizer:
@@ -58,6 +62,7 @@ class ScaledOptimizer:
 
     def step(self) -> None:
         scaler = self._precision.scaler
+        assert scaler is not None  # made only where there is a scaler (optimizer() above)
         before = scaler.get_scale()
         scaler.step(self._optimizer)
         scaler.update()

@@ -20,6 +20,7 @@ A compile failure ends the run with one line naming train.compile and the remedy
 from __future__ import annotations
 
 import logging
+import typing
 
 import torch
 
@@ -56,7 +57,7 @@ def apply(model: torch.nn.Module, train: schema.Train) -> torch.nn.Module:
     if train.compile:
         # In place (nn.Module.compile): no `_orig_mod.` in the names that checkpoints, FSDP's
         # units and the equivalence check read.
-        model.backbone.compile(dynamic=None)
+        typing.cast(torch.nn.Module, model.backbone).compile(dynamic=None)
         log.info("train.compile: the backbone compiles on its first iterations")
     return model
 

@@ -12,6 +12,7 @@ beside the model, the optimizer and the scaler, and never sees the loop's own ob
 from __future__ import annotations
 
 import time
+import typing
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
@@ -113,7 +114,7 @@ class RandomState:
         self.device = device
 
     def state_dict(self) -> dict:
-        kind, keys, position, has_gauss, cached = np.random.get_state()
+        kind, keys, position, has_gauss, cached = typing.cast(tuple, np.random.get_state())  # the legacy tuple form
         return {
             "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import shutil
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,7 @@ def summarise(job: Job, live_log: Path) -> dict | None:
     JSON object in that process, None in the others."""
     job.runtime.consolidate(job.model, job.optimizer, job.ctx)
     ranks = rank_report(job)
+    assert job.monitor is not None  # started by train() before the loop
     samples = [s for rank in distributed.all_gather(job.monitor.stop()) for s in rank]
     if not job.ctx.reports:
         return None
@@ -103,16 +105,20 @@ def summarise(job: Job, live_log: Path) -> dict | None:
         utilisation=Utilisation(
             interval_s=job.monitor.interval, samples=len(samples), gpus=job.monitor.gpu_reason or "sampled through NVML"
         ),
-        provenance=provenance.collect(
-            stages.config_for(cfg, "train"),
-            knobs=stages.knobs_for(cfg, "train"),
-            run=job.run.to_json(),
-            seed=job.seed,
-            workers=job.run.workers,
-            processes=ctx.processes,
-            threads=ctx.threads,
-            device=str(ctx.device),
-            backend=ctx.backend,
+        # as collected (a dict, written as the Provenance record reads it back)
+        provenance=typing.cast(
+            typing.Any,
+            provenance.collect(
+                stages.config_for(cfg, "train"),
+                knobs=stages.knobs_for(cfg, "train"),
+                run=job.run.to_json(),
+                seed=job.seed,
+                workers=job.run.workers,
+                processes=ctx.processes,
+                threads=ctx.threads,
+                device=str(ctx.device),
+                backend=ctx.backend,
+            ),
         ),
     )
     summary = record.to_json()
@@ -185,6 +191,7 @@ def summary_of(
     }
     epochs = sorted({r["epoch"] for r in records})
     epoch_loss = [float(np.mean([r["loss"] for r in records if r["epoch"] == e])) for e in epochs]
+    assert schedule.warmup_iters != "auto"  # resolved by Job.schedule
     return RunSummary(
         # the precision that ran: the run's (sweep.identity's), resolved by training/precision.py
         **dict(sweep.identity(run), precision=precision.name),

@@ -33,7 +33,7 @@ class Pending:
     marks: dict  # phase name -> mark ("forward" is absent without data)
     losses: torch.Tensor | None = None  # the loss and its terms, on their way to the host
     loss_names: tuple = ()
-    copied: object = None  # the CUDA event after that copy (None on a CPU)
+    copied: torch.cuda.Event | None = None  # the CUDA event after that copy (None on a CPU)
     communication: float = 0.0  # seconds the strategy reported communicating
     backward_wait: float = 0.0  # seconds backward waited on DDP's last bucket
 
@@ -62,14 +62,14 @@ class IterationClock:
         previous iteration's finished record, or None for the first."""
         if losses:
             pending.loss_names = tuple(losses)
-            losses = torch.stack([value.detach().float() for value in losses.values()])
+            stacked = torch.stack([value.detach().float() for value in losses.values()])
             if self.cuda:
-                host = torch.empty(losses.shape, dtype=losses.dtype, pin_memory=True)
-                host.copy_(losses, non_blocking=True)
+                host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
+                host.copy_(stacked, non_blocking=True)
                 pending.copied = torch.cuda.Event()
                 pending.copied.record()
-                losses = host
-            pending.losses = losses
+                stacked = host
+            pending.losses = stacked
         finished = self.drain()
         self.pending = pending
         return finished

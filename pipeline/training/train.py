@@ -28,7 +28,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -79,6 +79,7 @@ class Diverged(TrainingError):
 def learning_rate(train: schema.Train, base_lr: float, step: int, epoch: int) -> float:
     """Linear warm-up over the first iterations, then multi-step decay at epoch boundaries."""
     warmup = 1.0
+    assert train.warmup_iters != "auto"  # Job.schedule resolved it to iterations
     if step < train.warmup_iters:
         alpha = step / train.warmup_iters
         warmup = train.warmup_factor * (1 - alpha) + alpha
@@ -188,7 +189,9 @@ class IterationLog:
     progress: Progress
     precision: Precision
     total_steps: int
-    phases: Phases  # this process's own time split, in every process
+    # this process's own time split, in every process (the loop's: job.phases; a benchmark
+    # driving the loop, or another revision's, may leave it out)
+    phases: Phases = field(default_factory=Phases)
 
     def write(self, record: dict | None) -> None:
         if record is None:  # no iteration was waiting to be finished
@@ -222,7 +225,7 @@ def setup(cfg: schema.TrainStage, run: Run, out_dir: Path) -> Job:
     if ctx.device.type == "cpu":
         torch.use_deterministic_algorithms(True)
     seed_everything(run.seed)  # the same initial weights in every process
-    dataset = CocoDetection(
+    coco = CocoDetection(
         data_cfg.root,
         "train",
         train=True,
@@ -230,8 +233,9 @@ def setup(cfg: schema.TrainStage, run: Run, out_dir: Path) -> Job:
         exif_orientation=data_cfg.exif_orientation,
     )
     in_memory = run.data_mode == "synthetic"
+    dataset: CocoDetection | InMemory = coco
     if in_memory:
-        dataset = InMemory(dataset, per_process, run.seed + 1000 * (ctx.shard or 0))
+        dataset = InMemory(coco, per_process, run.seed + 1000 * (ctx.shard or 0))
     groups = aspect_ratio_groups(dataset.aspect_ratios(), data_cfg.aspect_ratio_groups)
     try:
         sampler = ShardedBatchSampler(len(dataset), per_process, run.seed, ctx.shard or 0, ctx.shards, groups)
@@ -308,6 +312,7 @@ def iterate(job: Job, batch, stopwatch: Stopwatch, log: IterationLog) -> None:
     stopwatch's lap) to the previous iteration's record checked and logged. Its record is
     built here; job.clock fills in what the device knows (losses, phase seconds)."""
     ctx, clock, state = job.ctx, job.clock, job.state
+    assert job.sync_check is not None  # set by setup()
     with job.sync_check.iteration(state.step):  # train.sync_debug (timing.py)
         # -- the learning rate of this step
         lr = learning_rate(job.schedule, job.base_lr, state.step, state.epoch)
@@ -316,7 +321,8 @@ def iterate(job: Job, batch, stopwatch: Stopwatch, log: IterationLog) -> None:
         # -- the batch to the device, forward and backward, queued (marks bound the phases)
         marks, losses, data = {}, None, {}
         if batch is not None:  # a dedicated parameter server has no data: only the strategy's step
-            images, targets = to_device(*batch, ctx.device)
+            batch_images, batch_targets = batch
+            images, targets = to_device(batch_images, batch_targets, ctx.device)
             data = {"time_data": stopwatch.lap_seconds(), "images": len(images) * ctx.shards}
             marks["forward"] = clock.mark()
             losses = forward_backward(job.model, job.optimizer, images, targets, job.precision)

@@ -82,7 +82,7 @@ FACTS = {"facts": True}  # the field that holds a strategy's declared facts, wri
 _DECLARED: dict[type, dict[str, typing.Any]] = {}  # record -> fact name -> its type
 
 
-def declare_facts(record: type, **hints) -> None:
+def declare_facts(record: type[Record], **hints) -> None:
     """Facts a strategy's module reports in `record` (RunSummary or RankReport), by name and
     type (a Record type is read back as one). Declared once at its import: a summary is read
     where the registry (pipeline/strategies) has been imported, as the report and the tests do."""
@@ -97,11 +97,11 @@ class Record:
 
     @classmethod
     def field_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
+        return [f.name for f in dataclasses.fields(typing.cast(typing.Any, cls))]  # each subclass is a dataclass
 
     def to_json(self) -> dict:
         out = {}
-        for f in dataclasses.fields(self):
+        for f in dataclasses.fields(typing.cast(typing.Any, self)):
             value = getattr(self, f.name)
             if f.metadata.get("facts"):
                 out.update({k: _encode(v) for k, v in value.items()})

@@ -181,9 +181,9 @@ class RunSummary(Record):
         return super().from_json(upgrade(raw, folder, where), where)
 
     @classmethod
-    def read(cls, path) -> RunSummary:
+    def read(cls, path, **how) -> RunSummary:
         """RUN_DIR/train_summary.json (a summary that names no run: the directory's name)."""
-        return super().read(path, folder=Path(path).parent.name)
+        return super().read(path, **{"folder": Path(path).parent.name, **how})
 
 
 # ---- older run folders -----------------------------------------------------------------------

@@ -29,6 +29,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -119,7 +120,8 @@ def main(argv: list[str] | None = None) -> dict:
         configs[name.strip()] = configuration(raw, args.preset, common, changed)
     work = Path(args.work or tempfile.mkdtemp(prefix="accuracy-seeds-"))
     cores = os.cpu_count() or 1
-    data, generators = {}, {}  # one generated dataset per distinct data section
+    data: dict[str, Any] = {}  # one generated dataset per distinct data section
+    generators: dict[str, Any] = {}
     for name, cfg in list(configs.items()):
         generator = cfg.data.synthetic
         key = json.dumps(None if generator is None else generator.model_dump(), sort_keys=True)

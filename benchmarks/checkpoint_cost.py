@@ -29,26 +29,35 @@ sys.path.insert(0, str(REPO))
 from pipeline.config import params, schema, stages
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.detection.model import build_model  # noqa: E402
+from pipeline.report.load import required, speed  # noqa: E402
 from pipeline.runtime.files import save_torch  # noqa: E402
+from pipeline.runtime.records.training import RunSummary  # noqa: E402
 from pipeline.strategies import sweep
 from pipeline.training.train import train  # noqa: E402
+
+
+def train_seconds(summary: RunSummary) -> float:
+    return required(summary.train_seconds, "train_seconds")
 
 
 def demo_runs(epochs: int, work: Path) -> None:
     cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
     cfg = schema.replaced(cfg, data={"root": str(work / "data")}, train={"epochs": epochs, "lr_steps": []})
-    synthetic.generate(cfg.data.root, cfg.data.synthetic)
+    synthetic.generate(cfg.data.root, required(cfg.data.synthetic, "data.synthetic"))
     every = cfg.train.checkpoint_every
     run = sweep.fill({"strategy": "single", "workers": 1}, cfg)
     print(f"measured: demo preset, single, {epochs} epoch(s), this machine")
     for interval in (every, 0):
         timed = schema.replaced(cfg, train={"checkpoint_every": interval})
-        summary = train(stages.view(timed, "train"), run, work / f"every-{interval}")
-        saves, seconds = summary.checkpoints.count, summary.checkpoints.seconds
+        out = work / f"every-{interval}"
+        train(stages.view(timed, "train"), run, out)
+        summary = RunSummary.read(out / "train_summary.json")  # typed (train returns its JSON)
+        checkpoints = required(summary.checkpoints, "checkpoints")
+        saves, seconds = checkpoints.count, checkpoints.seconds
         print(
             f"  checkpoint_every {interval:>3}: {saves:3d} saves, {seconds:.3f} s, "
-            f"{seconds / saves * 1000:.1f} ms per save, {100 * seconds / summary.train_seconds:.2f} % "
-            f"of {summary.train_seconds:.1f} s training; {summary.images_per_second:.1f} images/s"
+            f"{seconds / saves * 1000:.1f} ms per save, {100 * seconds / train_seconds(summary):.2f} % "
+            f"of {train_seconds(summary):.1f} s training; {speed(summary):.1f} images/s"
         )
 
 

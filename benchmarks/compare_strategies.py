@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -25,7 +26,7 @@ sys.path.insert(0, str(REPO))
 from pipeline.config import params, schema, stages
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.launch import command  # noqa: E402
-from pipeline.report.load import busiest_rank_bytes  # noqa: E402
+from pipeline.report.load import busiest_rank_bytes, required, speed  # noqa: E402
 from pipeline.runtime.records.training import RunSummary  # noqa: E402
 from pipeline.strategies import sweep
 
@@ -62,8 +63,8 @@ def main() -> None:
         data={"synthetic": {"train_images": args.train_images}, "root": str(work / "data")},
         train={"epochs": args.epochs, "lr_steps": []},
     )
-    synthetic.generate(cfg.data.root, cfg.data.synthetic)
-    passes = []  # one {run id: summary} per pass over the sweep
+    synthetic.generate(cfg.data.root, required(cfg.data.synthetic, "data.synthetic"))
+    passes: list[dict[str, RunSummary]] = []  # one {run id: summary} per pass over the sweep
     for repeat in range(args.repeats):
         summaries = {}
         for entry in SWEEP:
@@ -78,21 +79,22 @@ def main() -> None:
             summaries[sweep.run_id(run)] = RunSummary.read(out / "train_summary.json")
             print(f"pass {repeat + 1}: done {sweep.run_id(run)}", file=sys.stderr)
         passes.append(summaries)
-    rows, single = [], sweep.run_id(sweep.fill(SWEEP[0], cfg))
+    rows: list[dict[str, Any]] = []
+    single = sweep.run_id(sweep.fill(SWEEP[0], cfg))
     for run_id, first in passes[0].items():
         runs = [p[run_id] for p in passes if run_id in p]
-        speedups = [
-            p[run_id].images_per_second / p[single].images_per_second for p in passes if run_id in p and single in p
-        ]
+        speedups = [speed(p[run_id]) / speed(p[single]) for p in passes if run_id in p and single in p]
         rows.append(
             {
                 "first": first,
-                "images_per_second": median(r.images_per_second for r in runs),
+                "images_per_second": median(speed(r) for r in runs),
                 "speedup": median(speedups),
                 "communication_share": (
-                    None if first.communication_share is None else median(r.communication_share for r in runs)
+                    None
+                    if first.communication_share is None
+                    else median(required(r.communication_share, "communication_share") for r in runs)
                 ),
-                "sec_per_iter_p50": median(r.sec_per_iter.p50 for r in runs),
+                "sec_per_iter_p50": median(required(r.sec_per_iter, "sec_per_iter").p50 for r in runs),
                 "replicas_identical": all(r.replicas_identical for r in runs),
             }
         )

@@ -141,7 +141,7 @@ def main() -> None:
         size = sum(p.stat().st_size for p in archives.values())
         server = serve(base / "served")
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        times = {"pipeline": [], "curl+unzip": []}
+        times: dict[str, list[float]] = {"pipeline": [], "curl+unzip": []}
         for i in range(args.repeats):
             for name, side in (("pipeline", pipeline_side), ("curl+unzip", curl_side)):
                 work = base / f"{name}-{i}"

@@ -258,6 +258,7 @@ def calibrated_backbone(cfg: schema.Config, images: int = 32, batch: int = 4) ->
     from pipeline.data.dataset import CocoDetection
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert cfg.data.synthetic is not None  # the check trains on data it generates
     with torch.random.fork_rng(devices=[]):  # the same random weights on every sitting
         torch.manual_seed(cfg.data.synthetic.seed)
         body = resnet50(weights=None).to(device)
@@ -366,8 +367,10 @@ def row(found: Outcome, **extra) -> dict:
             **({"log": found.log} if found.log else {}),
         }
     s = found.summary
+    assert s is not None and s.sec_per_iter is not None  # it trained (status ok)
     mean, split = s.sec_per_iter.mean, s.time_split
-    busiest = max(s.ranks, key=lambda r: r.bytes_per_iteration.sent) if s.ranks else None
+    counted = [r for r in s.ranks if r.bytes_per_iteration and r.theory_bytes_per_iteration]
+    busiest = max(counted, key=lambda r: r.bytes_per_iteration.sent if r.bytes_per_iteration else 0.0, default=None)
     return {
         "run_id": s.run_id,
         "status": "ok",
@@ -380,8 +383,10 @@ def row(found: Outcome, **extra) -> dict:
         # the time split off leaves the data wait only
         "compute_share": split.compute / mean if split and split.compute else None,
         "replicas_identical": s.replicas_identical,
-        "bytes_sent_per_iter": busiest.bytes_per_iteration.sent if busiest else None,
-        "theory_bytes_sent_per_iter": busiest.theory_bytes_per_iteration.sent if busiest else None,
+        "bytes_sent_per_iter": busiest.bytes_per_iteration.sent if busiest and busiest.bytes_per_iteration else None,
+        "theory_bytes_sent_per_iter": (
+            busiest.theory_bytes_per_iteration.sent if busiest and busiest.theory_bytes_per_iteration else None
+        ),
         # the process that holds the most (fsdp/zero shard it; dp's device 0 gathers)
         "peak_memory_mb": max((r.memory.peak_bytes for r in s.ranks if r.memory), default=0) / 2**20,
         "owned_state_mb": max((r.memory.state.total for r in s.ranks if r.memory and r.memory.state), default=0)
@@ -417,6 +422,7 @@ class Check:
         backbone = work / "resnet50-calibrated.pth"
         self.settings = overrides(sizes, self.processes, work / "data", backbone)
         self.cfg = base_config(sizes, self.processes, work / "data", backbone)
+        assert self.cfg.data.synthetic is not None  # base_config's generated data
         synthetic.generate(self.cfg.data.root, self.cfg.data.synthetic)
         torch.save(calibrated_backbone(self.cfg), backbone)
 
@@ -493,7 +499,7 @@ class Check:
         needs a second), its first option value that can is taken."""
         ends = (self.sizes.batches[0], self.sizes.batches[-1])
         batches = ends[:1] if self.sizes is QUICK else tuple(dict.fromkeys(ends))
-        rows = []
+        rows: list[dict] = []
         for per_gpu in batches:
             configs, skipped = [], []
             for cls in REGISTERED:
@@ -522,7 +528,7 @@ class Check:
             run = sweep.fill(entry, self.cfg, where="gpu check")
         except params.ParamsError as refused:
             return str(refused), f"{entry['strategy']} (refused)"
-        return REGISTERED_BY_NAME[run.strategy](run, self.cfg.parallel).unavailable(), sweep.run_id(run)
+        return REGISTERED_BY_NAME[run.strategy](run, self.cfg.parallel).unavailable() or "", sweep.run_id(run)
 
     def _protocol(
         self,
@@ -530,7 +536,7 @@ class Check:
         configs: list,
         reference,
         rows: list,
-        skipped: list = (),
+        skipped: list | tuple = (),
         turn=None,
         closing=(),
         profile=None,
@@ -760,7 +766,7 @@ class Check:
         if request is None:
             per_gpu = self.sizes.batches[-1]
             knob = dict((name, train) for name, train, _ in KNOBS_ON_GPU + KNOBS_ON_CPU)
-            train = knob.get(self.profile_knob, {})
+            train = knob.get(self.profile_knob or "", {})
             suffix = f"-{self.profile_knob}" if self.profile_knob else ""
             config = self._single(f"b{per_gpu}-bf16{suffix}", per_gpu, "bf16", **train)
             request = self._profile_request(config)

@@ -40,6 +40,7 @@ from benchmarks.common import train  # noqa: E402
 from pipeline.config import params, schema
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.detection.model import build_model  # noqa: E402
+from pipeline.report.load import required  # noqa: E402
 from pipeline.strategies import sweep
 from pipeline.training.precision import Precision  # noqa: E402
 
@@ -114,7 +115,8 @@ def pipeline_run(cfg: schema.Config, batch: int, precision: str, iterations: int
     utilisation = [g["util_percent"] for sample in samples[3:] for g in sample.get("gpus", [])]
     return {
         "images_per_second": summary.images_per_second,
-        "data_share": summary.time_split.data / summary.sec_per_iter.mean,
+        "data_share": required(required(summary.time_split, "time_split").data, "time_split.data")
+        / required(summary.sec_per_iter, "sec_per_iter").mean,
         "sm_percent": statistics.median(utilisation) if utilisation else float("nan"),
     }
 
@@ -142,7 +144,7 @@ def pipeline_table(args, backbone: Path, work: Path) -> None:
         },
         model={"backbone_weights": str(backbone), "min_size": size, "max_size": 1333},
     )
-    synthetic.generate(cfg.data.root, cfg.data.synthetic)
+    synthetic.generate(cfg.data.root, required(cfg.data.synthetic, "data.synthetic"))
     print(
         f"\n2. the training loop: coco2017's single run on {largest} synthetic 640 px images "
         f"(resized to {size}x{size}), {os.cpu_count()} cores"

@@ -128,6 +128,7 @@ class Worker:
                 config.error = built["error"]
 
     def read(self) -> dict:
+        assert self.process.stdout is not None  # started with stdout=PIPE
         for line in self.process.stdout:
             if line.startswith(SEGMENT):
                 return json.loads(line[len(SEGMENT) :])
@@ -136,12 +137,14 @@ class Worker:
         raise RuntimeError(f"the worker ({self.log}) exited: {(errors or lines or ['no output'])[-1]}")
 
     def ask(self, request: dict) -> dict:
+        assert self.process.stdin is not None  # started with stdin=PIPE
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         return self.read()
 
     def close(self) -> None:
         if self.process.poll() is None:
+            assert self.process.stdin is not None  # started with stdin=PIPE
             try:
                 self.process.stdin.write(json.dumps({"quit": True}) + "\n")
                 self.process.stdin.close()

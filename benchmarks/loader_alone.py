@@ -76,7 +76,7 @@ def dataset_root(args, work: Path) -> Path:
 def per_image_ms(stages: dict, items: list, repeats: int) -> dict:
     """Median over `repeats` interleaved passes of each stage's mean ms per item: each pass runs
     every stage once over all items, so slow drifts of the machine hit all stages alike."""
-    passes = {name: [] for name in stages}
+    passes: dict[str, list[float]] = {name: [] for name in stages}
     for _ in range(repeats):
         for name, stage in stages.items():
             start = time.perf_counter()
@@ -172,7 +172,7 @@ def images_per_second(dataset: CocoDetection, workers: int, args) -> float:
         images = 0
         for _ in range(passes):
             for batch in loader:
-                moved, _ = to_device(*batch, device)
+                moved, _ = to_device(batch[0], batch[1], device)
                 images += len(moved)
         if CUDA:
             torch.cuda.synchronize()

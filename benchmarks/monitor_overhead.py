@@ -21,13 +21,15 @@ sys.path.insert(0, str(REPO))
 from benchmarks.common import train  # noqa: E402
 from pipeline.config import params, schema
 from pipeline.data import synthetic  # noqa: E402
+from pipeline.report.load import required, speed  # noqa: E402
+from pipeline.runtime.run import Run  # noqa: E402
 from pipeline.strategies import sweep
 
 ENTRIES = [{"strategy": "single", "workers": 1}, {"strategy": "ddp", "workers": 2, "images_per_worker": 4}]
 
 
-def images_per_second(cfg: schema.Config, run: dict, out: Path) -> float:
-    return train(cfg, run, out).images_per_second
+def images_per_second(cfg: schema.Config, run: Run, out: Path) -> float:
+    return speed(train(cfg, run, out))
 
 
 def main() -> None:
@@ -42,7 +44,7 @@ def main() -> None:
         data={"root": str(work / "data"), "synthetic": {"train_images": args.train_images}},
         train={"epochs": 1, "lr_steps": []},
     )
-    synthetic.generate(cfg.data.root, cfg.data.synthetic)
+    synthetic.generate(cfg.data.root, required(cfg.data.synthetic, "data.synthetic"))
     interval = cfg.train.monitor_interval_s
     print(
         f"demo model, 1 epoch of {args.train_images} images, sampling every {interval} s vs off, "
@@ -50,7 +52,7 @@ def main() -> None:
     )
     for entry in ENTRIES:
         run = sweep.fill(entry, cfg)
-        speeds = {"on": [], "off": []}
+        speeds: dict[str, list[float]] = {"on": [], "off": []}
         for repeat in range(args.repeats):
             for mode, seconds in (("on", interval), ("off", 0)):
                 sampled = schema.replaced(cfg, train={"monitor_interval_s": seconds})

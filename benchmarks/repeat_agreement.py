@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks import gpu_check  # noqa: E402
 from benchmarks.interleave import Config, Protocol, interleave  # noqa: E402
 from pipeline.data import synthetic  # noqa: E402
+from pipeline.report.load import required  # noqa: E402
 
 
 def settings(work: Path, model: str, size: int) -> dict:
@@ -45,7 +46,7 @@ def settings(work: Path, model: str, size: int) -> dict:
     backbone = work / "backbone.pth"
     found = gpu_check.overrides(sizes, 1, work / "data", backbone)
     cfg = gpu_check.base_config(sizes, 1, work / "data", backbone)
-    synthetic.generate(cfg.data.root, cfg.data.synthetic)
+    synthetic.generate(cfg.data.root, required(cfg.data.synthetic, "data.synthetic"))
     if model == "tiny":
         found["model"] = gpu_check.with_model(cfg, sizes, tiny=True).model.model_dump()
     else:

@@ -43,6 +43,7 @@ import sys
 import threading
 import time
 import traceback
+import typing
 from pathlib import Path
 
 SEGMENT = "SEGMENT "
@@ -104,10 +105,11 @@ class Driver:
         self.job.model.train()
         self._persistent_loader()
         self.log_file = Collected()
-        self.batches = None
-        self.replay = None  # the kept batches and state ("replay" requests): replay.Replay
-        self.loader_share = None  # the data wait's share of the loader-fed warm-up
-        self.stopwatch = None
+        # The loop's objects are the tree's own (HEAD's or another revision's), so not typed here.
+        self.batches: typing.Any = None
+        self.replay: typing.Any = None  # the kept batches and state ("replay" requests): replay.Replay
+        self.loader_share: float | None = None  # the data wait's share of the loader-fed warm-up
+        self.stopwatch: typing.Any = None
         self.per_step = self.job.global_batch
         if hasattr(loop, "iterate"):
             self.progress = loop.Progress(1, 0, 10**9, False, 1)
@@ -282,7 +284,7 @@ def load_cfg(tree: Path, *overrides: dict, defaults: dict | None = None):
     refused otherwise (the same settings on every tree, or none)."""
     from pipeline.config import params
 
-    cfg = params.load_resolved(tree / "params.yaml", preset="coco2017")
+    cfg: typing.Any = params.load_resolved(tree / "params.yaml", preset="coco2017")  # the tree's: dict or typed
     typed = not isinstance(cfg, dict)
     for override in overrides:
         for section, values in override.items():

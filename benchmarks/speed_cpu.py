@@ -32,6 +32,8 @@ from benchmarks.common import evaluate, train  # noqa: E402
 from pipeline.config import params, schema
 from pipeline.data import synthetic  # noqa: E402
 from pipeline.detection.scoring import BACKENDS, METRICS, coco_metrics  # noqa: E402
+from pipeline.report.load import required  # noqa: E402
+from pipeline.runtime.records.training import RunSummary  # noqa: E402
 from pipeline.strategies import sweep
 
 CONFIGS = {
@@ -43,7 +45,7 @@ CONFIGS = {
 ENTRIES = [{"strategy": "single", "workers": 1}, {"strategy": "ddp", "workers": 2, "images_per_worker": 4}]
 
 
-def train_run(cfg: schema.Config, entry: dict, config: str, out: Path) -> dict:
+def train_run(cfg: schema.Config, entry: dict, config: str, out: Path) -> RunSummary:
     precision, channels_last, roi_align = CONFIGS[config]
     cfg = schema.replaced(cfg, train={"channels_last": channels_last})
     run = sweep.fill(dict(entry, precision=precision), cfg)
@@ -53,15 +55,21 @@ def train_run(cfg: schema.Config, entry: dict, config: str, out: Path) -> dict:
 def throughput(cfg: schema.Config, work: Path, passes: int) -> None:
     cfg = schema.replaced(cfg, train={"epochs": 1, "lr_steps": []})
     print(
-        f"1. throughput: demo, 1 epoch of {cfg.data.synthetic.train_images} images, {passes} interleaved passes, median"
+        f"1. throughput: demo, 1 epoch of {required(cfg.data.synthetic, 'data.synthetic').train_images} images, "
+        f"{passes} interleaved passes, median"
     )
     for entry in ENTRIES:
-        speed, wait = {c: [] for c in CONFIGS}, {c: [] for c in CONFIGS}
+        speed: dict[str, list[float]] = {c: [] for c in CONFIGS}
+        wait: dict[str, list[float]] = {c: [] for c in CONFIGS}
         for p in range(passes):
             for config in CONFIGS:
                 summary = train_run(cfg, entry, config, work / f"speed-{entry['strategy']}-{config}-{p}")
-                speed[config].append(summary.images_per_second)
-                wait[config].append(summary.time_split.data / summary.sec_per_iter.mean)
+                split, per_iteration = (
+                    required(summary.time_split, "time_split"),
+                    required(summary.sec_per_iter, "sec_per_iter"),
+                )
+                speed[config].append(required(summary.images_per_second, "images_per_second"))
+                wait[config].append(required(split.data, "time_split.data") / per_iteration.mean)
         before = statistics.median(speed["before"])
         for config in CONFIGS:
             value = statistics.median(speed[config])
@@ -167,7 +175,7 @@ def main() -> None:
     cfg = params.load_resolved(REPO / "params.yaml", preset="demo")
     work = Path(tempfile.mkdtemp(prefix="speed-cpu-"))
     cfg = schema.replaced(cfg, data={"root": str(work / "data")}, train={"monitor_interval_s": 0})
-    synthetic.generate(cfg.data.root, cfg.data.synthetic)
+    synthetic.generate(cfg.data.root, required(cfg.data.synthetic, "data.synthetic"))
     print(f"machine: {os.cpu_count()} cores; work in {work}")
     if "throughput" not in args.skip:
         throughput(cfg, work, args.passes)

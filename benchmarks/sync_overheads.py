@@ -67,6 +67,10 @@ def main() -> None:
     def flat_all_reduce() -> None:
         dist.all_reduce(torch.cat([p.grad.flatten() for p in trained]))
 
+    def both(net) -> None:
+        forward_backward(net)
+        flat_all_reduce()
+
     def after_barrier(call) -> float:
         dist.barrier()
         return timed(call)
@@ -89,14 +93,14 @@ def main() -> None:
     zero = zero_spec.runtime().optimizer(trained, lr=1e-4, momentum=0.9)
     cases = {
         "fwd+bwd, plain": lambda: after_barrier(lambda: forward_backward(model)),
-        "fwd+bwd, plain + flat all-reduce": lambda: after_barrier(lambda: (forward_backward(model), flat_all_reduce())),
+        "fwd+bwd, plain + flat all-reduce": lambda: after_barrier(lambda: both(model)),
         "fwd+bwd, DDP": lambda: after_barrier(lambda: forward_backward(ddp)),
         "SGD step alone": lambda: step_alone(sgd),
         "SGD step after DDP fwd+bwd": lambda: step_after_ddp(sgd),
         "ZeRO step alone": lambda: step_alone(zero),
         "ZeRO step after DDP fwd+bwd": lambda: step_after_ddp(zero),
     }
-    samples = {name: [] for name in cases}
+    samples: dict[str, list[float]] = {name: [] for name in cases}
     for repeat in range(args.repeats + 3):  # interleaved passes; the first 3 warm up
         for name, case in cases.items():
             seconds = case()

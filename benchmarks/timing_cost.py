@@ -38,6 +38,7 @@ from benchmarks.common import one_process_entry  # noqa: E402
 from pipeline import strategies  # noqa: E402
 from pipeline.config import params, schema, stages  # noqa: E402
 from pipeline.data import synthetic  # noqa: E402
+from pipeline.report.load import required  # noqa: E402
 from pipeline.strategies import REGISTERED, sweep  # noqa: E402
 
 WARMUP = 10  # iterations of each case left out: allocator, autograd and DDP's bucket rebuild
@@ -133,7 +134,7 @@ def main() -> None:
             "monitor_interval_s": 0,
         },
     )
-    synthetic.generate(cfg.data.root, cfg.data.synthetic)
+    synthetic.generate(cfg.data.root, required(cfg.data.synthetic, "data.synthetic"))
     print(
         f"demo's tiny model, {args.images} in-memory image(s) of {args.size} px a step, 1 thread; "
         f"{WARMUP} + {args.steps} iterations of each case, taking turns in one process; "

@@ -46,14 +46,15 @@ def commbench(cfg: schema.CommbenchStage, processes: int, out) -> dict:
 def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     out = tmp_path / "commbench.json"
     # No assertion here is on how fast anything is (that is a benchmark's job, and a busy
-    # machine inverts timings): sizes up to 1 MiB are enough to fit and check the record.
-    cfg = commbench_config("gloo", min_bytes=4096, max_bytes=2**20, repeats=3,
-                           compute_images=2, compute_repeats=5, retries=1)
+    # machine inverts timings): sizes up to 256 KiB and one image a step are enough to fit and
+    # check the record (the fast tier's budget).
+    cfg = commbench_config("gloo", min_bytes=4096, max_bytes=2**18, repeats=3,
+                           compute_images=1, compute_repeats=5, retries=1)
     found = commbench(cfg, 2, out)
     assert found["backend"] == "gloo" and found["processes"] == 2
     assert set(found["primitives"]) == {"send_recv", "all_reduce", "broadcast"}
     for name, primitive in found["primitives"].items():
-        assert primitive["bytes"] == sizes(4096, 2**20) == [4096 * 2**i for i in range(9)]
+        assert primitive["bytes"] == sizes(4096, 2**18) == [4096 * 2**i for i in range(7)]
         seconds = primitive["seconds"]
         assert all(s > 0 and math.isfinite(s) for s in seconds), (name, seconds)
         # A busy machine can fit a slope at or below zero over sizes this small; the record then
@@ -65,7 +66,7 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
         assert len(primitive["relative_residuals"]) == len(seconds)
     # the detector's forward + backward, rank 0 alone and both processes at once
     shared = found["shared_compute"]
-    assert shared["images"] == 2 and shared["repeats"] == 5 and shared["alone_s"] > 0
+    assert shared["images"] == 1 and shared["repeats"] == 5 and shared["alone_s"] > 0
     assert shared["factor"] == shared["together_s"] / shared["alone_s"] > 0, shared
     assert found["provenance"]["git_revision"] and found["provenance"]["backend"] == "gloo"
     # Every measurement carries its check against the band of a quiet machine (bands.py): its
@@ -86,7 +87,7 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     # during it; the terms fitted from those timings, named (costmodel/in_step.py)
     terms = shared["in_step"]
     timings = terms["timings"]
-    assert terms["processes"] == 2 and terms["images"] == 2
+    assert terms["processes"] == 2 and terms["images"] == 1
     assert len(timings["compute_s"]) == 5 and all(len(row) == 2 for row in timings["compute_s"])
     assert timings["patterns"] == (["after_all_reduce", "after_send_recv", "during"] * 2)[:5]
     model = shared_compute.step_of(cfg.model, 1, torch.device("cpu")).model
@@ -103,7 +104,7 @@ def test_two_gloo_processes_fit_latency_and_bandwidth(tmp_path):
     # FSDP2 on the same detector, as fsdp's wrap shards it, resharding or not, beside the plain
     # step; no other strategy asks to be timed (what each costs: docs/measurements.md)
     calibrations = found["calibrations"]
-    assert calibrations["images"] == 2 and calibrations["repeats"] == 5
+    assert calibrations["images"] == 1 and calibrations["repeats"] == 5
     fsdp = calibrations["strategies"]["fsdp"]
     assert set(calibrations["strategies"]) == {"fsdp"} and set(fsdp) == {"plain_s", "reshard_s", "keep_s"}
     assert all(seconds > 0 and math.isfinite(seconds) for seconds in fsdp.values()), fsdp

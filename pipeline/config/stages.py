@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pydantic
 
@@ -54,7 +54,8 @@ class Stage:
             if field.annotation is whole:
                 picked.append(name)
             else:
-                picked += [f"{name}.{key}" for key in field.annotation.model_fields]  # type: ignore[union-attr]
+                narrower = cast(type[pydantic.BaseModel], field.annotation)  # a section class of its own
+                picked += [f"{name}.{key}" for key in narrower.model_fields]
         return tuple(picked)
 
 
@@ -127,9 +128,10 @@ def _values(cfg: pydantic.BaseModel, names) -> dict:
     return picked
 
 
-def view(cfg: schema.Config, stage: str) -> Any:
-    """What `stage` reads of the resolved preset, with its knobs: the typed config its process
-    runs with (schema.TrainStage, ...)."""
+def view(cfg: pydantic.BaseModel, stage: str) -> Any:
+    """What `stage` reads of the resolved preset (a Config, or anything that holds the stage's
+    sections: a Preset, another stage's view), with its knobs: the typed config its process runs
+    with (schema.TrainStage, ...)."""
     return STAGES[stage].config.model_validate(with_knobs(config_for(cfg, stage), knobs_for(cfg, stage)))
 
 

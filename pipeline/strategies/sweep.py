@@ -41,7 +41,7 @@ from ..runtime.run import NORMS, Run
 COMMON_KEYS = ("strategy", "workers", "images_per_worker", "data_mode", "precision", "norm", "repeats", "held_out")
 DATA_MODES = ("real", "synthetic")
 PRECISIONS = ("fp32", "bf16", "fp16")
-RunSections = schema.Config | schema.TrainStage  # what filling an entry reads: train, data, model
+RunSections = schema.Preset | schema.TrainStage  # what filling an entry reads: train, data, model
 DEPRECATED = {"world_size": "workers"}  # old name -> new name
 
 

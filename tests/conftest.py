@@ -87,10 +87,9 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_modifyitems(config, items):
-    """In an xdist worker, the units that hold a slow or a long test first (a worker that
-    starts the finished workflow, or the type check, last ends last); a stable sort keeps each
-    unit's own order."""
+    """In an xdist worker, the units that hold a slow test first (a worker that starts the
+    finished workflow last ends last); a stable sort keeps each unit's own order."""
     if not hasattr(config, "workerinput"):
         return
-    slow = {unit(item.nodeid) for item in items if item.get_closest_marker("slow") or item.get_closest_marker("long")}
+    slow = {unit(item.nodeid) for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: unit(item.nodeid) not in slow)

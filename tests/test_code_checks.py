@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from .conftest import REPO
 
 BIN = Path(sys.executable).parent  # the environment's bin: the lock's ruff and mypy
@@ -30,7 +28,6 @@ def test_ruff_format_leaves_every_file_as_it_is():
 
 
 
-@pytest.mark.long  # about 25 s of one worker: scheduled early (conftest.py)
 def test_mypy_finds_no_type_error(tmp_path):
     # its own cache: a clean start, as on CI, and nothing written into the checkout
     check([str(BIN / "mypy"), "--cache-dir", str(tmp_path / "mypy-cache"), *CHECKED], timeout=600)

@@ -116,7 +116,7 @@ def cause_tests(runs: list[RunDir]) -> list[CauseTest]:
     spreads = {norm: _ap_spreads(runs, norm) for norm in NORMS}
     pairs = {norm: _pair(spreads[norm], runs) for norm in NORMS}
     with_pair, without_pair = pairs[WITH], pairs[WITHOUT]
-    if None in pairs.values() or with_pair is None or without_pair is None:
+    if with_pair is None or without_pair is None:
         return []
     (b, c), (b0, c0) = with_pair, without_pair
     with_, without = (

@@ -256,10 +256,10 @@ T = typing.TypeVar("T")
 
 
 def required(value: T | None, what: str) -> T:
-    """`value`, which build() (or the run's stage) always sets before a section or figure reads
-    it; None (a test's partial ReportData) fails here, naming it."""
+    """`value`, which a finished run's stage (or, for the report's data, build()) always sets
+    before it is read; None (an unfinished run, a test's partial ReportData) fails here, naming it."""
     if value is None:
-        raise ValueError(f"{what} is not set: build() sets it before sections and figures read it")
+        raise ValueError(f"{what} is not set: a finished run, or the report's build(), sets it before it is read")
     return value
 
 

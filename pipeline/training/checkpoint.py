@@ -108,10 +108,7 @@ class Checkpointer:
             if part is not None:
                 part.load_state_dict(checkpoint[name])
         for name, part in self.rank_parts.items():
-            if name == "phases" and checkpoint.get(name) is None:  # a checkpoint older than Phases
-                part.load_state_dict(None)
-            else:
-                part.load_state_dict(checkpoint[name][rank])
+            part.load_state_dict(checkpoint[name][rank])
         position = checkpoint["train_state"]
         if reports:
             for name in ("iterations.jsonl", "evaluations.jsonl"):

@@ -70,13 +70,22 @@ class Moved:
 class Phases:
     """Seconds this process spent in each timed phase (data, compute, communication, optimizer)
     over its steady iterations, every session's: its own time split, which the summary keeps
-    beside rank 0's iteration log (one process's wait for another shows only on one side)."""
+    per rank (one process's wait for another shows only on one side) and, read from the first
+    worker's iteration log (`of`), as the run's."""
 
-    excluded: int = WARMUP_ITERATIONS_EXCLUDED  # left out, as of rank 0's log (summary.py)
+    excluded: int = WARMUP_ITERATIONS_EXCLUDED  # the first iterations (allocator, caches)
     seconds: dict = field(default_factory=dict)  # "steady" and "first": phase -> seconds
     iterations: dict = field(default_factory=dict)  # ... and how many iterations each
 
     PHASES = ("data", "compute", "communication", "optimizer")
+
+    @classmethod
+    def of(cls, records: list[dict]) -> Phases:
+        """The split of an iteration log's records (the summary's, from the first worker's log)."""
+        phases = cls()
+        for record in records:
+            phases.add(record)
+        return phases
 
     def add(self, record: dict) -> None:
         part = "first" if record["step"] <= self.excluded else "steady"
@@ -100,10 +109,9 @@ class Phases:
             "iterations": dict(self.iterations),
         }
 
-    def load_state_dict(self, state: dict | None) -> None:
-        # None: a checkpoint written before phases were kept; this session's count from here
-        self.seconds = {part: dict(sums) for part, sums in state["seconds"].items()} if state else {}
-        self.iterations = dict(state["iterations"]) if state else {}
+    def load_state_dict(self, state: dict) -> None:
+        self.seconds = {part: dict(sums) for part, sums in state["seconds"].items()}
+        self.iterations = dict(state["iterations"])
 
 
 class RandomState:

@@ -41,7 +41,7 @@ from . import scalars
 from .job import Job
 from .monitor import peak_memory
 from .precision import Precision
-from .state import WARMUP_ITERATIONS_EXCLUDED, TrainState
+from .state import WARMUP_ITERATIONS_EXCLUDED, Phases, TrainState
 
 
 def evaluations(state_dir: Path) -> list[Evaluation]:
@@ -154,7 +154,7 @@ def rank_report(job: Job) -> list[RankReport]:
                 **peak_memory(job.runtime.gpus_in_use(job.ctx)),
                 state=StateBytes(**job.runtime.owned_state(job.model, job.optimizer)),
             ),
-            time_split=TimeSplit(**job.phases.means()) if job.phases.means() else None,
+            time_split=TimeSplit(**means) if (means := job.phases.means()) else None,
             **RankReport.fields_of(
                 job.runtime.rank_facts(job.ctx), f"{job.runtime.spec.name}.rank_facts", STRATEGY_REMEDY
             ),
@@ -183,12 +183,9 @@ def summary_of(
     inside forward and backward (Strategy.communication_timed is None)."""
     steady = records[WARMUP_ITERATIONS_EXCLUDED:] or records
     times = np.array([r["time_iter"] for r in steady])
-    # train.time_split: false leaves only the data wait (pipeline/training/timing.py)
-    split = {
-        k: float(np.mean([r[f"time_{k}"] for r in steady]))
-        for k in ("data", "compute", "communication", "optimizer")
-        if f"time_{k}" in steady[0]
-    }
+    # the log's own split, as each process keeps its own (state.Phases); train.time_split:
+    # false leaves only the data wait (pipeline/training/timing.py)
+    split = Phases.of(records).means()
     epochs = sorted({r["epoch"] for r in records})
     epoch_loss = [float(np.mean([r["loss"] for r in records if r["epoch"] == e])) for e in epochs]
     assert schedule.warmup_iters != "auto"  # resolved by Job.schedule

@@ -398,7 +398,7 @@ def test_setup_one_liners(demo_copy):
     for line in one_liners:
         parts = [p.strip() for p in line.split("&&")]
         assert parts[0] == "apt-get update"  # root and the network: CI's
-        assert parts[2:4] == ["python3.11 -m venv .venv", ".venv/bin/pip install -r requirements.lock"]
+        assert parts[2:4] == ["python3.11 -m venv .venv", ".venv/bin/pip install --no-cache-dir -r requirements.lock"]
         assert sys.version_info[:2] == (3, 11)  # the venv's python; its packages: test_environment
         if shutil.which("apt-get"):
             simulated = parts[1].replace("apt-get install", "apt-get -s install")

@@ -100,8 +100,12 @@ def test_channels_last_and_the_sgd_kernels_compute_the_defaults_step(arch, backb
 
 
 @pytest.mark.slow
-def test_the_compiled_backbone_computes_the_defaults_step():
+def test_the_compiled_backbone_computes_the_defaults_step(tmp_path, monkeypatch):
     """torch.compile of the tiny model's backbone on CPU (inductor's C++; slow to compile)."""
+    # inductor's cache goes with the test, not into /tmp; its precompiled header (150 MB a run,
+    # under /tmp whatever the cache dir, never reused by the next run) is not made
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setattr(torch._inductor.config, "cpp_cache_precompile_headers", False)
     default = one_step("tiny")
     compiled = one_step("tiny", compile="backbone")
     assert_same(default, compiled, rtol=TOLERANCE["tiny"])

@@ -121,8 +121,40 @@ def test_the_in_step_prediction_is_compared_like_with_like():
     ssp = frame.loc["ps-ssp"]
     assert ssp["predicted_in_step_communication_s"] == pytest.approx(ssp["predicted_communication_s"])
     within = sum(1 / 1.5 <= r <= 1.5 for r in frame["communication_ratio"])
-    assert communication_within(frame.reset_index()) == (within, 3)
+    assert communication_within(frame.reset_index()) == (within, 3)  # one run an entry here
     text = " ".join(section(frame, frame.reset_index(), commbench)["text"])
     assert "the wait for the slower worker 10.0 ms measured" in text and "x3.00" in text
     assert "2.00 ms per DDP bucket" in text and "0.50 ms per point-to-point message" in text
-    assert f"{within} of 3 multi-process runs with a timed communication" in text
+    assert f"{within} of 3 multi-process entries with a timed communication" in text
+
+
+def test_the_bound_is_judged_per_entry_over_its_seeds_and_its_workers():
+    """A run's measured communication is the mean of its workers' own (the predicted wait is
+    the mean worker's); an entry's, the median over its seeds, a seed whose speed is an
+    outlier among them aside (the noise rule: it did not cost what its seeds cost)."""
+    from pipeline.report.prediction import communication_by_entry, communication_within, prediction_frame
+
+    split = {"compute": 0.8, "data": 0.0, "optimizer": 0.0, "communication": 0.0}
+    single = summary("single", 1, 8, 1, 10.0, split)
+    seeds = []
+    for seed, (speed, first, second) in enumerate([(9.5, 0.03, 0.01), (9.6, 0.012, 0.016), (5.0, 0.2, 0.2)]):
+        run = summary("ddp", 2, 4, 1, speed, dict(split, communication=first), comm_hook="none")
+        run["run_id"] = f"ddp-w2-s{seed}"
+        run["summary"]["ranks"] = [
+            {"rank": rank, "role": "worker", "gradient_bytes": 4e6,
+             "time_split": dict(split, communication=value)}
+            for rank, value in enumerate((first, second))]
+        seeds.append(run)
+    commbench = benches({2: {"processes": 2, "backend": "gloo", "primitives": {
+        "all_reduce": {"alpha_s": 1e-3, "beta_s_per_byte": 1e-9},
+        "send_recv": {"alpha_s": 1e-4, "beta_s_per_byte": 5e-10}}}})
+    frame = prediction_frame(typed([single, *seeds]), commbench)
+    by_run = frame.set_index("run_id")
+    # each run: its workers' mean, not the first worker's own
+    assert list(by_run["measured_communication_s"]) == pytest.approx([0.02, 0.014, 0.2])
+    assert list(by_run["speed_outlier"]) == [False, False, True]  # 5.0 against 9.5 and 9.6
+    (entry,) = communication_by_entry(frame).itertuples()
+    assert entry.runs == 2 and entry.measured_communication_s == pytest.approx(0.017)
+    predicted = by_run["predicted_in_step_communication_s"].iloc[0]
+    assert entry.communication_ratio == pytest.approx(predicted / 0.017)
+    assert communication_within(frame) == (int(1 / 1.5 <= predicted / 0.017 <= 1.5), 1)

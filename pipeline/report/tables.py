@@ -150,6 +150,7 @@ HEADERS = {
     "predicted_communication_s": "predicted comm. (s)",
     "predicted_in_step_communication_s": "predicted in-step comm. (s)",
     "communication_ratio": "in-step comm. predicted / measured",
+    "speed_outlier": "speed outlier among its seeds",
     "flag": "flag",
     "data_mode": "data mode",
     "images_per_second sd": "images/s sd",

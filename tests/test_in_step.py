@@ -158,3 +158,49 @@ def test_the_bound_is_judged_per_entry_over_its_seeds_and_its_workers():
     predicted = by_run["predicted_in_step_communication_s"].iloc[0]
     assert entry.communication_ratio == pytest.approx(predicted / 0.017)
     assert communication_within(frame) == (int(1 / 1.5 <= predicted / 0.017 <= 1.5), 1)
+
+
+def test_the_wait_follows_the_fitted_runs_jitter_not_their_drift():
+    """The variance the wait is predicted from: one process's compute from one iteration to
+    the next in the fitted runs of as many processes (half the variance of successive
+    differences, per image). A slow drift every process shares makes nobody wait and is left
+    out; a held-out entry's runs and fsdp's (its compute holds its gathers) are no input."""
+    from pipeline.report.prediction import prediction_frame, process_jitter
+
+    def alternating(step: float) -> list[float]:
+        return [0.4 + (step if i % 2 else -step) for i in range(200)]
+
+    def jitter(compute: list[float]) -> float:  # per image of a 4-image step
+        return statistics.variance([b - a for a, b in zip(compute, compute[1:])]) / 2 / 4
+
+    split = {"compute": 0.8, "data": 0.0, "optimizer": 0.0, "communication": 0.0}
+    single = summary("single", 1, 8, 1, 10.0, split)
+    rng = random.Random(0)
+    drifting = [c + 0.001 * i for i, c in enumerate(alternating(0.02))]  # a slow drift of 0.2 s
+    computes = {"ddp": alternating(0.01), "zero": drifting, "fsdp": [0.4 + rng.gauss(0, 0.1) for _ in range(200)]}
+    runs = {}
+    for name, compute in computes.items():
+        run = summary(name, 2, 4, 1, 9.5, dict(split, communication=0.01))
+        run["summary"]["timing_excludes_first_iterations"] = 0
+        run["summary"]["ranks"] = [{"gradient_bytes": 4e6}]
+        run["iterations"] = pd.DataFrame({"time_compute": compute})
+        runs[name] = run
+    # the drift moves each successive difference by 1 ms, where it moves the variance 9x
+    assert jitter(drifting) == pytest.approx(jitter(alternating(0.02)), rel=0.01)
+    assert statistics.variance(drifting) > 9 * statistics.variance(alternating(0.02))
+    pooled = statistics.fmean([jitter(computes["ddp"]), jitter(drifting)])  # fsdp's left out
+    assert process_jitter(typed([single, *runs.values()])) == {2: pytest.approx(pooled)}
+    commbench = benches({2: {"processes": 2, "backend": "gloo", "primitives": {
+        "all_reduce": {"alpha_s": 1e-3, "beta_s_per_byte": 1e-9},
+        "send_recv": {"alpha_s": 1e-4, "beta_s_per_byte": 5e-10}}}})
+
+    def in_step(held_out=(), timed=True) -> dict[str, float]:
+        fitted = [dict(runs[name], iterations=runs[name]["iterations"] if timed else None) for name in ("ddp", "zero")]
+        frame = prediction_frame(typed([single, *fitted]), commbench, held_out=held_out)
+        return dict(zip(frame["run_id"], frame["predicted_in_step_communication_s"]))
+
+    exchange = in_step(timed=False)  # no iterations timed, no variance: no wait
+    assert in_step()["ddp-w2"] - exchange["ddp-w2"] == pytest.approx(slowest_wait(2, pooled, 4))
+    # zero held out: the model is fitted on ddp's run alone, and predicts zero's wait from it
+    assert in_step({"zero-w2"})["zero-w2"] - exchange["zero-w2"] == pytest.approx(
+        slowest_wait(2, jitter(computes["ddp"]), 4))

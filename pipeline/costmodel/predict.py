@@ -104,19 +104,25 @@ def iteration(
     images: int,
     data: float = 0.0,
     optimizer: float = 0.0,
+    run_variance_per_image: float = math.nan,
 ) -> Iteration:
     """`strategy`'s iteration of `run` (a sweep entry with its workers): `compute` seconds of
     one worker's forward + backward, its variance per image, M = `gradient_bytes`, over
-    `network` (None: no links measured, communication NaN). Where commbench measured the
-    exchange inside a step there (`network.in_step`), the variance of compute is the one it
-    measured across the processes computing at once, in place of `variance_per_image`
-    (single's, over its iterations alone): that also holds the slowdowns every process shares
-    at once, which make nobody wait (on a loaded 2-core machine single's put the wait at
-    460 ms where the runs measured 70 ms of communication, the wait included)."""
+    `network` (None: no links measured, communication NaN). The wait for the slowest worker
+    takes the variance of one process's compute, of the best source there is:
+    `run_variance_per_image`, measured in runs of as many processes (their iteration-to-iteration
+    jitter, report/prediction.py's process_jitter); else, where commbench measured the exchange
+    inside a step (`network.in_step`), the one it measured across the processes computing at
+    once; else `variance_per_image` (single's, over its iterations alone). Single's holds the
+    slowdowns every process shares at once, which make nobody wait (on a loaded 2-core machine
+    it put the wait at 460 ms where the runs measured 70 ms of communication, the wait
+    included); commbench's 15 repeats read 30 ms of a 2-process step's 28-52 in the runs."""
     backward = compute * BACKWARD_SHARE
     communication = strategy.communication_seconds(run, gradient_bytes, network, backward) if network else math.nan
     timed = strategy.timed_communication_seconds(run, gradient_bytes, network, backward) if network else math.nan
-    if network and network.in_step:
+    if run_variance_per_image > 0:
+        variance_per_image = run_variance_per_image
+    elif network and network.in_step:
         variance_per_image = network.in_step.variance_per_image
     wait = (
         slowest_wait(run.workers, variance_per_image, images_per_worker) if strategy.waits_for_slowest(run) else 0.0

@@ -48,9 +48,12 @@ ASSUMPTIONS = (
     "itself); the "
     "backward pass, which DDP's "
     "all-reduce overlaps, taken as 2/3 of compute; a synchronous step waits for its slowest "
-    "worker: the expected maximum of N normal compute times, their variance single's "
-    "iteration-to-iteration variance scaled to the worker's images (images taken as "
-    "independent); communication from each strategy's own "
+    "worker: the expected maximum of N normal compute times, their variance that of one "
+    "process's compute from one iteration to the next in the runs of as many processes the "
+    "model is fitted on (half the variance of successive differences: a slowdown every process "
+    "shares makes nobody wait), scaled to the worker's images (images taken as independent); "
+    "without such runs, the variance commbench measured across its processes computing at "
+    "once, else single's; communication from each strategy's own "
     f"model over the links the commbench stage fitted on this machine. A miss is a ratio off 1 "
     f"by more than {BOUND:.0%}."
 )
@@ -166,9 +169,13 @@ def shared_factor(commbench: CommbenchRecord | None) -> float:
     return shared.expected if shared.disturbed else shared.factor
 
 
-def predict_run(summary: RunSummary, single: dict, network: Network | None, shared: float = 1.0) -> Iteration:
+def predict_run(
+    summary: RunSummary, single: dict, network: Network | None, shared: float = 1.0, jitter: float = math.nan
+) -> Iteration:
     """The cost model's iteration for one run (its summary), from single's inputs, the host's
-    network and the slowdown `shared` of compute beside the run's other processes."""
+    network, the slowdown `shared` of compute beside the run's other processes and the
+    variance per image of one process's compute in runs of as many processes (`jitter`:
+    process_jitter's; NaN: none measured)."""
     run = recorded(required(summary.run, f"{summary.run_id}'s run"))
     per_worker = required(summary.images_per_worker, f"{summary.run_id}'s images_per_worker")
     return iteration(
@@ -184,7 +191,32 @@ def predict_run(summary: RunSummary, single: dict, network: Network | None, shar
         images=required(summary.global_batch, f"{summary.run_id}'s global_batch"),
         data=single["data"] * per_worker,
         optimizer=single["optimizer"],
+        run_variance_per_image=jitter,
     )
+
+
+def process_jitter(runs: list[RunDir]) -> dict[int, float]:
+    """Process count -> the variance per image of one process's compute, with every process of
+    a run computing: the mean over the ok runs of that many processes whose strategy waits for
+    the slowest worker and keeps its exchange out of compute (fsdp's compute holds its
+    gathers), each from its first worker's iterations, half the variance of successive
+    differences over its images a step. Successive differences leave out a slowdown that lasts
+    many iterations (another job, a slower phase), which every process shares and which makes
+    nobody wait; what one process's compute does from one step to the next is what the wait
+    follows (the runs' own jitter put their measured communication at x0.71-0.97 of
+    the exchange plus that wait, on the demo)."""
+    found: dict[int, list[float]] = {}
+    for run in runs:
+        s, frame = run.summary, run.iterations
+        if not run.ok or not s.processes or s.processes < 2 or frame is None or "time_compute" not in frame:
+            continue
+        strategy = lookup(s.strategy)
+        if strategy.communication_timed is None or not strategy.waits_for_slowest(recorded(required(s.run, s.run_id))):
+            continue
+        compute = frame["time_compute"].iloc[s.timing_excludes_first_iterations or 0 :].dropna()
+        if len(compute) > 2 and s.images_per_worker:
+            found.setdefault(s.processes, []).append(float(compute.diff().dropna().var()) / 2 / s.images_per_worker)
+    return {processes: fmean(variances) for processes, variances in found.items()}
 
 
 def measured_communication(summary: RunSummary) -> float:
@@ -210,7 +242,8 @@ def prediction_frame(
     communication seconds, their ratio, and a flag where the model misses by more than BOUND.
     `commbench`: process count -> that stage's JSON. `held_out`: entry ids the model is fitted
     without (none of their runs is an input), then predicts (report/holdout.py)."""
-    inputs, rows = single_inputs([run for run in runs if run.entry not in held_out]), []
+    fitted = [run for run in runs if run.entry not in held_out]
+    inputs, jitter, rows = single_inputs(fitted), process_jitter(fitted), []
     outliers = {run_id for repeats in entry_repeats(runs) for run_id, _ in repeats.outliers}
     for run in runs:
         s = run.summary
@@ -224,7 +257,7 @@ def prediction_frame(
         if bench is not None and bench.shared_compute is not None and shared_factor_disturbed(bench):
             disturbed = bench.shared_compute.factor
             how = f"{how}; shared-compute factor x{shared:g} assumed (commbench's x{disturbed:.3f} disturbed)"
-        predicted = predict_run(s, single, network, shared)
+        predicted = predict_run(s, single, network, shared, jitter.get(s.processes, math.nan))
         measured = s.images_per_second
         ratio = predicted.images_per_second / measured if measured else math.nan
         flag = (

@@ -29,6 +29,7 @@ from .config import cli, schema, stages
 from .config.params import load, load_resolved
 from .costmodel.clusters import EXAMPLE, Cluster, Compute, read_cluster
 from .costmodel.ranking import Band, ranking
+from .report.causes import split_by_norm
 from .report.clusters import COLUMNS, prediction_points
 from .report.holdout import fitted, modelled
 from .report.load import RunDir, load_run
@@ -92,13 +93,17 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def finished_runs(results: Path, preset: str) -> tuple[list[RunDir], dict[int, CommbenchRecord]]:
-    """The preset's finished runs (a summary and metrics each) and its commbench records."""
+    """The preset's finished runs (a summary and metrics each; an accuracy ablation's runs under
+    the other norm left out, as the report leaves them out of its model: another model's
+    compute) and its commbench records."""
     folder = results / "runs" / preset
-    runs = [
-        load_run(summary.parent)
-        for summary in sorted(folder.glob("*/train_summary.json"))
-        if (summary.parent / "metrics.json").is_file()
-    ]
+    runs, _ = split_by_norm(
+        [
+            load_run(summary.parent)
+            for summary in sorted(folder.glob("*/train_summary.json"))
+            if (summary.parent / "metrics.json").is_file()
+        ]
+    )
     if not runs:
         raise WhatIfError(
             f"{folder}: no finished run (a train_summary.json and metrics.json); finish "

@@ -246,7 +246,8 @@ def seeded_dirs(root, entries: dict[str, list[float]], ap: float = 0.1) -> list:
 def test_the_report_opens_with_the_check_and_the_paper_gets_its_macro(tmp_path, noisy):
     """Through build_report: single's two seeds 30 % apart (or 3 %) beside one-process
     strategies, and a disturbed commbench (or a quiet one). The verdict opens the report, then
-    the answer in full and the check; a warning follows the verdict in the first section."""
+    the answer in full and the check; the verdict says the machine was noisy, and the disturbed
+    commbench follows it in the first section (once each: the check's section says which)."""
     runs = seeded_dirs(tmp_path / "runs", {"single-w1-b8": [20.0, 26.0] if noisy else [20.0, 20.6],
                                            "ddp-w1-b8": [20.4], "zero-w1-b8": [19.0],
                                            "fsdp-w1-b8": [18.0]}, ap=0.12)
@@ -258,7 +259,9 @@ def test_the_report_opens_with_the_check_and_the_paper_gets_its_macro(tmp_path, 
     sections = md.split("\n## ")[1:]
     first = sections[2]  # the check, after the verdict and the answer in full
     assert sections[0].startswith("The answer\n") and sections[1].startswith("The answer in full")
-    assert ("The machine was noisy" in sections[0].split("\n\n")[2]) == noisy  # after the verdict
+    verdict, after = sections[0].split("\n\n")[1:3]
+    assert ("The machine was noisy" in verdict) == noisy  # said once, in the verdict's words
+    assert ("measured the machine while it was disturbed" in after) == noisy and "The machine was noisy" not in after
     numbers = (tmp_path / "report" / "numbers.tex").read_text()
     macro = next(line for line in numbers.splitlines() if line.startswith("\\newcommand{\\MachineNoise}"))
     assert first.startswith("Measurement check")

@@ -180,6 +180,9 @@ def test_the_sections_numbers_from_made_up_ratios():
     assert list(far.table()["within 15%"]) == ["no"]
     assert "its 1 held-out run at predicted/measured x1.25, ddp-fp16-w2-b4-s0 (x1.25) outside 15%" in far.sentence()
 
+    same = holdout.HeldOut.of(frame({"ddp-fp16-w2-b4": 1.161, "zero-w2-b2": 1.158}), [], list(ratios))
+    assert "its 2 held-out runs at predicted/measured x1.16 each, ddp-fp16" in same.sentence()  # not x1.16-1.16
+
     none = holdout.HeldOut.of(frame({}), [], [])
     assert none.sentence() == "" and "No sweep entry was held out" in none.section()["text"][0]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,21 @@ def test_its_own_csv_is_replaced_and_help_says_what_it_takes(tmp_path, capsys):
     shown = capsys.readouterr().out
     assert "predictions, not measurements" in shown
     assert all(flag in shown for flag in ("--cluster", "--from", "--gpu-seconds-per-image", "--csv"))
+
+
+def test_an_accuracy_ablations_runs_are_no_input(tmp_path):
+    """The GroupNorm ablation's single run (another model; its id sorts before the baseline's,
+    as single-w1-b8-groupnorm-s0 does in the demo) is neither the compute nor in the band: the
+    report leaves it out of its model the same way (report/causes.py split_by_norm)."""
+    root = finished_preset(tmp_path / "results")
+    ablation = root / "single-w1-b2-a-groupnorm"  # sorts before single-w1-b2
+    shutil.copytree(root / "single-w1-b2", ablation)
+    summary = json.loads((ablation / "train_summary.json").read_text())
+    summary["run"] = {**(summary.get("run") or {"strategy": "single", "workers": 1}), "norm": "groupnorm"}
+    summary["run_id"] = summary["entry"] = ablation.name
+    (ablation / "train_summary.json").write_text(json.dumps(summary))
+    runs, _ = whatif.finished_runs(tmp_path / "results", "demo")
+    assert sorted(run.run_id for run in runs) == ["ddp-w2-b2", "ps-w2-b2", "single-w1-b2"]
+    result = run_command(["--cluster", str(EXAMPLE), "--from", str(tmp_path / "results"), "--preset", "demo"])
+    assert result.returncode == 0, result.stderr
+    assert "(measured: single-w1-b2 of the demo preset on cuda:0)" in result.stdout

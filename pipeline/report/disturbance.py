@@ -355,12 +355,6 @@ class MeasurementCheck:
         """(its entry, run id, images/s) of every outlier run."""
         return [(e, run, speed) for e in self.entries for run, speed in e.outliers]
 
-    @property
-    def warns(self) -> bool:
-        """Whether there is something to warn of beside the verdict: a noisy machine or a
-        disturbed commbench input (an outlier is named in the check's own section)."""
-        return self.noisy or bool(self.disturbed)
-
     def lines(self) -> list[str]:
         """The check's first line: noisy or not, and why; then each entry's seeds, each
         outlier, each setting's overheads, each disturbed commbench input."""
@@ -393,13 +387,19 @@ class MeasurementCheck:
         lines += [e.sentence() for e in self.entries]
         lines += [group.sentence() for group in self.identical]
         if self.disturbed:
-            lines.append(
-                "The commbench stage measured the machine while it was disturbed, and "
-                "kept these marked after its repeats: "
-                + "; ".join(i.text() for i in self.disturbed)
-                + ". The cost model's section says what it did with them."
-            )
+            lines.append(self.disturbed_sentence())
         return lines
+
+    def disturbed_sentence(self) -> str:
+        """The commbench inputs kept marked disturbed, in one sentence ("" where none is)."""
+        if not self.disturbed:
+            return ""
+        return (
+            "The commbench stage measured the machine while it was disturbed, and "
+            "kept these marked after its repeats: "
+            + "; ".join(i.text() for i in self.disturbed)
+            + ". The cost model's section says what it did with them."
+        )
 
     def section(self) -> Section:
         return Section(

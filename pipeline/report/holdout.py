@@ -139,7 +139,10 @@ class HeldOut:
         """'its 2 held-out runs at predicted/measured x0.95-1.10, each within 15%, with a mean
         bias of ... and a mean |log(predicted/measured)| of ... (goal: at most 0.05)'."""
         ratios, outside = self.rows["ratio"], self.outside
-        span = f"x{ratios.min():.2f}" + (f"-{ratios.max():.2f}" if len(ratios) > 1 else "")
+        low, high = f"{ratios.min():.2f}", f"{ratios.max():.2f}"
+        span = f"x{low}" + (f"-{high}" if high != low else "")  # not 'x1.16-1.16'
+        if len(ratios) > 1 and high == low:
+            span = f"x{low} each"
         lean = "optimistic" if self.bias > 0 else "pessimistic" if self.bias < 0 else "unbiased"
         within = (
             f"each within {GOAL_RATIO:.0%}"

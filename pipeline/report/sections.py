@@ -54,9 +54,10 @@ def report_sections(data: ReportData) -> list[Section]:
 @section
 def answer(data: ReportData) -> Section:
     """The verdict opens the report, in at most five sentences, and under it its figure
-    (figures.VERDICT_FIGURE); a noisy machine or a disturbed commbench is said right after it
-    (the check's own section follows the long-form answer)."""
-    warning = [data.checked.lines()[0]] if data.checked is not None and data.checked.warns else []
+    (figures.VERDICT_FIGURE); a disturbed commbench is said right after it (the verdict's last
+    sentence says whether the machine was noisy; the check's own section, after the long-form
+    answer, says which seeds)."""
+    warning = [said] if data.checked is not None and (said := data.checked.disturbed_sentence()) else []
     held = data.held_out  # a model that misses out of sample says so here too
     if held is not None and held.judged and not held.met:
         warning.append(held.sentence())

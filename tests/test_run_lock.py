@@ -32,8 +32,11 @@ if sys.argv[3] == "exec":
 time.sleep(600)
 """
 TRY = """
-import sys
+import functools, sys
 from pipeline.runtime import run_lock
+# The holder here is one live process: no need for the patience a just-killed job's (its loader
+# workers, its torchrun) is given (tests/test_bad_inputs.py patches it the same way).
+run_lock._lock = functools.partial(run_lock._lock, patience_s=0.0)
 try:
     run_lock.hold(sys.argv[1], "train")
 except run_lock.RunBusyError as err:

@@ -140,9 +140,7 @@ class HeldOut:
         bias of ... and a mean |log(predicted/measured)| of ... (goal: at most 0.05)'."""
         ratios, outside = self.rows["ratio"], self.outside
         low, high = f"{ratios.min():.2f}", f"{ratios.max():.2f}"
-        span = f"x{low}" + (f"-{high}" if high != low else "")  # not 'x1.16-1.16'
-        if len(ratios) > 1 and high == low:
-            span = f"x{low} each"
+        span = f"x{low}-{high}" if high != low else f"x{low}" + (" each" if len(ratios) > 1 else "")
         lean = "optimistic" if self.bias > 0 else "pessimistic" if self.bias < 0 else "unbiased"
         within = (
             f"each within {GOAL_RATIO:.0%}"

@@ -99,7 +99,7 @@ def single_inputs(runs: list[RunDir]) -> list[dict]:
                     "baseline": is_baseline(s.strategy, s.variant),
                     "compute": split.compute / images,
                     "data": required(split.data, f"{run.run_id}'s data wait") / images,
-                    "compute_variance": compute_variance(run, s) / images,
+                    "compute_variance": compute_variance(run) / images,
                     "optimizer": split.optimizer,
                     "images": images,
                     "gradient_bytes": math.nan if gradient_bytes is None else gradient_bytes,
@@ -108,14 +108,20 @@ def single_inputs(runs: list[RunDir]) -> list[dict]:
     return found
 
 
-def compute_variance(run: RunDir, summary: RunSummary) -> float:
-    """The variance of one iteration's compute seconds over the run's timed iterations (those
-    its summary's statistics keep); NaN where they were not recorded."""
+def timed_compute(run: RunDir) -> pd.Series | None:
+    """One iteration's compute seconds over the run's timed iterations (those its summary's
+    statistics keep), in order; None where they were not recorded."""
     frame = run.iterations
     if frame is None or "time_compute" not in frame:
-        return math.nan
-    timed = frame["time_compute"].iloc[summary.timing_excludes_first_iterations or 0 :].dropna()
-    return float(timed.var()) if len(timed) > 1 else math.nan
+        return None
+    return frame["time_compute"].iloc[run.summary.timing_excludes_first_iterations or 0 :].dropna()
+
+
+def compute_variance(run: RunDir) -> float:
+    """The variance of one iteration's compute seconds over the run's timed iterations; NaN
+    where they were not recorded."""
+    timed = timed_compute(run)
+    return float(timed.var()) if timed is not None and len(timed) > 1 else math.nan
 
 
 def compute_input(summary: RunSummary, singles: list[dict]) -> tuple[dict, str] | None:
@@ -207,13 +213,12 @@ def process_jitter(runs: list[RunDir]) -> dict[int, float]:
     the exchange plus that wait, on the demo)."""
     found: dict[int, list[float]] = {}
     for run in runs:
-        s, frame = run.summary, run.iterations
-        if not run.ok or not s.processes or s.processes < 2 or frame is None or "time_compute" not in frame:
+        s, compute = run.summary, timed_compute(run)
+        if not run.ok or not s.processes or s.processes < 2 or compute is None:
             continue
         strategy = lookup(s.strategy)
         if strategy.communication_timed is None or not strategy.waits_for_slowest(recorded(required(s.run, s.run_id))):
             continue
-        compute = frame["time_compute"].iloc[s.timing_excludes_first_iterations or 0 :].dropna()
         if len(compute) > 2 and s.images_per_worker:
             found.setdefault(s.processes, []).append(float(compute.diff().dropna().var()) / 2 / s.images_per_worker)
     return {processes: fmean(variances) for processes, variances in found.items()}

@@ -4,6 +4,7 @@ lock goes with the job (across its exec of torchrun or python), killed or not
 (pipeline/runtime/run_lock.py)."""
 from __future__ import annotations
 
+import fcntl
 import shutil
 import signal
 import subprocess
@@ -29,14 +30,14 @@ from pipeline.runtime import run_lock
 run_lock.hold(sys.argv[1], sys.argv[2])
 if sys.argv[3] == "exec":
     os.execv(sys.argv[4], [sys.argv[4], "600"])
+if sys.argv[3] == "child":  # a loader worker, say: it holds the descriptor a few seconds more
+    import subprocess
+    subprocess.Popen([sys.argv[4], "3"], close_fds=False)
 time.sleep(600)
 """
 TRY = """
-import functools, sys
+import sys
 from pipeline.runtime import run_lock
-# The holder here is one live process: no need for the patience a just-killed job's (its loader
-# workers, its torchrun) is given (tests/test_bad_inputs.py patches it the same way).
-run_lock._lock = functools.partial(run_lock._lock, patience_s=0.0)
 try:
     run_lock.hold(sys.argv[1], "train")
 except run_lock.RunBusyError as err:
@@ -102,6 +103,24 @@ def test_a_second_process_is_refused_until_the_first_is_killed(tmp_path, holder,
     first.send_signal(signal.SIGKILL)
     first.wait()
     taken = try_hold(out)  # the kernel released it: no stale lock
+    assert taken.returncode == 0 and taken.stdout.strip() == "held", taken.stderr
+
+
+def test_a_live_holder_is_refused_at_once_and_a_killed_jobs_children_are_waited_for(tmp_path, holder):
+    """The lock's patience is for a job just killed whose children still hold the descriptor (the
+    holder the file names is gone); a holder that runs is refused without it."""
+    out = tmp_path / "run"
+    first = holder(out, then="child")
+    assert run_lock.holder_runs(out)  # refused at once: it will not end within the patience
+    first.send_signal(signal.SIGKILL)
+    wait_for(lambda: Path(f"/proc/{first.pid}/stat").read_text().split(") ")[1][0] == "Z", "the kill")
+    assert not run_lock.holder_runs(out)  # a zombie holds no descriptor: its children may
+    first.wait()
+    assert not run_lock.holder_runs(out)
+    with open(out / run_lock.LOCK_NAME) as lock:  # the child still holds it ...
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    taken = try_hold(out)  # ... and is waited for
     assert taken.returncode == 0 and taken.stdout.strip() == "held", taken.stderr
 
 

@@ -80,12 +80,11 @@ def test_training_lowers_the_loss_and_writes_its_outputs(small_dataset, tmp_path
 def test_same_seed_same_losses_on_cpu(small_dataset, tmp_path):
     cfg = small_config(small_dataset, epochs=1)
     trained(cfg, tmp_path / "a")
-    trained(cfg, tmp_path / "b")
-    assert records(tmp_path / "a" / "iterations.jsonl") == records(tmp_path / "b" / "iterations.jsonl")
     other = small_config(small_dataset, epochs=1, seed=1)
     trained(other, tmp_path / "c")
     assert records(tmp_path / "c" / "iterations.jsonl") != records(tmp_path / "a" / "iterations.jsonl")
-    # Without the phase split: the same training, only the data wait and iteration time timed
+    # The same seed again, without the phase split (only the data wait and iteration time
+    # timed): the same training, to the bit
     summary = trained(schema.replaced(cfg, train={"time_split": False}), tmp_path / "d")
     assert records(tmp_path / "d" / "iterations.jsonl") == records(tmp_path / "a" / "iterations.jsonl")
     lines = [json.loads(line) for line in (tmp_path / "d" / "iterations.jsonl").read_text().splitlines()]
@@ -100,7 +99,7 @@ def scores(summary: dict) -> list[tuple]:
 
 
 @pytest.mark.parametrize("loader_workers", [0, pytest.param(1, marks=pytest.mark.slow)])
-def test_killed_run_resumes_mid_epoch_to_the_uninterrupted_result(small_dataset, tmp_path, loader_workers):
+def test_killed_run_resumes_mid_epoch_to_the_uninterrupted_result(small_dataset, tmp_path, loader_workers, caplog):
     cfg = schema.replaced(
         small_config(small_dataset, epochs=2, checkpoint_every=4),  # 6 iterations an epoch: the first lands mid-epoch
         data={"workers": loader_workers},  # augmentations drawn in a loader process, or not
@@ -125,9 +124,11 @@ def test_killed_run_resumes_mid_epoch_to_the_uninterrupted_result(small_dataset,
     assert (position["epoch"], position["batch"], position["step"]) == (0, 4, 4)
     assert not (out / "train_summary.json").exists()
 
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    assert "resuming" in result.stderr and "at epoch 0, batch 4 (step 4)" in result.stderr
+    # The rerun, here in this process (whose random state the whole run above moved on: the
+    # checkpoint's must be what counts)
+    with caplog.at_level("INFO"):
+        trained(cfg, out)
+    assert "resuming" in caplog.text and "at epoch 0, batch 4 (step 4)" in caplog.text
     assert records(out / "iterations.jsonl") == records(tmp_path / "whole" / "iterations.jsonl")
     resumed = json.loads((out / "train_summary.json").read_text())
     assert scores(resumed) == scores(whole) and [e[0] for e in scores(whole)] == [1, 2]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -66,9 +67,9 @@ def fit(sizes: Sequence[float], seconds: Sequence[float]) -> Fit:
 Endpoint = tuple[str, int]  # ("worker", i) or ("server", s): a process of the job
 
 
-@dataclass(frozen=True)
-class Flow:
-    """Bytes one process sends another within a phase, in `messages` messages."""
+class Flow(NamedTuple):
+    """Bytes one process sends another within a phase, in `messages` messages (a tuple: a
+    parameter server's phases at 64 GPUs hold thousands, made for every predicted point)."""
 
     src: Endpoint
     dst: Endpoint
@@ -101,7 +102,8 @@ class Network:
     in_step: InStepTerms | None = None  # what an exchange inside a step adds (in_step.py):
     # where measured, each message on it costs `message_s` more than its link's back to back
 
-    def node(self, end: Endpoint):
+    def node(self, end: Endpoint) -> int | tuple[str, int]:
+        """The machine `end` runs on: a node's index, or a spare server machine."""
         kind, index = end
         if self.gpus_per_node is None:
             return 0
@@ -113,19 +115,26 @@ class Network:
         """(link, direction) -> [bytes, seconds] that the flows put on it."""
         ports: dict[tuple, list[float]] = {}
         fixed = self.in_step.message_s if self.in_step else 0.0
+        nodes: dict[Endpoint, int | tuple[str, int]] = {}  # a parameter server's phase: N x K flows, N + K ends
         for flow in flows:
-            here, there = self.node(flow.src), self.node(flow.dst)
+            here = nodes[flow.src] if flow.src in nodes else nodes.setdefault(flow.src, self.node(flow.src))
+            there = nodes[flow.dst] if flow.dst in nodes else nodes.setdefault(flow.dst, self.node(flow.dst))
             link: Link | None
+            out: tuple
+            into: tuple
             if here == there:
                 link, out, into = self.intra, ("link", flow.src), ("link", flow.dst)
             else:
                 link, out, into = self.inter, ("network", here), ("network", there)
             if link is None:
                 raise ValueError(f"a flow from node {here} to node {there}, but no inter-node link was given")
+            seconds = link.seconds(flow.nbytes, flow.messages) + fixed * flow.messages
             for port in ((out, "out"), (into, "in")):
-                load = ports.setdefault(port, [0.0, 0.0])
+                load = ports.get(port)
+                if load is None:
+                    load = ports[port] = [0.0, 0.0]
                 load[0] += flow.nbytes
-                load[1] += link.seconds(flow.nbytes, flow.messages) + fixed * flow.messages
+                load[1] += seconds
         return ports
 
     def loads(self, flows: list[Flow]) -> dict[tuple, float]:

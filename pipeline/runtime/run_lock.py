@@ -11,7 +11,10 @@ The lock is a flock on a descriptor that stays open and inheritable across the l
 of torchrun, python or srun, so it lives exactly as long as the job: the kernel releases it when
 the last process holding the descriptor ends, killed (-9) or not, and a lock is never stale. The
 holder writes its pid (and host, and what it does) into the file once it holds the lock, for
-the refusal to name; a refused process changes nothing in the run directory. The file stays
+the refusal to name; a refused process changes nothing in the run directory. A busy lock
+whose named holder still runs on this host is refused at once; one whose holder is gone (a job
+just killed, whose loader workers or torchrun children still hold the descriptor) is waited for
+a few seconds, as those children end. The file stays
 after the job (naming its last holder): deleting it could let two processes lock two files.
 On a file system without locks (Lustre mounted without -o flock) the launcher warns and goes on.
 """
@@ -59,16 +62,32 @@ def busy_message(run_dir: str | Path) -> str:
     )
 
 
-def _lock(fd: int, patience_s: float = PATIENCE_S) -> None:
-    """flock, retried for `patience_s`: the processes of a job that was just killed (its loader
-    workers, a torchrun) hold the descriptor until they are gone too, which takes a moment."""
+def holder_runs(run_dir: str | Path) -> bool:
+    """Whether the process the lock file names runs on this host (not a zombie). False where it
+    cannot be told: no pid written yet, another host, or a pid that is gone."""
+    found = holder(run_dir)
+    pid = found.get("pid")
+    if not isinstance(pid, int) or found.get("host") != socket.gethostname():
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no such process (or no /proc: then no waiting is lost, only skipped)
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"  # the state follows the command's ")"
+
+
+def _lock(fd: int, run_dir: Path, patience_s: float = PATIENCE_S) -> None:
+    """flock, retried for `patience_s` while the holder named in `run_dir`'s lock file is gone:
+    the processes of a job that was just killed (its loader workers, a torchrun) hold the
+    descriptor until they are gone too, which takes a moment. A holder that still runs is not
+    waited for: it will not end within the patience."""
     deadline = time.monotonic() + patience_s
     while True:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return
         except OSError as err:
-            if err.errno != errno.EWOULDBLOCK or time.monotonic() > deadline:
+            if err.errno != errno.EWOULDBLOCK or time.monotonic() > deadline or holder_runs(run_dir):
                 raise
             time.sleep(0.2)
 
@@ -85,7 +104,7 @@ def hold(run_dir: str | Path, stage: str) -> int | None:
     except OSError as err:
         raise output_error(path, err) from err
     try:
-        _lock(fd)
+        _lock(fd, run_dir)
     except OSError as err:
         os.close(fd)
         if err.errno == errno.EWOULDBLOCK:

@@ -176,12 +176,12 @@ class ParameterServer(TorchrunStrategy):
         2(N-1)M through one server the study is about; K = N: ring all-reduce's 2(N-1)/N M)."""
         n, k = run.workers, run.option("servers")
         dedicated = run.option("placement") == "dedicated"
-        server = (lambda s: ("server", s)) if dedicated else (lambda s: ("worker", s))
+        kind, shard = ("server" if dedicated else "worker"), grad_bytes / k
         gradients = [
-            Flow(("worker", w), server(s), grad_bytes / k)
+            Flow(("worker", w), (kind, s), shard)
             for w in range(n)
             for s in range(k)
-            if server(s) != ("worker", w)
+            if dedicated or s != w  # a colocated server's own worker's slice stays local
         ]
         return [gradients, [Flow(f.dst, f.src, f.nbytes) for f in gradients]]
 

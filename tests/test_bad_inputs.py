@@ -446,6 +446,9 @@ def test_truncated_images_in_train_and_val_are_named_by_the_data_stage(tmp_path,
     assert snapshot(tmp_path) == before
 
 
+# The full suite's: the fast tier reads the same decode errors through the data stage and the
+# training set (test_bad_data) and evaluates in process (tests/test_annotation_checks.py).
+@pytest.mark.slow
 def test_the_evaluate_stage_ends_a_bad_image_in_one_line(tmp_path):
     """A validation image cut short after the data stage checked the tree: the evaluate stage
     ends with one line naming the file, as training does, not a traceback."""

@@ -438,11 +438,12 @@ class Check:
         }
 
     def save(self) -> None:
-        """gpu_check.json and .md as they stand (each written whole, then renamed)."""
+        """gpu_check.md and .json as they stand (each written whole, then renamed). The JSON
+        last: a sitting killed between the two leaves no row in the JSON that the page lacks."""
         with self.lock:
             bundle = json.loads(json.dumps(self.bundle()))
-            write_json(self.out / "gpu_check.json", bundle)
             write_text(self.out / "gpu_check.md", markdown(bundle))
+            write_json(self.out / "gpu_check.json", bundle)
 
     def add(self, name: str, found: dict) -> dict:
         """One finished run's row, into the bundle at once."""

@@ -68,8 +68,8 @@ Endpoint = tuple[str, int]  # ("worker", i) or ("server", s): a process of the j
 
 
 class Flow(NamedTuple):
-    """Bytes one process sends another within a phase, in `messages` messages (a tuple: a
-    parameter server's phases at 64 GPUs hold thousands, made for every predicted point)."""
+    """Bytes one process sends another within a phase, in `messages` messages (a tuple, cheap
+    to make: a parameter server's phase at 256 workers and 256 shards holds 65536)."""
 
     src: Endpoint
     dst: Endpoint

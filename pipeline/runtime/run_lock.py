@@ -13,9 +13,9 @@ the last process holding the descriptor ends, killed (-9) or not, and a lock is 
 holder writes its pid (and host, and what it does) into the file once it holds the lock, for
 the refusal to name; a refused process changes nothing in the run directory. A busy lock
 whose named holder still runs on this host is refused at once; one whose holder is gone (a job
-just killed, whose loader workers or torchrun children still hold the descriptor) is waited for
-a few seconds, as those children end. The file stays
-after the job (naming its last holder): deleting it could let two processes lock two files.
+just killed, whose loader workers or torchrun children still hold the descriptor) or runs on
+another host is waited for up to PATIENCE_S, as those children end. The file stays after the
+job (naming its last holder): deleting it could let two processes lock two files.
 On a file system without locks (Lustre mounted without -o flock) the launcher warns and goes on.
 """
 

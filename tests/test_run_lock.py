@@ -5,6 +5,7 @@ lock goes with the job (across its exec of torchrun or python), killed or not
 from __future__ import annotations
 
 import fcntl
+import json
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from pipeline.config.params import canonical
 from pipeline.runtime import run_lock
 from pipeline.runtime.files import write_json
 from pipeline.runtime.run import Run
+from pipeline.runtime.stale_locks import process_stat
 from pipeline.strategies.sweep import runs, unfinished_summary
 
 from .conftest import REPO, small_config
@@ -112,8 +114,13 @@ def test_a_live_holder_is_refused_at_once_and_a_killed_jobs_children_are_waited_
     out = tmp_path / "run"
     first = holder(out, then="child")
     assert run_lock.holder_runs(out)  # refused at once: it will not end within the patience
+    reused = tmp_path / "reused"  # a lock file naming its pid with another start: a reused pid
+    reused.mkdir()
+    named = run_lock.holder(out)
+    (reused / run_lock.LOCK_NAME).write_text(json.dumps(dict(named, start="1")))
+    assert named["start"] != "1" and not run_lock.holder_runs(reused)
     first.send_signal(signal.SIGKILL)
-    wait_for(lambda: Path(f"/proc/{first.pid}/stat").read_text().split(") ")[1][0] == "Z", "the kill")
+    wait_for(lambda: process_stat(first.pid)[0] == "Z", "the kill")
     assert not run_lock.holder_runs(out)  # a zombie holds no descriptor: its children may
     first.wait()
     assert not run_lock.holder_runs(out)

@@ -10,12 +10,12 @@ So the launcher (pipeline/launch.py), the one process of each train or evaluate 
 The lock is a flock on a descriptor that stays open and inheritable across the launcher's exec
 of torchrun, python or srun, so it lives exactly as long as the job: the kernel releases it when
 the last process holding the descriptor ends, killed (-9) or not, and a lock is never stale. The
-holder writes its pid (and host, and what it does) into the file once it holds the lock, for
-the refusal to name; a refused process changes nothing in the run directory. A busy lock
-whose named holder still runs on this host is refused at once; one whose holder is gone (a job
-just killed, whose loader workers or torchrun children still hold the descriptor) or runs on
-another host is waited for up to PATIENCE_S, as those children end. The file stays after the
-job (naming its last holder): deleting it could let two processes lock two files.
+holder writes its pid (and its start time, host, and what it does) into the file once it holds
+the lock, for the refusal to name; a refused process changes nothing in the run directory. A
+busy lock whose named holder still runs on this host is refused at once; one whose holder is
+gone (a job just killed, whose loader workers or torchrun children still hold the descriptor)
+or runs on another host is waited for up to PATIENCE_S, as those children end. The file stays
+after the job (naming its last holder): deleting it could let two processes lock two files.
 On a file system without locks (Lustre mounted without -o flock) the launcher warns and goes on.
 """
 
@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from .files import output_error
+from .stale_locks import process_start, process_stat
 
 LOCK_NAME = ".lock"  # not an output of any rule (train_summary.json, metrics.json, ...)
 DOING = {"train": "training", "evaluate": "evaluating"}
@@ -63,17 +64,15 @@ def busy_message(run_dir: str | Path) -> str:
 
 
 def holder_runs(run_dir: str | Path) -> bool:
-    """Whether the process the lock file names runs on this host (not a zombie). False where it
-    cannot be told: no pid written yet, another host, or a pid that is gone."""
+    """Whether the process the lock file names runs on this host (not a zombie, and not another
+    process under its reused pid: the start time it wrote). False where it cannot be told: no
+    pid written yet, another host, or a process that is gone."""
     found = holder(run_dir)
     pid = found.get("pid")
     if not isinstance(pid, int) or found.get("host") != socket.gethostname():
         return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:  # no such process (or no /proc: then no waiting is lost, only skipped)
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"  # the state follows the command's ")"
+    fields = process_stat(pid)  # None: gone (or no /proc: then no waiting is lost, only skipped)
+    return fields is not None and fields[0] != "Z" and found.get("start") in (None, fields[19])
 
 
 def _lock(fd: int, run_dir: Path, patience_s: float = PATIENCE_S) -> None:
@@ -120,7 +119,14 @@ def hold(run_dir: str | Path, stage: str) -> int | None:
     os.ftruncate(fd, 0)
     os.write(
         fd,
-        json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "doing": DOING.get(stage, stage)}).encode()
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "start": process_start(os.getpid()),
+                "host": socket.gethostname(),
+                "doing": DOING.get(stage, stage),
+            }
+        ).encode()
         + b"\n",
     )
     os.set_inheritable(fd, True)  # held on by torchrun, python or srun after our exec

@@ -21,13 +21,21 @@ from .files import write_json
 OWNER = Path(".snakemake") / "frcnn-dp-bench.lock-owner.json"
 
 
-def _process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (None: no such process)."""
+def process_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command's name: its state first (Z: a zombie),
+    its start time at index 19 (field 22); None: no such process (or no /proc)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22; the name before ")" may hold spaces
+    return stat.rsplit(")", 1)[1].split()  # the name before ")" may hold spaces
+
+
+def process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (None: no such process): with the
+    pid, who it is (a pid alone may be reused)."""
+    fields = process_stat(pid)
+    return None if fields is None else fields[19]
 
 
 def _boot_id() -> str:
@@ -51,7 +59,7 @@ def record_owner(lock_files, workdir: Path = Path(".")) -> None:
     files = {str(f): _identity(Path(f)) for f in lock_files}
     write_json(
         workdir / OWNER,
-        {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid, "start": _process_start(pid), "files": files},
+        {"host": socket.gethostname(), "boot": _boot_id(), "pid": pid, "start": process_start(pid), "files": files},
     )
 
 
@@ -62,7 +70,7 @@ def release_stale(workdir: Path = Path(".")) -> str | None:
         owner = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    alive = owner.get("boot") == _boot_id() and _process_start(owner.get("pid", -1)) == owner.get("start")
+    alive = owner.get("boot") == _boot_id() and process_start(owner.get("pid", -1)) == owner.get("start")
     if owner.get("host") != socket.gethostname() or alive:
         return None  # another host's, or still running: Snakemake's own check decides
     removed = []

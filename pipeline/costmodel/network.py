@@ -115,10 +115,10 @@ class Network:
         """(link, direction) -> [bytes, seconds] that the flows put on it."""
         ports: dict[tuple, list[float]] = {}
         fixed = self.in_step.message_s if self.in_step else 0.0
-        nodes: dict[Endpoint, int | tuple[str, int]] = {}  # a parameter server's phase: N x K flows, N + K ends
+        # each process's node, once: a parameter server's phase has N x K flows among N + K processes
+        node = {end: self.node(end) for end in {end for flow in flows for end in (flow.src, flow.dst)}}
         for flow in flows:
-            here = nodes[flow.src] if flow.src in nodes else nodes.setdefault(flow.src, self.node(flow.src))
-            there = nodes[flow.dst] if flow.dst in nodes else nodes.setdefault(flow.dst, self.node(flow.dst))
+            here, there = node[flow.src], node[flow.dst]
             link: Link | None
             out: tuple
             into: tuple
@@ -130,9 +130,7 @@ class Network:
                 raise ValueError(f"a flow from node {here} to node {there}, but no inter-node link was given")
             seconds = link.seconds(flow.nbytes, flow.messages) + fixed * flow.messages
             for port in ((out, "out"), (into, "in")):
-                load = ports.get(port)
-                if load is None:
-                    load = ports[port] = [0.0, 0.0]
+                load = ports.setdefault(port, [0.0, 0.0])
                 load[0] += flow.nbytes
                 load[1] += seconds
         return ports

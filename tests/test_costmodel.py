@@ -107,6 +107,43 @@ def test_the_fit_recovers_latency_and_bandwidth_within_5_percent():
         fit([4096, 4096], [1e-5, 1e-5])
 
 
+# Seven timings from a busy machine (issue 64): the larger messages were no slower
+BUSY_SIZES = [4096 * 2**i for i in range(7)]  # 4 KiB .. 256 KiB
+BUSY_SECONDS = [2.0e-3, 1.9e-3, 2.1e-3, 1.8e-3, 1.7e-3, 1.75e-3, 1.6e-3]
+
+
+def test_a_busy_machines_fit_is_non_negative_and_says_what_it_did_not_resolve():
+    """An unconstrained fit of these timings gave beta = -1.36e-09 s/byte, and 64 MiB took
+    -0.089 s; the bounded fit keeps the slope at 0, says so, and every time it predicts is > 0."""
+    from pipeline.costmodel.network import NO_BANDWIDTH, NO_LATENCY
+
+    found = fit(BUSY_SIZES, BUSY_SECONDS)
+    assert found.link.beta == 0 and 1.6e-3 < found.link.alpha < 2.1e-3
+    assert found.untrusted == NO_BANDWIDTH
+    assert found.link.seconds(64 * 2**20) == pytest.approx(found.link.alpha)
+    # a link whose smallest messages are no slower than their bytes: latency at its bound
+    assert fit([1e6, 2e6, 4e6], [0.5e-3, 2e-3, 4e-3]).untrusted == NO_LATENCY
+    rng = random.Random(1)
+    for _ in range(300):  # any disturbance: both terms non-negative and finite, every time > 0
+        timings = [rng.uniform(1e-5, 1e-2) for _ in BUSY_SIZES]
+        link = fit(BUSY_SIZES, timings).link
+        assert link.alpha >= 0 and link.beta >= 0 and math.isfinite(link.alpha + link.beta)
+        assert all(0 < link.seconds(n) < math.inf for n in (1, 2**20, 2**30))
+    for bad in ([1e-3, 0.0], [1e-3, math.nan], [1e-3, -1e-3]):
+        with pytest.raises(ValueError, match="positive, finite sizes and seconds"):
+            fit([4096, 8192], bad)
+
+
+def test_the_report_words_an_unresolved_fit():
+    from pipeline.report.prediction import link_rows
+
+    found = fit(BUSY_SIZES, BUSY_SECONDS)
+    primitive = {"alpha_s": found.link.alpha, "beta_s_per_byte": found.link.beta, "bandwidth_gbit_s": None,
+                 "r2": found.r2, "relative_residuals": found.residuals, "untrusted": found.untrusted}
+    [row] = link_rows(benches({2: {"processes": 2, "backend": "gloo", "primitives": {"all_reduce": primitive}}}))
+    assert "no bandwidth resolved" in row and row.endswith(f"not trusted: {found.untrusted}")
+
+
 def test_shards_are_whole_tensors_balanced_by_bytes():
     from pipeline.strategies.ps import balanced_shards
 

@@ -53,6 +53,29 @@ def test_each_term_is_recovered_from_made_up_timings():
     assert math.isnan(in_step.contention_of([], 1.0)) and math.isnan(in_step.variance_of([[1.0], [2.0]]))
 
 
+def test_a_term_the_timings_do_not_resolve_is_floored_and_said():
+    """No term the cost model adds or multiplies is ever nan, infinite or negative: an exchange
+    faster than its link's back-to-back seconds (noise) gives no fixed cost, not a negative
+    one; a contention with nothing timed during compute is taken as none (x1); each says why."""
+    from .test_costmodel import BUSY_SECONDS, BUSY_SIZES
+    from pipeline.costmodel.network import fit
+
+    compute = made_up_compute(15, 2, sd=0.03)
+    exchange = [[max(row) - c for c in row] for row in compute]  # no link time at all
+    measured = {"wait_s": in_step.wait_of(compute), "variance_s2": in_step.variance_of(compute),
+                "alone_variance_s2": 0.0, "contention": in_step.contention_of([], 1.0),
+                "bucket_s": in_step.fixed_cost_of(exchange, compute, 2e-3), "message_s": math.inf}
+    assert measured["bucket_s"] < 0 and math.isnan(measured["contention"])
+    kept, why = in_step.resolved(measured)
+    assert (kept["bucket_s"], kept["contention"], kept["message_s"]) == (0.0, 1.0, 0.0)
+    assert kept["wait_s"] == measured["wait_s"] and set(why) == {"bucket_s", "contention", "message_s"}
+    assert why["contention"] == "not resolved (no timings to fit it from): taken as 1"
+    assert why["bucket_s"].startswith("not resolved (it came out -0.002") and why["bucket_s"].endswith("taken as 0")
+    # the busy machine's all-reduce fit (issue 64) gives a positive time: the contention is finite
+    link_s = fit(BUSY_SIZES, BUSY_SECONDS).link.seconds(4e6)
+    assert 0 < in_step.contention_of([3e-3, 4e-3], link_s) < math.inf
+
+
 TERMS = InStepTerms(processes=2, images=4, wait_s=0.01, variance_s2=0.003, alone_variance_s2=0.001,
                     contention=3.0, bucket_s=2e-3, message_s=0.5e-3, buckets=[3e6, 1e6],
                     hook_s_per_byte={"none": 1e-10, "fp16": 5e-10, "bf16": 6e-10})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -32,9 +33,9 @@ from pipeline.runtime import run_lock
 run_lock.hold(sys.argv[1], sys.argv[2])
 if sys.argv[3] == "exec":
     os.execv(sys.argv[4], [sys.argv[4], "600"])
-if sys.argv[3] == "child":  # a loader worker, say: it holds the descriptor a few seconds more
+if sys.argv[3] == "child":  # a loader worker, say: it holds the descriptor until released
     import subprocess
-    subprocess.Popen([sys.argv[4], "3"], close_fds=False)
+    subprocess.Popen(["sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.05; done', sys.argv[4]], close_fds=False)
 time.sleep(600)
 """
 TRY = """
@@ -54,7 +55,8 @@ def refusal(out: Path, pid: int, doing: str = "training") -> str:
             f"stop it (kill {pid}), then rerun")
 
 
-def wait_for(condition, what: str, timeout: float = 60) -> None:
+def wait_for(condition, what: str, timeout: float = 300) -> None:
+    """Poll `condition` until it holds: a deadline generous for a loaded machine, never a sleep."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -66,9 +68,9 @@ def holder():
     """Start a process that holds a run's lock (exec'd into sleep with then="exec"); killed after."""
     started = []
 
-    def start(run_dir: Path, stage: str = "train", then: str = "sleep") -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir), stage, then,
-                                 shutil.which("sleep")], cwd=REPO)
+    def start(run_dir: Path, stage: str = "train", then: str = "sleep", release: Path | None = None) -> subprocess.Popen:
+        arg = str(release) if then == "child" else shutil.which("sleep")
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir), stage, then, arg], cwd=REPO)
         started.append(proc)
         wait_for(lambda: proc.poll() is not None or run_lock.holder(run_dir).get("pid") == proc.pid,
                  "the lock")
@@ -84,6 +86,26 @@ def holder():
 def try_hold(run_dir: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", TRY, str(run_dir)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
+
+
+def lock_holders(run_dir: Path, pids) -> list[int]:
+    """Those of `pids` that have the run's lock file open (a descriptor in /proc/<pid>/fd)."""
+    lock = str((run_dir / run_lock.LOCK_NAME).resolve())
+
+    def has_open(pid: int) -> bool:
+        try:
+            return any(os.readlink(fd) == lock for fd in Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:  # gone meanwhile
+            return False
+
+    return [pid for pid in pids if has_open(pid)]
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 def snapshot(folder: Path) -> dict:
@@ -110,9 +132,13 @@ def test_a_second_process_is_refused_until_the_first_is_killed(tmp_path, holder,
 
 def test_a_live_holder_is_refused_at_once_and_a_killed_jobs_children_are_waited_for(tmp_path, holder):
     """The lock's patience is for a job just killed whose children still hold the descriptor (the
-    holder the file names is gone); a holder that runs is refused without it."""
-    out = tmp_path / "run"
-    first = holder(out, then="child")
+    holder the file names is gone); a holder that runs is refused without it. Every step waits
+    for the state it tests (the child started and holding the descriptor, the second process
+    waiting on the lock), never for time: a busy machine starts processes late."""
+    out, release = tmp_path / "run", tmp_path / "release-the-child"
+    first = holder(out, then="child", release=release)
+    wait_for(lambda: lock_holders(out, children(first.pid)), "the holder's child to hold the lock's descriptor")
+    [child] = lock_holders(out, children(first.pid))
     assert run_lock.holder_runs(out)  # refused at once: it will not end within the patience
     reused = tmp_path / "reused"  # a lock file naming its pid with another start: a reused pid
     reused.mkdir()
@@ -127,8 +153,18 @@ def test_a_live_holder_is_refused_at_once_and_a_killed_jobs_children_are_waited_
     with open(out / run_lock.LOCK_NAME) as lock:  # the child still holds it ...
         with pytest.raises(BlockingIOError):
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    taken = try_hold(out)  # ... and is waited for
-    assert taken.returncode == 0 and taken.stdout.strip() == "held", taken.stderr
+    second = subprocess.Popen([sys.executable, "-c", TRY, str(out)], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:  # ... and is waited for: released only once the second process has opened the lock
+        wait_for(lambda: second.poll() is not None or lock_holders(out, [second.pid]), "the second process to open the lock")
+        assert second.poll() is None, second.communicate()
+        release.touch()
+        stdout, stderr = second.communicate(timeout=300)
+    finally:
+        release.touch()
+        second.kill()
+    assert second.returncode == 0 and stdout.strip() == "held", stderr
+    wait_for(lambda: process_stat(child) is None or process_stat(child)[0] == "Z", "the child to end")
 
 
 def launch(cfg: schema.Config, run: Run, out: Path, stage: str, *args: str) -> subprocess.Popen:

@@ -191,9 +191,11 @@ class Exchanges:
             "buckets": self.buckets,
             "hook_s_per_byte": self.hook_seconds_per_byte(),
         }
+        terms, untrusted = in_step.resolved(terms)
         terms["formula_wait_s"] = slowest_wait_check(terms)
         return {
             **terms,
+            "untrusted": untrusted,
             "timings": {
                 "compute_s": compute,
                 "exchange_s": exchange,

@@ -19,7 +19,9 @@ backward, as training does. Each term is named, and shown in the report:
 
 A step's exchange on this host is then its links' seconds + the fixed costs + the wait (each
 strategy's `communication_seconds` adds the fixed costs; predict.iteration the wait, from
-`variance_s2` in place of single's variance over its iterations alone).
+`variance_s2` in place of single's variance over its iterations alone). A term its timings did
+not resolve (nan, negative: noise larger than the effect) is taken at its floor, and the record
+says why (`resolved`): the cost model never adds or multiplies a nan or a negative time.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -114,3 +117,35 @@ def contention_of(during: list[float], link_s: float) -> float:
     """How much longer a collective takes while the processes compute than back to back: the
     median of its seconds `during` compute over `link_s`."""
     return statistics.median(during) / link_s if during and link_s > 0 else math.nan
+
+
+# What a term is taken as where its timings did not resolve it: no wait, no variance, no
+# contention (x1: as back to back), no fixed cost. Each is the term's physical floor.
+NEUTRAL = {
+    "wait_s": 0.0,
+    "variance_s2": 0.0,
+    "alone_variance_s2": 0.0,
+    "contention": 1.0,
+    "bucket_s": 0.0,
+    "message_s": 0.0,
+}
+
+
+def resolved(terms: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The terms with each one its timings did not resolve (nan: nothing to fit it from;
+    negative or infinite: noise larger than the effect, e.g. an exchange that took less than
+    its link's back-to-back seconds) replaced by its NEUTRAL floor, and why, by term: no term
+    the cost model multiplies or adds is ever nan, infinite or negative."""
+    kept, why = dict(terms), {}
+    for key, floor in NEUTRAL.items():
+        value = terms.get(key)
+        if not isinstance(value, float | int) or (math.isfinite(value) and value >= 0):
+            continue
+        found = (
+            "no timings to fit it from"
+            if math.isnan(value)
+            else f"it came out {value:.3g}, noise larger than the effect"
+        )
+        kept[key] = floor
+        why[key] = f"not resolved ({found}): taken as {floor:g}"
+    return kept, why

@@ -1,5 +1,5 @@
 """The cost model's shared half: links measured as latency + bytes x seconds-per-byte, their
-least-squares fit from timings (pipeline/commbench/links.py), and the network that carries a
+non-negative least-squares fit from timings (pipeline/commbench/links.py), and the network that carries a
 strategy's messages (one host as commbench measured it, or a cluster of GPU nodes).
 
 What each strategy communicates is the strategy's own (`Strategy.phases` in
@@ -42,26 +42,51 @@ class Fit:
     link: Link
     residuals: list[float]  # measured - fitted seconds, per message size
     r2: float  # coefficient of determination of the fit
+    untrusted: str | None = None  # why a term sits at its bound of 0 (None: both resolved)
 
     @property
     def worst_relative_residual(self) -> float:
         return max((abs(r) for r in self.residuals), default=0.0)
 
 
+NO_BANDWIDTH = (
+    "the larger messages took no longer than the small ones, so the fit's time per byte sits at "
+    "its bound of 0: no bandwidth resolved (a busy machine, or messages too small to show it); "
+    "the link is taken as its latency alone"
+)
+NO_LATENCY = (
+    "the smallest messages took no longer than their bytes at the fitted bandwidth, so the "
+    "fit's latency sits at its bound of 0: no latency resolved; the link is taken as its bytes alone"
+)
+
+
 def fit(sizes: Sequence[float], seconds: Sequence[float]) -> Fit:
-    """Least-squares alpha and beta of `seconds = alpha + beta * size`, weighted by 1/seconds so
-    that the small messages (where alpha shows) count as much as the large ones (where beta
-    does): the fit minimises relative, not absolute, error. Residuals are relative."""
+    """Non-negative least-squares alpha and beta of `seconds = alpha + beta * size` (neither a
+    latency nor a time per byte can be negative: on a busy machine an unconstrained fit gave
+    beta < 0, and 64 MiB then took negative seconds), weighted by 1/seconds so that the small
+    messages (where alpha shows) count as much as the large ones (where beta does): the fit
+    minimises relative, not absolute, error. Residuals are relative. A term at its bound of 0
+    was not resolved by these timings: `untrusted` says which, and why."""
     x, y = np.asarray(sizes, dtype=float), np.asarray(seconds, dtype=float)
     if len(x) < 2 or len(set(x.tolist())) < 2:
         raise ValueError(f"a fit of latency and bandwidth needs timings at 2 or more message sizes, not {x.tolist()}")
+    if not (np.isfinite(y).all() and (y > 0).all() and np.isfinite(x).all() and (x > 0).all()):
+        raise ValueError(
+            "a fit of latency and bandwidth needs positive, finite sizes and seconds, "
+            f"not {x.tolist()} and {y.tolist()}"
+        )
+    from scipy.optimize import nnls  # here, not at the top: every training process imports this module
+
     weights = 1 / y
-    design = np.stack([np.ones_like(x), x], axis=1) * weights[:, None]
-    (alpha, beta), *_ = np.linalg.lstsq(design, y * weights, rcond=None)
+    scale = x.max()  # bytes in units of the largest message: both columns near 1, a well-posed problem
+    design = np.stack([np.ones_like(x), x / scale], axis=1) * weights[:, None]
+    (alpha, beta_scaled), _ = nnls(design, y * weights)
+    alpha, beta = float(alpha), float(beta_scaled / scale)
     fitted = alpha + beta * x
     total = float(((y - y.mean()) ** 2).sum())
     r2 = 1 - float(((y - fitted) ** 2).sum()) / total if total > 0 else 1.0
-    return Fit(Link(float(alpha), float(beta)), [float(r) for r in (y - fitted) / y], r2)
+    untrusted = NO_BANDWIDTH if beta == 0 else NO_LATENCY if alpha == 0 else None
+    return Fit(Link(alpha, beta), [float(r) for r in (y - fitted) / y], r2, untrusted)
 
 
 Endpoint = tuple[str, int]  # ("worker", i) or ("server", s): a process of the job

@@ -387,16 +387,16 @@ def in_step_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:
             f"(the plain hook's work included; DDP's buckets of the model: "
             f"{' + '.join(f'{b / 2**20:.2f}' for b in terms.buckets)} MiB) and "
             f"{terms.message_s * 1e3:.2f} ms per point-to-point message; the hooks' own work per "
-            f"byte of a bucket: {hooks}"
+            f"byte of a bucket: {hooks}" + "".join(f"; {term} {why}" for term, why in terms.untrusted.items())
         )
     return rows
 
 
 def bandwidth_text(gbit_s: float | None) -> str:
     """A fitted bandwidth, or why there is none: on a disturbed machine the fit's time per byte
-    can come out zero or negative (more bytes no slower), which is no bandwidth at all."""
+    sits at its bound of 0 (more bytes no slower), which is no bandwidth at all."""
     if gbit_s is None or not math.isfinite(gbit_s) or gbit_s <= 0:
-        return "no bandwidth resolved (the fit's time per byte was not positive)"
+        return "no bandwidth resolved (the fit's time per byte sat at its bound of 0)"
     return f"{gbit_s:.1f} Gbit/s"
 
 
@@ -407,6 +407,7 @@ def link_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:
         f"{n} processes, {name} over {found.backend}: "
         f"latency {prim.alpha_s * 1e6:.1f} us, {bandwidth_text(prim.bandwidth_gbit_s)} (fit R² "
         f"{prim.r2:.3f}, worst relative residual {max(map(abs, prim.relative_residuals)):.2f})"
+        + (f"; not trusted: {prim.untrusted}" if prim.untrusted else "")
         for n, found in sorted(commbench.items())
         for name, prim in found.primitives.items()
     ]

@@ -2,8 +2,13 @@
 real params.yaml, so the tests exercise the same settings users run."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
+import subprocess
+import time
 from pathlib import Path
 
 # Before torch loads OpenMP, here and in every process a test starts (they inherit it): two
@@ -17,6 +22,7 @@ import pytest  # noqa: E402
 
 from pipeline.config import params, schema  # noqa: E402
 from pipeline.data import synthetic  # noqa: E402
+from pipeline.runtime.stale_locks import process_stat  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL_DATA = {"seed": 7, "image_size": 96, "train_images": 24, "val_images": 8,
@@ -59,6 +65,117 @@ def write_coco(root: Path, split: str, images: list[dict], annotations: list[dic
                                 "categories": list(categories)}))
     (root / f"{split}2017").mkdir(parents=True, exist_ok=True)
     return path
+
+
+# ---- waiting for a state, not for a while ------------------------------------------------------
+# A test that starts processes waits for the state it then relies on (a file, a /proc entry, a
+# log line), with a deadline generous for a busy 2-core machine, and fails naming what it waited
+# for; never a fixed sleep, and never "this took less than N seconds".
+
+def wait_for(condition, what: str, timeout: float = 180, process: subprocess.Popen | None = None):
+    """condition()'s first true value, polled until `timeout` seconds have passed (an
+    AssertionError naming `what`); `process` ending first fails at once, with its exit status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = condition()
+        if found:
+            return found
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"{what}: never came; the process ended first (exit status {process.returncode})")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports free on 127.0.0.1 now (each socket held until all are chosen, so
+    the kernel cannot hand out one twice); bind them soon: another process may take one later."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter /proc gives `pid` (R, S, D, T stopped, Z zombie, ...); None when gone."""
+    fields = process_stat(pid)
+    return fields[0] if fields else None
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process descended from it (torchrun's workers, in sessions of their own,
+    included), parents before their children."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := process_stat(int(entry.name))):
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    tree, i = [pid], 0
+    while i < len(tree):
+        tree.extend(parents.get(tree[i], []))
+        i += 1
+    return tree
+
+
+def stop_tree(pid: int, timeout: float = 120) -> list[int]:
+    """SIGSTOP `pid` and its descendants and wait until each is stopped (state T in /proc) or gone;
+    the pids stopped. Children started meanwhile are stopped too (the tree is read again until it
+    holds no running process)."""
+    stopped: list[int] = []
+
+    def settled() -> bool:
+        running = [p for p in process_tree(pid) if process_state(p) not in ("T", "t", "Z", "X", None)]
+        for p in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGSTOP)
+            if p not in stopped:
+                stopped.append(p)
+        return not running
+    wait_for(settled, f"process {pid} and its children to stop (SIGSTOP)", timeout)
+    return stopped
+
+
+def signal_each(pids: list[int], sig: int) -> None:
+    for p in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, sig)
+
+
+def stopped_when(pid: int, condition, what: str, timeout: float = 300,
+                 process: subprocess.Popen | None = None):
+    """Wait until condition() holds while `pid`'s process tree is stopped; return (its value, the
+    stopped pids), the tree left stopped. What the condition saw is then what the processes are
+    doing when the caller's kill lands, not a state they may have left meanwhile (a checkpoint
+    replaced by the next, a stage that ended). The caller SIGKILLs or SIGCONTs the pids."""
+    def frozen():
+        if not condition():
+            return None
+        pids = stop_tree(pid)
+        found = condition()
+        if not found:
+            signal_each(pids, signal.SIGCONT)
+            return None
+        return found, pids
+    return wait_for(frozen, what, timeout, process)
+
+
+def checkpoint_inside_an_epoch(out: Path) -> bool:
+    """A checkpoint taken inside an epoch is in run directory `out`."""
+    import torch
+
+    try:
+        return torch.load(out / "state" / "checkpoint.pt", weights_only=True)["train_state"]["batch"] > 0
+    except Exception:  # not there yet, or being renamed into place
+        return False
+
+
+def gone(pids: list[int]) -> bool:
+    """Whether each of `pids` has exited (a zombie, not yet reaped, counts as exited)."""
+    return all(process_state(p) in ("Z", "X", None) for p in pids)
 
 
 # ---- two test processes (pytest-xdist: `-n 2` in pyproject.toml) ----------------------------

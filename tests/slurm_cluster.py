@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .conftest import free_ports
+
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]  # Debian; also in apt/tests.txt
 COMMANDS = ["munged", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scontrol", "sinfo"]
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
@@ -31,12 +33,6 @@ MEMORY_MB = 20000   # per node, what jobs may ask for
 
 class Unavailable(Exception):
     """The daemons cannot run here (the reason says why); the SLURM tests skip with it."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def install() -> None:
@@ -107,7 +103,7 @@ class SlurmCluster:
                                "munged", "-F", f"--socket={self.munge_socket}",
                                f"--pid-file={munge / 'munged.pid'}", f"--seed-file={munge / 'seed'}",
                                f"--log-file={munge / 'munged.log'}"])
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120  # a busy machine starts daemons slowly
         while not self.munge_socket.exists():
             if time.monotonic() > deadline or self.processes[-1].poll() is not None:
                 raise Unavailable(f"munged did not start: {self._log('munged')}")
@@ -116,12 +112,13 @@ class SlurmCluster:
     def _config(self) -> str:
         d, host = self.dir, socket.gethostname()
         (d / "state").mkdir()
-        nodes = "\n".join(f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={free_port()} "
-                          f"CPUs={CPUS} RealMemory={MEMORY_MB} State=UNKNOWN" for n in NODES)
+        ctld_port, *node_ports = free_ports(1 + len(NODES))  # distinct: chosen together
+        nodes = "\n".join(f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} "
+                          f"CPUs={CPUS} RealMemory={MEMORY_MB} State=UNKNOWN" for n, port in zip(NODES, node_ports, strict=True))
         return f"""{MARK}
 ClusterName=testcluster
 SlurmctldHost={host}
-SlurmctldPort={free_port()}
+SlurmctldPort={ctld_port}
 SlurmUser=root
 AuthType=auth/munge
 AuthInfo=socket={self.munge_socket}
@@ -155,7 +152,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                  if p.is_file()]
         return "\n".join(texts)
 
-    def _wait(self, argv: list[str], ready, what: str, timeout: float = 30) -> None:
+    def _wait(self, argv: list[str], ready, what: str, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             dead = [p.args for p in self.processes if p.poll() is not None]

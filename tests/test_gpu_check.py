@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -26,7 +25,7 @@ from pipeline.report.prediction import single_inputs
 from pipeline.runtime import distributed
 from pipeline.strategies import REGISTERED
 
-from .conftest import REPO
+from .conftest import REPO, signal_each, stopped_when
 
 NO_GPU = pytest.mark.skipif(distributed.gpu_count() > 0,
                             reason="a GPU is visible: this is the CPU smoke; run the check itself there")
@@ -78,14 +77,17 @@ def test_a_quick_sitting_cut_off_keeps_the_rows_it_measured(tmp_path):
     def measured() -> list:
         runs = json.loads(bundle.read_text())["items"]["throughput"].get("runs", [])
         return [r for r in runs if r["status"] == "ok"]
+
+    def mid_item() -> bool:  # the bundle is written whole, then renamed: never read half-written
+        return bundle.exists() and "throughput" in json.loads(bundle.read_text())["items"] and bool(measured())
+    held = []
     try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline and check.poll() is None:
-            if bundle.exists() and "throughput" in json.loads(bundle.read_text())["items"] and measured():
-                break
-            time.sleep(0.5)
+        # held still (SIGSTOP, with its workers) once a row is measured, and checked again while
+        # held: the kill lands mid-item, not after the item has ended meanwhile
+        _, held = stopped_when(check.pid, mid_item, "a measured throughput row", timeout=600, process=check)
     finally:
         os.killpg(check.pid, signal.SIGKILL)
+        signal_each(held, signal.SIGKILL)  # torchrun's workers, in sessions of their own
         output = check.communicate()[0]
     found = json.loads(bundle.read_text())
     throughput = found["items"]["throughput"]

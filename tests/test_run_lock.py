@@ -24,7 +24,7 @@ from pipeline.runtime.run import Run
 from pipeline.runtime.stale_locks import process_stat
 from pipeline.strategies.sweep import runs, unfinished_summary
 
-from .conftest import REPO, small_config
+from .conftest import REPO, process_tree, small_config, wait_for
 
 # A job's launcher in miniature: take the lock, then sleep as itself or exec'd into `sleep`.
 HOLD = """
@@ -53,14 +53,6 @@ DOING = {"train": "training", "evaluate": "evaluating"}
 def refusal(out: Path, pid: int, doing: str = "training") -> str:
     return (f"another process (pid {pid}) is {doing} this run ({out}): wait for it to end, or "
             f"stop it (kill {pid}), then rerun")
-
-
-def wait_for(condition, what: str, timeout: float = 300) -> None:
-    """Poll `condition` until it holds: a deadline generous for a loaded machine, never a sleep."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -101,13 +93,6 @@ def lock_holders(run_dir: Path, pids) -> list[int]:
     return [pid for pid in pids if has_open(pid)]
 
 
-def children(pid: int) -> list[int]:
-    try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
-
-
 def snapshot(folder: Path) -> dict:
     """Every entry's content and identity, and the folder's own (a new file would change it)."""
     return {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino)
@@ -137,8 +122,8 @@ def test_a_live_holder_is_refused_at_once_and_a_killed_jobs_children_are_waited_
     waiting on the lock), never for time: a busy machine starts processes late."""
     out, release = tmp_path / "run", tmp_path / "release-the-child"
     first = holder(out, then="child", release=release)
-    wait_for(lambda: lock_holders(out, children(first.pid)), "the holder's child to hold the lock's descriptor")
-    [child] = lock_holders(out, children(first.pid))
+    wait_for(lambda: lock_holders(out, process_tree(first.pid)[1:]), "the holder's child to hold the lock's descriptor")
+    child = process_tree(first.pid)[1]  # the shell (its `sleep`s, below it, hold it too)
     assert run_lock.holder_runs(out)  # refused at once: it will not end within the patience
     reused = tmp_path / "reused"  # a lock file naming its pid with another start: a reused pid
     reused.mkdir()

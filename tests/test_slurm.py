@@ -11,11 +11,11 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from .conftest import wait_for
 from .slurm_cluster import SlurmCluster, Unavailable
 from .test_strategies import records
 from .workflow import copy_workflow, edit_params, jobs, tiny_params
@@ -157,12 +157,9 @@ def test_a_job_killed_by_the_scheduler_is_retried_and_resumes(workdir, cluster):
         "--config", "preset=killed", "--", f"results/runs/killed/{SINGLE}/train_summary.json"), cwd=workdir,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 300
-        while not checkpoint.exists():
-            assert workflow.poll() is None and time.monotonic() < deadline, "no checkpoint"
-            time.sleep(0.05)
-        killed = train_job_ids()
-        assert len(killed) == 1
+        wait_for(checkpoint.exists, "the training job's first checkpoint", timeout=300, process=workflow)
+        killed = wait_for(train_job_ids, "the training job RUNNING in squeue", timeout=300, process=workflow)
+        assert len(killed) == 1, killed
         subprocess.run(["scancel", killed[0]], check=True)
         out, err = workflow.communicate(timeout=600)
     finally:

@@ -13,7 +13,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from pipeline.strategies.dp import gather_outputs, scatter_by_sample
 from pipeline.strategies.sweep import run_id, runs
 from pipeline.training.precision import Precision
 
-from .conftest import REPO, small_config
+from .conftest import REPO, free_port, gone, signal_each, small_config, stopped_when, wait_for
 
 PARALLEL = schema.Parallel(backend="gloo", nnodes=1, rdzv_endpoint="127.0.0.1:29400",
                            sync_batchnorm=False, powersgd_rank=2, timeout_s=60, max_restarts=0)
@@ -45,12 +44,6 @@ TOLERANCE = 1e-6  # float32 sums in another order
 def filled(entry: dict) -> strategies.Run:
     """A run made by hand: its strategy's options not given at their defaults."""
     return strategies.lookup(entry["strategy"]).filled(**entry)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def toy_model(batchnorm: bool = False) -> nn.Module:
@@ -237,9 +230,13 @@ def test_unavailable_runs_say_why(monkeypatch):
 
 # ---- Faster R-CNN under the real launcher (torchrun) -------------------------------------
 
-def launched(cfg: schema.Config, run, out) -> list[str]:
-    """The training command the launcher execs for `run`, with what the train stage reads."""
-    return command(stages.view(cfg, "train"), run, str(out))
+def launched(cfg: schema.Config, run, out, rdzv_endpoint: str | None = None) -> list[str]:
+    """The training command the launcher execs for `run`, with what the train stage reads; on
+    one node, torchrun's rendezvous on a port free now (not one picked when the module began,
+    which another process may have taken since: the run's config keeps its own)."""
+    if rdzv_endpoint is None and cfg.parallel.nnodes == 1:
+        rdzv_endpoint = f"127.0.0.1:{free_port()}"
+    return command(stages.view(cfg, "train"), run, str(out), rdzv_endpoint=rdzv_endpoint)
 
 
 def torchrun_train(cfg: schema.Config, run, out, extra_env=None, launcher=None):
@@ -410,15 +407,18 @@ def test_sharded_strategies_resume_after_kill_to_the_uninterrupted_result(detect
     process = subprocess.Popen(launched(cfg, run, killed), cwd=REPO, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     checkpoint = killed / "state" / "checkpoint.pt"
-    deadline = time.monotonic() + 300
-    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    # torchrun and its workers held still once a checkpoint of the unfinished run is there, and
+    # it is read while they are: the state the kill lands on, not one the run has moved past
+    _, held = stopped_when(process.pid, lambda: checkpoint.exists() and not (killed / "train_summary.json").exists(),
+                           "a checkpoint of the unfinished run", process=process)
     saved = torch.load(checkpoint, weights_only=True)["train_state"]
+    signal_each(held, signal.SIGKILL)
+    process.wait()
+    wait_for(lambda: gone(held), "the killed run's processes to be gone")  # before its rerun
     assert saved["step"] < whole["iterations"] and not (killed / "train_summary.json").exists()
     resumed = torchrun_train(cfg, run, killed)
-    assert resumed["resumed_at_steps"] == [saved["step"]] and resumed["replicas_identical"]
+    assert resumed["resumed_at_steps"] == [saved["step"]] and resumed["replicas_identical"], (
+        resumed["resumed_at_steps"], saved, resumed["replicas_identical"])
     final = [torch.load(d / "model_final.pt", weights_only=True)["model"] for d in (tmp_path / "whole", killed)]
     assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])
     assert records(killed / "iterations.jsonl") == records(tmp_path / "whole" / "iterations.jsonl")

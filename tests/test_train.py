@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from pipeline.training import identity
 from pipeline.training.identity import fingerprint
 from pipeline.training.train import learning_rate, train
 
-from .conftest import REPO, small_config
+from .conftest import REPO, checkpoint_inside_an_epoch, gone, signal_each, small_config, stopped_when, wait_for
 
 TIMING = ("time_data", "time_compute", "time_communication", "time_optimizer", "time_iter", "elapsed")
 
@@ -112,27 +111,30 @@ def test_killed_run_resumes_mid_epoch_to_the_uninterrupted_result(small_dataset,
     out = tmp_path / "killed"
     command = train_command(cfg, run, out)
     process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.DEVNULL)
-    checkpoint = out / "state" / "checkpoint.pt"
-    deadline = time.monotonic() + 120
-    while not checkpoint.exists() and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    process.send_signal(signal.SIGSTOP)  # hold it still while the checkpoint is read
-    saved = torch.load(checkpoint, weights_only=True)  # plain data and tensors only
-    process.send_signal(signal.SIGKILL)
+    # Held still (with its loader worker) once a mid-epoch checkpoint is there, and read while
+    # held: the position killed at, not one the run may have moved past before the kill.
+    _, held = stopped_when(process.pid,
+                           lambda: checkpoint_inside_an_epoch(out) and not (out / "train_summary.json").exists(),
+                           "a mid-epoch checkpoint of the unfinished run", process=process)
+    saved = torch.load(out / "state" / "checkpoint.pt", weights_only=True)  # plain data and tensors only
+    signal_each(held, signal.SIGKILL)
     process.wait()
+    wait_for(lambda: gone(held), "the killed run's processes to be gone")
     position = saved["train_state"]
-    assert (position["epoch"], position["batch"], position["step"]) == (0, 4, 4)
+    # checkpoint_every 4: steps 4 and 8 land inside an epoch; whichever the kill came after
+    assert position["batch"] > 0 and position["step"] in (4, 8), position
     assert not (out / "train_summary.json").exists()
 
     # The rerun, here in this process (whose random state the whole run above moved on: the
     # checkpoint's must be what counts)
     with caplog.at_level("INFO"):
         trained(cfg, out)
-    assert "resuming" in caplog.text and "at epoch 0, batch 4 (step 4)" in caplog.text
+    at = f"at epoch {position['epoch']}, batch {position['batch']} (step {position['step']})"
+    assert "resuming" in caplog.text and at in caplog.text, caplog.text[-2000:]
     assert records(out / "iterations.jsonl") == records(tmp_path / "whole" / "iterations.jsonl")
     resumed = json.loads((out / "train_summary.json").read_text())
     assert scores(resumed) == scores(whole) and [e[0] for e in scores(whole)] == [1, 2]
-    assert resumed["resumed_at_steps"] == [4] and whole["resumed_at_steps"] == []
+    assert resumed["resumed_at_steps"] == [position["step"]] and whole["resumed_at_steps"] == []
     assert resumed["restarts"] == 0  # a rerun, not torchrun's restart
     final = [torch.load(d / "model_final.pt", weights_only=True)["model"] for d in (tmp_path / "whole", out)]
     assert all(torch.equal(final[0][k], final[1][k]) for k in final[0])

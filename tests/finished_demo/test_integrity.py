@@ -29,7 +29,8 @@ import pytest
 from pipeline.detection.scoring import METRICS
 from pipeline.runtime import files
 
-from ..test_dead_worker import checkpoint_inside_an_epoch, process_rank
+from ..conftest import checkpoint_inside_an_epoch, signal_each, stopped_when, wait_for
+from ..test_dead_worker import process_rank
 from ..workflow import PAPER_JOB, SNAKEMAKE, copy_finished, edit_params, jobs, snakemake
 
 pytestmark = pytest.mark.slow
@@ -123,16 +124,6 @@ def job_processes(workdir: Path) -> dict[int, str]:
     return found
 
 
-def wait_for(condition, what: str, timeout: float = 180):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def workers(workdir: Path, module: str) -> dict[int, str]:
     return {pid: cmd for pid, cmd in job_processes(workdir).items()
             if f"-m {module} " in cmd and "pipeline.runtime.elastic" not in cmd}
@@ -141,6 +132,11 @@ def workers(workdir: Path, module: str) -> dict[int, str]:
 def mid_epoch_checkpoint(workdir: Path, run: str) -> bool:
     """A checkpoint taken inside an epoch is on disk (checkpoint_every 4, 6 iterations an epoch)."""
     return checkpoint_inside_an_epoch(run_dir(workdir, run))
+
+
+def unfinished_mid_epoch(workdir: Path, run: str) -> bool:
+    """A mid-epoch checkpoint, and the run not finished (its summary not yet written)."""
+    return mid_epoch_checkpoint(workdir, run) and not (run_dir(workdir, run) / "train_summary.json").exists()
 
 
 def results(workdir: Path) -> dict:
@@ -185,18 +181,25 @@ def kill(workdir: Path, point: str) -> float:
     target, wait, victim = KILL_POINTS[point]
     run = target.split("/")[0]
     snake = start(workdir, f"results/{target}" if run == "summary" else f"results/runs/demo/{target}")
+    # The job held still (SIGSTOP, every process of it) at its moment, which is checked again
+    # while it is held: the kill lands there, not after the stage or the run has ended.
     if wait == "mid-epoch checkpoint":
-        wait_for(lambda: mid_epoch_checkpoint(workdir, run), "a mid-epoch checkpoint")
+        _, held = stopped_when(snake.pid, lambda: unfinished_mid_epoch(workdir, run),
+                               "a mid-epoch checkpoint of the unfinished run", timeout=180, process=snake)
     else:
-        wait_for(lambda: workers(workdir, wait), f"{wait} at work")
-        time.sleep(0.5)
-    if victim == "group":
-        os.killpg(snake.pid, signal.SIGKILL)
-    elif victim == "rank 1":
-        os.kill(next(pid for pid in workers(workdir, "pipeline.training.train") if process_rank(pid) == 1), signal.SIGKILL)
-    else:
-        os.kill(next(pid for pid, cmd in job_processes(workdir).items() if "-m pipeline.runtime.elastic" in cmd),
-                signal.SIGKILL)
+        _, held = stopped_when(snake.pid, lambda: workers(workdir, wait), f"{wait} at work",
+                               timeout=180, process=snake)
+    try:
+        if victim == "group":
+            os.killpg(snake.pid, signal.SIGKILL)
+        elif victim == "rank 1":
+            os.kill(next(pid for pid in workers(workdir, "pipeline.training.train") if process_rank(pid) == 1),
+                    signal.SIGKILL)
+        else:
+            os.kill(next(pid for pid, cmd in job_processes(workdir).items() if "-m pipeline.runtime.elastic" in cmd),
+                    signal.SIGKILL)
+    finally:
+        signal_each(held, signal.SIGCONT)  # the others go on, to notice the death as they would
     killed = time.monotonic()
     snake.wait(timeout=180)  # a dead worker or torchrun: the job fails, and Snakemake stops
     failed_after = time.monotonic() - killed
@@ -227,14 +230,9 @@ def survivors(workdir: Path) -> list[str]:
 def test_kill_9_anywhere_and_the_same_command_finishes_the_same_results(workdir, uninterrupted, point):
     target, wait, victim = KILL_POINTS[point]
     run = target.split("/")[0]
-    for _ in range(3):
-        failed_after = kill(workdir, point)
-        # A kill that landed after the training ended (a short run, its state forgotten: seen
-        # once under a busy test runner) leaves nothing to resume: kill it again.
-        if wait != "mid-epoch checkpoint" or (run_dir(workdir, run) / "state" / "checkpoint.pt").exists():
-            break
-    else:
-        pytest.fail(f"{point}: three kills landed after the training had ended")
+    failed_after = kill(workdir, point)
+    if wait == "mid-epoch checkpoint":  # the kill landed inside the run (kill() held it there)
+        assert (run_dir(workdir, run) / "state" / "checkpoint.pt").exists(), f"{point}: no checkpoint to resume"
     if victim == "rank 1":  # torchrun names the dead rank and the remedy; the job failed fast
         log = train_log(workdir, DDP)
         assert "error: rank 1 (pid" in log and "was killed by SIGKILL" in log, log[-2000:]
@@ -266,8 +264,13 @@ def test_a_dead_worker_is_restarted_by_torchrun_to_the_same_result(workdir, unin
     benchmark = workdir / "logs" / "benchmarks" / f"train_demo_{DDP}.tsv"
     uninterrupted_seconds = float(benchmark.read_text().splitlines()[1].split("\t")[0])
     snake = start(workdir, f"results/runs/demo/{DDP}/train_summary.json")
-    wait_for(lambda: mid_epoch_checkpoint(workdir, DDP), "a mid-epoch checkpoint")
-    os.kill(next(pid for pid in workers(workdir, "pipeline.training.train") if process_rank(pid) == 1), signal.SIGKILL)
+    _, held = stopped_when(snake.pid, lambda: unfinished_mid_epoch(workdir, DDP),
+                           "a mid-epoch checkpoint of the unfinished run", timeout=180, process=snake)
+    try:
+        os.kill(next(pid for pid in workers(workdir, "pipeline.training.train") if process_rank(pid) == 1),
+                signal.SIGKILL)
+    finally:
+        signal_each(held, signal.SIGCONT)
     assert snake.wait(timeout=300) == 0  # no rerun needed
     restarted = summary(workdir, DDP)
     assert restarted["restarts"] == 1 and restarted["resumed_at_steps"][0] > 0

@@ -32,8 +32,9 @@ min_version("9.0")
 # --config takes only preset=NAME and set='KEY=VALUE; ...' (pipeline/config/params.py).
 OVERLAYS = [os.path.relpath(path) for path in workflow.config_settings.configfiles]
 try:
-    for _path in ["params.yaml", *OVERLAYS]:
-        P.load(_path)
+    _BUILTIN = P.load("params.yaml")
+    for _path in OVERLAYS:  # each may add presets, never redefine params.yaml's
+        P.check_overlay(P.load(_path), _path, _BUILTIN)
     P.check_command_line(workflow.config_settings.config)
 except P.ParamsError as error:
     raise WorkflowError(str(error))

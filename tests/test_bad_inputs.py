@@ -229,6 +229,17 @@ DATA_CASES = [
      lambda r: f"{ann_file(r)}: annotation 1 of image 1 has area '100', which COCOeval cannot read",
      lambda r: "write area: a number from 0, or no area key: then the box's width x height is "
                "used"),
+    ("file-name-under-two-ids", edit(lambda doc: doc["images"][1].update(file_name="1.jpg")), "load",
+     lambda r: f"{ann_file(r)}: file_name '1.jpg' is listed under 2 image ids (1, 2)",
+     lambda r: "an image is listed once: keep one entry (id 1) and give its annotations that image_id "
+               "(those of id(s) 2 too), or point each entry at its own file"),
+    ("bbox-of-strings", set_bbox(["10", "43", "27", "27"]), "load",
+     lambda r: f"{ann_file(r)}: annotation 1 (image 1) has bbox ['10', '43', '27', '27'], which holds a value "
+               "that is not a number",
+     lambda r: "write bbox as 4 JSON numbers [x, y, width, height], without quotes"),
+    ("id-a-string", edit(lambda doc: doc["annotations"][0].update(category_id="1")), "load",
+     lambda r: f"{ann_file(r)}: annotation 1 has category_id '1', not a whole number",
+     lambda r: "write category_id as a JSON number, without quotes"),
     ("duplicate-image-id", edit(duplicate_image_id), "load",
      lambda r: f"{ann_file(r)}: image id 1 is used by 2 entries of 'images' (1.jpg, 2.jpg)",
      lambda r: "give each image its own id"),
@@ -276,6 +287,26 @@ def test_bad_data(case, tmp_path):
         with pytest.raises(DatasetError) as err:
             dataset[0]
     assert_message(str(err.value), what(root), remedy(root))
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("annotations", [[], [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 10, 10],
+                                                 "area": 100.0, "iscrowd": 1}]], ids=["none", "crowd-only"])
+def test_a_val_split_with_no_box_to_score_is_refused(annotations, tmp_path):
+    """COCOeval answers -1 for all twelve numbers where val has no box to score: refused at the
+    data stage, before any training, rather than reported as an accuracy."""
+    root = tmp_path / "data" / "mine"
+    good_dataset(root)
+    val = annotation_path(root, "val")
+    val.write_text(json.dumps(dict(json.loads(val.read_text()), annotations=annotations)))
+    manifest = tmp_path / "data" / "mine.manifest.json"
+    before = snapshot(tmp_path)
+    with pytest.raises(DatasetError) as err:
+        prepare.prepare(user_data(root), str(manifest))
+    assert_message(str(err.value), f"{val}: the val split has no box to score (2 images, {len(annotations)} boxes",
+                   "give its annotations the boxes of its images, or point data.root at a dataset whose val "
+                   "split is annotated")
+    check_readme_row("val-without-boxes", str(err.value), root=root, ann=ann_file(root))
     assert snapshot(tmp_path) == before
 
 
@@ -762,11 +793,13 @@ PLACEHOLDERS = {  # what a case passes for each, as README's section says
     "pid": "the process that holds the run",
 }
 # The cases above with a test of their own (not an entry of a list of cases), and those of
-# tests/test_annotation_checks.py (the two splits' categories), which check their rows here too.
+# tests/test_annotation_checks.py (the two splits' categories), test_overrides.py (an overlay)
+# and test_files.py (an edited generated tree), which check their rows here too.
 ONE_OFF_CASES = ("exif-orientation-refused", "exif-quarter-turn-read-as-stored",
                  "undecodable-images-in-both-splits", "image-damaged-after-the-data-stage",
                  "run-busy", "val-category-absent-from-train", "category-named-differently",
-                 "key-given-twice", "yaml-syntax-error")
+                 "key-given-twice", "yaml-syntax-error", "val-without-boxes",
+                 "configfile-redefines-a-preset", "edited-generated-tree")
 # Cases with no row of their own: their message has the form of the case named, its row's.
 SHOWN_BY = {"infinite-box": "nan-box", "wrong-type-nullable": "wrong-type",
             "workers-not-a-number": "wrong-type", "nested-negative": "negative-epochs"}

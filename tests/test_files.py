@@ -190,3 +190,62 @@ def test_replacing_dir_refuses_what_it_did_not_make(tmp_path):
         assert snapshot(target) == before, name
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "dangling", "dir", "empty", "file", "link", "ours"]  # no staging left behind
+
+
+def copy_without_times(source: Path, target: Path) -> None:
+    """As `cp -r`: the same bytes, every file with the time of the copy."""
+    shutil.copytree(source, target, copy_function=shutil.copy)
+
+
+def test_a_copy_with_new_times_is_told_from_an_edit_and_each_remedy_works(tmp_path):
+    """A `cp -r` of a generated tree (same bytes, new times) is replaced, not refused as every
+    file changed; an edited one is refused, and its remedy, followed, trains on it as the user's
+    own data; a listing of an older version (no hashes but JSON's) says the times alone differ."""
+    import json
+
+    from pipeline.config import params
+    from pipeline.data import prepare
+    from pipeline.runtime import listing
+
+    from .conftest import REPO
+
+    made = tmp_path / "data" / "made"
+    synthetic.generate(made, SMALL_SYNTHETIC)
+    copied = tmp_path / "data" / "copied"
+    copy_without_times(made, copied)
+    assert files.edits(copied) == ""  # each file's time differs, its bytes do not
+    synthetic.generate(copied, SMALL_SYNTHETIC)  # replaced: nothing of the user's in it
+
+    edited = tmp_path / "data" / "edited"
+    copy_without_times(made, edited)
+    annotations = edited / "annotations" / "instances_train2017.json"
+    document = json.loads(annotations.read_text())
+    document["annotations"][0]["bbox"][0] += 1  # the user's own change
+    annotations.write_text(json.dumps(document))
+    with pytest.raises(files.EditedTreeError) as refused:
+        synthetic.generate(edited, SMALL_SYNTHETIC)
+    message = str(refused.value)
+    assert "annotations/instances_train2017.json (changed)" in message and message.count("(changed)") == 1, message
+    assert message.endswith(synthetic.EDITED_ROOT_REMEDY)
+    from .test_bad_inputs import check_readme_row
+
+    check_readme_row("edited-generated-tree", message, root=edited)
+    # the remedy: the marker deleted, a preset of the user's reads the tree as it is now
+    (edited / MARKER).unlink()
+    raw = params.load(REPO / "params.yaml")
+    raw["presets"]["mine"] = {"extends": "demo", "data": {"name": "mine", "root": str(edited), "synthetic": None}}
+    cfg = params.resolve(dict(raw, preset="mine"))
+    manifest = prepare.prepare(cfg.data, str(tmp_path / "data" / "mine.manifest.json"))
+    assert manifest["splits"]["train"]["sha256"] == listing.file_sha256(annotations)  # the edited file
+
+    older = tmp_path / "data" / "older"  # a marker whose listing hashes the JSON files only
+    shutil.copytree(made, older)
+    marker = json.loads((older / MARKER).read_text())
+    for name, entry in marker["listing"].items():
+        marker["listing"][name] = entry if name.endswith(".json") else entry[:2]
+    (older / MARKER).write_text(json.dumps(marker))
+    retimed = tmp_path / "data" / "retimed"
+    copy_without_times(older, retimed)
+    said = files.edits(retimed)
+    assert "(changed)" not in said and said.startswith("32 files (e.g. train2017/000000000001.jpg) differ only in their "
+                                                       "modification times"), said

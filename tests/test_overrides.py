@@ -146,11 +146,36 @@ def test_the_command_line_takes_preset_and_set_only(tmp_path):
                              cwd=workdir, capture_output=True, text=True, timeout=600)
     assert refused.returncode != 0
     assert "--config presets=...: the command line sets preset=NAME and set=" in refused.stdout + refused.stderr
+    # an overlay that redefines a built-in preset is refused (case configfile-redefines-a-preset)
+    (workdir / "mine.yaml").write_text("presets:\n  demo:\n    train: {epochs: 2}\n")
+    redefined = subprocess.run(snakemake + ["--configfile", "mine.yaml"], cwd=workdir, capture_output=True,
+                               text=True, timeout=600)
+    assert redefined.returncode != 0 and not (workdir / "results").exists()
+    message = next(line for line in (redefined.stdout + redefined.stderr).splitlines() if "redefines" in line)
+    from .test_bad_inputs import check_readme_row
+    check_readme_row("configfile-redefines-a-preset", message)
     text = (workdir / "params.yaml").read_text()
     (workdir / "params.yaml").write_text(text + "\npreset: demo\n")
     twice = subprocess.run(snakemake, cwd=workdir, capture_output=True, text=True, timeout=600)
     assert twice.returncode != 0
     assert re.search(r"params\.yaml:\d+:1: the key 'preset' is given a second time", twice.stdout + twice.stderr)
+
+
+def test_an_overlay_adds_presets_and_never_redefines_a_built_in_one(raw):
+    """A --configfile merges into params.yaml key by key: a preset of the same name would change
+    params.yaml's silently, its results landing in the built-in preset's folders."""
+    params.check_overlay({"presets": {"demo-mine": {"extends": "demo"}}}, "mine.yaml", raw)  # a new name: fine
+    params.check_overlay({"report": {"figure_formats": ["png"]}}, "mine.yaml", raw)
+    with pytest.raises(params.ParamsError) as err:
+        params.check_overlay({"presets": {"demo": {"train": {"epochs": 2}}}}, "mine.yaml", raw)
+    assert str(err.value) == (
+        "mine.yaml: presets.demo: redefines params.yaml's preset 'demo' (its results are in results/runs/demo); "
+        "give yours a new name that starts from it, e.g. presets: {demo-mine: {extends: demo, ...}}, and run it "
+        "with --config preset=demo-mine")
+    # the remedy works: the new name resolves, and demo stays as params.yaml has it
+    merged = dict(raw, presets=dict(raw["presets"], **{"demo-mine": {"extends": "demo", "train": {"epochs": 9}}}))
+    assert params.resolve(dict(merged, preset="demo-mine")).train.epochs == 9
+    assert params.resolve(dict(merged, preset="demo")) == params.resolve(dict(raw, preset="demo"))
 
 
 def test_a_whole_number_written_as_a_float_is_named(raw):

@@ -80,6 +80,23 @@ def load(path: str | Path) -> dict:
     return raw
 
 
+def check_overlay(overlay: dict, path: str | Path, builtin: dict) -> None:
+    """A --configfile may add presets, not redefine params.yaml's: Snakemake merges the two
+    key by key, so a built-in preset would change silently, and its results would land in its
+    folders (results/runs/<name>), mixed with those of the preset as published."""
+    presets = overlay.get("presets")
+    if not isinstance(presets, dict):
+        return
+    taken = [name for name in presets if name in builtin.get("presets", {})]
+    if taken:
+        name = taken[0]
+        raise ParamsError(
+            f"{path}: presets.{name}: redefines params.yaml's preset {name!r} (its results are in "
+            f"results/runs/{name}); give yours a new name that starts from it, e.g. presets: "
+            f"{{{name}-mine: {{extends: {name}, ...}}}}, and run it with --config preset={name}-mine"
+        )
+
+
 def _key_path(path) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 

@@ -72,7 +72,9 @@ def load_annotations(root: str | Path, split: str) -> dict:
         )
     for section, keys in REQUIRED_KEYS.items():
         _check_entries(path, root, section, document.get(section), keys)
+    _check_numbers(path, document)
     _check_unique_ids(path, document)
+    _check_unique_file_names(path, document)
     _check_evaluated_values(path, document)
     return document
 
@@ -119,6 +121,55 @@ def _check_unique_ids(path: Path, document: dict) -> None:
             f"{path}: {kind} id {first} is used by {counts[first]} entries of "
             f"'{section}'{which}{more}; give each {kind} its own id"
         )
+
+
+def _check_numbers(path: Path, document: dict) -> None:
+    """The ids every loader and COCOeval look up, and the box they do arithmetic on, are JSON
+    numbers: a string ("10") would pass Python's float() here and crash the C++ evaluation
+    after training (pybind11's cast error, naming no file). An annotation's own id, its area
+    and iscrowd are checked with what COCOeval reads of them (_check_evaluated_values)."""
+    for image in document["images"]:
+        if not _is_whole(image["id"]):
+            raise DatasetError(
+                f"{path}: images entry {image['id']!r} ({image['file_name']}) has id {image['id']!r}, "
+                "not a whole number; write the id as a JSON number, without quotes"
+            )
+    for ann in document["annotations"]:
+        where = f"{path}: annotation {ann['id']!r}"
+        for key in ("image_id", "category_id"):  # its own id, area and iscrowd: _check_evaluated_values
+            if not _is_whole(ann[key]):
+                raise DatasetError(
+                    f"{where} has {key} {ann[key]!r}, not a whole number; write {key} as a JSON number, without quotes"
+                )
+        bbox = ann["bbox"]
+        if isinstance(bbox, list) and any(isinstance(v, str | bool) or v is None for v in bbox):
+            raise DatasetError(
+                f"{where} (image {ann['image_id']}) has bbox {bbox!r}, which holds a "
+                "value that is not a number; write bbox as 4 JSON numbers [x, y, width, height], "
+                "without quotes"
+            )
+
+
+def _is_whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_unique_file_names(path: Path, document: dict) -> None:
+    """One picture under two image ids would be scored twice, each time against the boxes of
+    one id only: each copy's detections of the other id's objects count as false positives."""
+    ids: dict[str, list] = {}
+    for image in document["images"]:
+        ids.setdefault(image["file_name"], []).append(image["id"])
+    repeated = {name: found for name, found in ids.items() if len(found) > 1}
+    if not repeated:
+        return
+    name, found = next(iter(repeated.items()))
+    more = f" (and {len(repeated) - 1} more files listed twice)" if len(repeated) > 1 else ""
+    raise DatasetError(
+        f"{path}: file_name {name!r} is listed under {len(found)} image ids ({', '.join(map(repr, found))}){more}; "
+        f"an image is listed once: keep one entry (id {found[0]!r}) and give its annotations that image_id "
+        f"(those of id(s) {', '.join(map(repr, found[1:]))} too), or point each entry at its own file"
+    )
 
 
 def _is_number(value) -> bool:

@@ -358,7 +358,22 @@ def build_manifest(
         }
     if problems:
         raise DatasetError("\n".join(problems))
+    refuse_nothing_to_score(by_split.get("val"))
     return manifest
+
+
+def refuse_nothing_to_score(val: CocoDetection | None) -> None:
+    """A validation split without one box to score (no annotations, or only crowd boxes, or
+    only boxes skipped as empty) makes COCOeval answer -1 for all twelve numbers: no accuracy,
+    not a bad one. Refused here, before any training."""
+    if val is None or any(not crowd for _, targets in val.images for *_, crowd in targets):
+        return
+    raise DatasetError(
+        f"{val.source}: the val split has no box to score ({len(val)} images, "
+        f"{sum(len(t) for _, t in val.images)} boxes, none of them a non-crowd box with an area), so "
+        "COCO mAP would be -1 for every number; give its annotations the boxes of its images, or point "
+        "data.root at a dataset whose val split is annotated"
+    )
 
 
 def _log_modes(dataset: CocoDetection, modes: Counter) -> None:

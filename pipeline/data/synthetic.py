@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from ..config import cli, schema
-from ..runtime.files import ForeignDirectoryError, replacing_dir, write_json
+from ..runtime.files import MARKER, ForeignDirectoryError, replacing_dir, write_json
 
 CATEGORIES = ["circle", "square", "triangle", "cross", "ring"]
 SPLITS = {"train2017": 0, "val2017": 1}
@@ -33,6 +33,14 @@ SIZE_WEIGHTS = {"small": 0.40, "medium": 0.45, "large": 0.15}
 EMPTY_IMAGE_FRACTION = 0.03
 MAX_OVERLAP = 0.25  # intersection over the smaller box: objects stay mostly visible
 FOREIGN_ROOT_REMEDY = "move it away, or point data.root at another directory"
+# A generated tree edited since: the generator never writes over it, and never reads a tree it
+# did not make, so keeping the edits means reading it as a user's dataset (docs/data.md).
+EDITED_ROOT_REMEDY = (
+    "move it away to have it generated afresh (what you changed stays in the moved copy); or, to "
+    f"train on it as it is now, delete its {MARKER} file and run it as your own dataset: a preset "
+    "of yours with data: {root: <this folder>, synthetic: null} (e.g. presets: {mine: {extends: "
+    "demo, data: {name: mine, root: <this folder>, synthetic: null}}})"
+)
 
 
 def _colour(rng: np.random.Generator) -> tuple[int, int, int]:
@@ -141,7 +149,10 @@ def generate(root: str | Path, settings: schema.Synthetic) -> dict:
     """Write the dataset to `root` (replacing it whole, atomically) and return counts per split.
     `root` must be absent or a dataset written here before: anything else is refused, untouched."""
     with replacing_dir(
-        root, {"made_by": "pipeline.data.synthetic", "settings": settings.model_dump()}, remedy=FOREIGN_ROOT_REMEDY
+        root,
+        {"made_by": "pipeline.data.synthetic", "settings": settings.model_dump()},
+        remedy=FOREIGN_ROOT_REMEDY,
+        edited_remedy=EDITED_ROOT_REMEDY,
     ) as staging:
         (staging / "annotations").mkdir()
         sizes = {"train2017": settings.train_images, "val2017": settings.val_images}

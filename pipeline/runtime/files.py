@@ -228,37 +228,41 @@ class EditedTreeError(ForeignDirectoryError):
     """A tree the pipeline made holds files added or changed since: it was left untouched."""
 
 
-def check_replaceable(target: str | Path, remedy: str) -> None:
+def check_replaceable(target: str | Path, remedy: str, edited_remedy: str = EDITED_REMEDY) -> None:
     """Refuse, before any work, to replace anything at `target` that the pipeline did not make,
-    or that it made but that differs from what it wrote (a file added, changed or removed)."""
+    or that it made but that differs from what it wrote (a file added, changed or removed):
+    `remedy` and `edited_remedy` end the two messages."""
     target = Path(target)
     if (target.exists() or target.is_symlink()) and not made_by_pipeline(target):
         raise ForeignDirectoryError(
             f"{target} already exists and was not made by this pipeline (that would be a "
             f"directory, not a link, holding {MARKER}), so it was left untouched: {remedy}"
         )
-    refuse_edited(target)
+    refuse_edited(target, edited_remedy)
 
 
-def refuse_edited(target: str | Path) -> None:
+def refuse_edited(target: str | Path, remedy: str = EDITED_REMEDY) -> None:
     """An EditedTreeError naming what differs, where `target` is a tree the pipeline made and
-    something in it is not as the pipeline wrote it."""
+    something in it is not as the pipeline wrote it; `remedy` ends it (the default: for a tree
+    the pipeline fetched, which a user's copy without the marker replaces as their own)."""
     target = Path(target)
     changed = made_by_pipeline(target) and edits(target)
     if changed:
         raise EditedTreeError(
             f"{target} was made by this pipeline, but is not as it was written: {changed}. It "
-            f"was left untouched, not replaced: {EDITED_REMEDY}"
+            f"was left untouched, not replaced: {remedy}"
         )
 
 
 @contextlib.contextmanager
-def replacing_dir(target: str | Path, provenance: dict, remedy: str) -> Iterator[Path]:
+def replacing_dir(
+    target: str | Path, provenance: dict, remedy: str, edited_remedy: str = EDITED_REMEDY
+) -> Iterator[Path]:
     """Yield an empty staging directory beside `target`; once the caller has filled it, mark it
     with `provenance` and put it in place of `target`, which must be absent or ours (see
     check_replaceable; `remedy` ends its message). An error leaves `target` as it was."""
     target = Path(target)
-    check_replaceable(target, remedy)
+    check_replaceable(target, remedy, edited_remedy)
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(target)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
@@ -269,7 +273,7 @@ def replacing_dir(target: str | Path, provenance: dict, remedy: str) -> Iterator
         recorded = dict(provenance, listing=listing.record(staging, skip=MARKER))
         write_text(staging / MARKER, json.dumps(recorded, separators=(",", ":")) + "\n")
         set_usual_mode(staging)
-        check_replaceable(target, remedy)  # again: something may have appeared there meanwhile
+        check_replaceable(target, remedy, edited_remedy)  # again: something may have appeared there meanwhile
         _swap(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

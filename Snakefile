@@ -86,7 +86,8 @@ include: "rules/report.smk"
 # logs/train/): runs trained, skipped or failed with their reasons, where the report and the
 # paper are, and the answer's first sentence.
 onsuccess:
-    last_words(succeeded=True)
+    if last_words(succeeded=True):  # a run failed for good: said last, and in the exit status
+        sys.exit(1)
 
 
 onerror:

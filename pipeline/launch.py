@@ -27,8 +27,9 @@ from . import strategies
 from .commbench import job as commbench_job
 from .config import cli, schema, stages
 from .detection.scoring import not_evaluated, record_not_evaluated
-from .runtime import lifetime, run_lock, slurm
+from .runtime import attempts, lifetime, run_lock, slurm
 from .runtime.files import OutputError, write_json, write_text
+from .runtime.records.training import RunSummary
 from .runtime.run import Run
 from .strategies import sweep
 
@@ -111,6 +112,47 @@ def multi_node_command(cfg: schema.TrainStage, run: Run, out: str) -> list[str]:
     return slurm.srun(alloc, nnodes) + command(cfg, run, out, rdzv_endpoint=endpoint)
 
 
+def train_in_attempts(cfg: schema.TrainStage, run: Run, argv: list[str], out: Path, log: Path | None) -> None:
+    """Train, running the command again after a crash (pipeline/runtime/attempts.py); a run
+    that fails for good is recorded as failed, with its reason and attempts, and the job ends
+    well: the workflow trains the other runs and builds the report (rules/common.smk names the
+    failed run last, and fails the command). A stop asked of the job ends it as it is."""
+    returncode, failed = attempts.run(argv, log, cfg.parallel.crash_retries, lambda path: log_to(str(path)))
+    if returncode == 0:
+        return
+    if returncode < 0 and -returncode in attempts.STOPS:  # stopped (Ctrl-C, a scheduler's cancel)
+        raise SystemExit(128 - returncode)
+    if (out / "train_summary.json").exists():  # the run recorded its own failure (it diverged)
+        return
+    summary = sweep.unfinished_summary(cfg, run, "failed", failed[-1].said())
+    summary["failed_attempts"] = [attempt.to_json() for attempt in failed]
+    write_text(out / "iterations.jsonl", _iterations_so_far(out))
+    write_json(out / "train_summary.json", summary)
+    print(
+        f"error: {sweep.run_id(run)} failed after {len(failed)} attempt(s): {failed[-1].said()}; recorded in "
+        f"{out / 'train_summary.json'}: the workflow goes on without it, and names it at its end",
+        file=sys.stderr,
+    )
+
+
+def _iterations_so_far(out: Path) -> str:
+    """What the failed run's iteration log held at its last checkpoint, for its record."""
+    logged = out / "state" / "iterations.jsonl"
+    return logged.read_text() if logged.exists() else ""
+
+
+def keep_unfinished_log(log: Path, out: Path) -> None:
+    """A rerun keeps the log of the job before it, where that job did not finish the run (it
+    crashed, failed or was killed: its log is the evidence), beside the new one, as a failed
+    attempt's (attempts.kept_log); a finished run's log is replaced, as any rerun's."""
+    try:
+        finished = RunSummary.read(out / "train_summary.json").status in ("ok", "skipped")
+    except (OSError, ValueError):
+        finished = False
+    if not finished and log.exists() and log.stat().st_size:
+        log.rename(attempts.kept_log(log, 1))
+
+
 def log_to(path: str) -> None:
     """This process's (and what it execs into) stdout and stderr, from here on, into `path`,
     truncated: opened only by the job that holds the run, where a shell's `> log` would empty
@@ -161,6 +203,8 @@ def main(argv: list[str] | None = None) -> None:
         # One job per run directory at a time; held by what we exec into, until the job ends.
         run_lock.hold(args.out, args.stage)
         if args.log:
+            if args.stage == "train":
+                keep_unfinished_log(Path(args.log), Path(args.out))
             log_to(args.log)
         if args.stage == "evaluate":
             # A run that is not scored (skipped, or trained on in-memory noise) is recorded
@@ -179,8 +223,10 @@ def main(argv: list[str] | None = None) -> None:
             write_json(out / "train_summary.json", sweep.unfinished_summary(cfg, run, "skipped", reason))
             return
         argv = multi_node_command(cfg, run, args.out)
-        sys.stdout.flush()
-        os.execv(argv[0], argv)
+        if argv[0] != sys.executable:  # srun, over several nodes: SLURM's own retries (profiles/slurm)
+            sys.stdout.flush()
+            os.execv(argv[0], argv)
+        train_in_attempts(cfg, run, argv, Path(args.out), Path(args.log) if args.log else None)
 
     cli.run_stage(
         "Launch one training run, or the commbench stage (see module docstring).",

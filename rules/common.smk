@@ -4,6 +4,7 @@
 import functools
 import glob
 import os
+import shlex
 import sys
 import time
 
@@ -153,10 +154,17 @@ def last_words(succeeded):
     """What the workflow says when it ends (onsuccess, onerror in the Snakefile): with the
     data stage's own error where it failed, as Snakemake's console says only to read its log;
     after a success, where the paper is and the answer's first sentence, read from the report
-    where it is newer than every run's results (a report of other runs is not quoted)."""
+    where it is newer than every run's results (a report of other runs is not quoted); last,
+    each run whose training failed, its reason, log and the command that retries it. True
+    where a run failed: the workflow's exit status then says so."""
     error = failure.stage_error(DATA_LOG, STARTED, MANIFEST)
-    lines = [sweep.outcome({run: RUN_DIR.format(run=run) for run in RUNS}, f"{REPORT}/report.html",
-                           (DATA_LOG, error) if error else None)]
+    said, failed = sweep.outcome(
+        {run: RUN_DIR.format(run=run) for run in RUNS}, f"{REPORT}/report.html",
+        (DATA_LOG, error) if error else None,
+        logs={run: f"logs/train/{PRESET}/{run}.log" for run in RUNS},
+        retry=shlex.join(this_command()),
+    )
+    lines = [said]
     if succeeded and os.path.exists(PAPER):
         lines.append(f"paper: {PAPER}")
     elif succeeded and MISSING_TEX:
@@ -165,7 +173,16 @@ def last_words(succeeded):
     if succeeded and os.path.exists(report_md) and os.path.getmtime(report_md) >= newest_result():
         sentence = render.answer_sentence(open(report_md).read())
         lines += [f"answer: {sentence}"] if sentence else []
-    print("\n".join(lines), file=sys.stderr)
+    print("\n".join(lines + failed), file=sys.stderr)
+    return bool(failed)
+
+
+def this_command():
+    """The command that runs this workflow, as its user typed it (near enough to paste)."""
+    if sys.argv[0].endswith("__main__.py"):  # python -m snakemake
+        return [os.path.relpath(sys.executable), "-m", "snakemake", *sys.argv[1:]]
+    program = os.path.relpath(sys.argv[0]) if os.path.isabs(sys.argv[0]) else sys.argv[0]
+    return [program if not program.startswith("..") else sys.argv[0], *sys.argv[1:]]
 
 
 def newest_result():

@@ -20,8 +20,9 @@ from pipeline.data.sampler import ShardedBatchSampler, aspect_ratio_groups
 from pipeline.report.load import load_run, summary_frame
 from pipeline.runtime import failure
 from pipeline.runtime.files import MARKER
+from pipeline.runtime.records.training import RunSummary
 from pipeline.runtime.run import Run
-from pipeline.strategies.sweep import runs
+from pipeline.strategies.sweep import run_id, runs
 
 from .conftest import REPO, small_config
 from .test_data_changes import RUN, TARGET, users_tree
@@ -96,11 +97,15 @@ def test_a_rank_that_fails_is_named_with_its_own_error(small_dataset, tmp_path):
     victim.write_bytes(victim.read_bytes()[:len(victim.read_bytes()) // 2])
 
     status, lines = launch(cfg, run, tmp_path / "run")
-    assert status != 0
-    assert re.fullmatch(rf"error: rank 1 \(pid \d+ on .+\): {re.escape(str(victim))}: cannot decode "
-                        r"image \d+: the file is truncated.*", lines[-1]), lines[-8:]
-    assert "exited with code" not in lines[-1] and "Caught" not in lines[-1]
-    assert not (tmp_path / "run" / "train_summary.json").exists()  # a data error stops the job
+    own = rf"rank 1 \(pid \d+ on .+\): {re.escape(str(victim))}: cannot decode image \d+: the file is truncated.*"
+    assert re.fullmatch(f"error: {own}", lines[-2]), lines[-8:]
+    assert "exited with code" not in lines[-2] and "Caught" not in lines[-2]
+    # An error of the run's own is not retried (it would only repeat): the run is recorded as
+    # failed with it, and the job ends well, for the workflow to go on with the other runs
+    assert status == 0 and lines[-1].startswith(f"error: {run_id(run)} failed after 1 attempt(s): exited with code 1: ")
+    summary = RunSummary.read(tmp_path / "run" / "train_summary.json")
+    assert summary.status == "failed" and re.fullmatch(f"exited with code 1: {own}", summary.reason), summary.reason
+    assert [a.ended for a in summary.failed_attempts] == ["exited with code 1"]
 
 
 @pytest.mark.slow

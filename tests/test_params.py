@@ -165,7 +165,7 @@ def test_resolved_presets_are_what_they_were_before_presets_could_extend(raw):
                        "time_split",  # the per-phase timing can be switched off
                        "sync_debug",  # a GPU run can check it synchronises nothing
                        "compile", "optimizer"],  # speed knobs (pipeline/training/speed.py)
-             "parallel": ["timeout_s", "max_restarts"]}
+             "parallel": ["timeout_s", "max_restarts", "crash_retries"]}  # and a crashed job's retry
     added["eval"].append("backend")  # COCOeval's implementation
     added["model"] = ["norm"]  # the tiny model's BatchNorm or GroupNorm (the accuracy ablation)
 

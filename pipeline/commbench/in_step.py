@@ -195,7 +195,7 @@ class Exchanges:
         terms["formula_wait_s"] = slowest_wait_check(terms)
         return {
             **terms,
-            "untrusted": untrusted,
+            **({"untrusted": untrusted} if untrusted else {}),
             "timings": {
                 "compute_s": compute,
                 "exchange_s": exchange,

@@ -208,7 +208,7 @@ def fitted(
         "bandwidth_gbit_s": 8 / found.link.beta / 1e9 if found.link.beta > 0 else None,
         "relative_residuals": found.residuals,
         "r2": found.r2,
-        "untrusted": found.untrusted,
+        **({"untrusted": found.untrusted} if found.untrusted else {}),
         "relative_spread": spreads if spreads is not None else [0.0] * len(medians),
     }
     if rank == 0:

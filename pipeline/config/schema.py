@@ -138,6 +138,7 @@ class Parallel(Section):
     powersgd_rank: PositiveInt
     timeout_s: PositiveNumber
     max_restarts: Count
+    crash_retries: Count = Field(description="a training job that crashed (a signal, a rank lost) is run again")
 
 
 class EvalSchedule(Section):

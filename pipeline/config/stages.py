@@ -59,7 +59,7 @@ class Stage:
         return tuple(picked)
 
 
-FAULT_KNOBS = ("parallel.timeout_s", "parallel.max_restarts")  # how a job outlives a fault
+FAULT_KNOBS = ("parallel.timeout_s", "parallel.max_restarts", "parallel.crash_retries")  # how a job outlives a fault
 # How a training job runs, not what it computes: checkpoints, the sync check, and the speed
 # knobs (pipeline/training/speed.py: the same tensors within the precision's rounding)
 SPEED_KNOBS = ("train.checkpoint_every", "train.sync_debug", "train.compile", "train.optimizer")

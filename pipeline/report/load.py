@@ -491,6 +491,11 @@ COLUMNS = [
     Column("checkpoints", lambda r: r.s.checkpoints.count if r.s.checkpoints else None, integer=True),
     _field("restarts", integer=True),
     Column("resumed_at_steps", lambda r: " ".join(map(str, r.s.resumed_at_steps))),
+    # A run trained after its job crashed (pipeline/runtime/attempts.py): timed from the attempt
+    # that finished; the report marks it
+    Column(
+        "retried_after", lambda r: "; ".join(a.said() for a in r.s.failed_attempts or []) if r.s.status == "ok" else ""
+    ),
 ]
 SUMMARY_COLUMNS = [c.name for c in COLUMNS]
 INTEGER_COLUMNS = [c.name for c in COLUMNS if c.integer]

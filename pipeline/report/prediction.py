@@ -387,7 +387,7 @@ def in_step_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:
             f"(the plain hook's work included; DDP's buckets of the model: "
             f"{' + '.join(f'{b / 2**20:.2f}' for b in terms.buckets)} MiB) and "
             f"{terms.message_s * 1e3:.2f} ms per point-to-point message; the hooks' own work per "
-            f"byte of a bucket: {hooks}" + "".join(f"; {term} {why}" for term, why in terms.untrusted.items())
+            f"byte of a bucket: {hooks}" + "".join(f"; {term} {why}" for term, why in (terms.untrusted or {}).items())
         )
     return rows
 

@@ -361,11 +361,17 @@ def runs(data: ReportData) -> Section:
         }
     )
     shown, common = constant_columns(formatted(frame, {}), keep=("run", "status", "reason"))
+    retried = summary[summary["retried_after"].fillna("") != ""]
     return Section(
         "Runs",
         [
             "Every training run, skipped and failed ones with their reason"
             + (f"; all of them: {'; '.join(common)}." if common else ".")
+        ]
+        + [
+            f"{run} was trained after its job crashed ({why}); it resumed from its last checkpoint, and its "
+            "speed is measured from the attempt that finished."
+            for run, why in zip(retried["run_id"], retried["retried_after"], strict=True)
         ],
         shown,
     )

@@ -1,10 +1,11 @@
 """Process plumbing, the ground floor: nothing here imports detection, strategies or reports.
 
 files.py        atomic writes, output errors that name the remedy, what the pipeline made
-listing.py      what a tree the pipeline made held when written (sizes, times, JSON hashes), what differs now
+listing.py      what a tree the pipeline made held when written (sizes, times, hashes), what differs now
 distributed.py  process groups: start, finish, gather, lost peers, heartbeat
 elastic.py      torchrun, naming the rank that failed first and its own error (what `python -m` starts)
 failure.py      why a run failed, in one line, from the failing process to whoever reads it
+attempts.py     a training job's attempts: a crash retried from its checkpoint, a failure recorded
 lifetime.py     a job's processes die with it
 logs.py         how a stage's processes log: each line with its rank, the data's lines once
 slurm.py        the allocation a multi-node run is inside

@@ -128,6 +128,11 @@ def own_message(failed) -> str | None:
     return data["message"] if data else None
 
 
+def is_consequence(failed) -> bool:
+    """Whether a failed worker's reason only says it lost another process (a `Consequence`)."""
+    return bool((_ours(failed) or {}).get("consequence"))
+
+
 def outcome_of(failed) -> dict | None:
     """The record of the run a failed worker left for its launcher to write, if any."""
     return (_ours(failed) or {}).get("outcome")

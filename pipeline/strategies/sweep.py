@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 import typing
 import warnings
 from pathlib import Path
@@ -280,25 +279,52 @@ def equivalence_runs(cfg: RunSections, compared: list[str] | None = None) -> lis
     return [fill({"strategy": cls.name, **(cls.equivalence_entry or {})}, cfg) for cls in checked]
 
 
-def outcome(run_dirs: dict[str, str], report: str, data_failure: tuple[str, str] | None = None) -> str:
+def outcome(
+    run_dirs: dict[str, str],
+    report: str,
+    data_failure: tuple[str, str] | None = None,
+    logs: dict[str, str] | None = None,
+    retry: str = "",
+) -> tuple[str, list[str]]:
     """The workflow's last words: how many runs finished, which were skipped or failed and why
-    (from each run's train_summary.json), and where the report is. `data_failure`: (its log,
-    its error) where the data stage failed, the reason the runs not trained yet were kept
+    (from each run's train_summary.json), which were retried after a crash, and where the
+    report is; and the runs whose training failed (crashed for good, or an error of its own),
+    each said last with its log (`logs`: run id -> the job's log) and the command that retries
+    it (`retry`: the workflow's command, to which --forcerun is added). `data_failure`: (its
+    log, its error) where the data stage failed, the reason the runs not trained yet were kept
     from training."""
-    done, other, missing = 0, [], []
+    done, missing = 0, []
+    other: list[str] = []
+    retried: list[str] = []
+    failed: list[str] = []
     for run_id, run_dir in run_dirs.items():
+        path = Path(run_dir) / "train_summary.json"
         try:
-            summary = json.loads((Path(run_dir) / "train_summary.json").read_text())
+            summary = RunSummary.read(path)
         except (FileNotFoundError, ValueError):
             missing.append(run_id)
             continue
-        if summary.get("status") == "ok":
+        if summary.status == "ok":
             done += 1
-        else:
-            other.append(f"  {run_id}: {summary.get('status')}: {summary.get('reason')}")
-    lines = [
-        f"runs: {done} of {len(run_dirs)} trained" + (f", {len(other)} skipped or failed:" if other else "")
-    ] + other
+            if summary.failed_attempts:  # None where none failed
+                retried.append(
+                    f"  {run_id}: trained after {len(summary.failed_attempts)} failed attempt(s): "
+                    + "; ".join(f"{a.said()} (log: {a.log})" for a in summary.failed_attempts)
+                )
+            continue
+        other.append(f"  {run_id}: {summary.status}: {summary.reason}")
+        if summary.failed_attempts:
+            earlier = [a.log for a in summary.failed_attempts[:-1] if a.log]
+            failed += [
+                f"  {run_id}: {summary.reason}",
+                f"    log: {(logs or {}).get(run_id)}"
+                + (f" (earlier attempts: {', '.join(earlier)})" if earlier else ""),
+            ] + ([f"    retry it: {retry} --forcerun {path}"] if retry else [])
+    lines = (
+        [f"runs: {done} of {len(run_dirs)} trained" + (f", {len(other)} skipped or failed:" if other else "")]
+        + other
+        + (["  retried after a crash:"] + retried if retried else [])
+    )
     if missing and data_failure:
         lines.append(f"  not trained, as the data stage failed ({data_failure[0]}): {', '.join(missing)}")
         lines += [f"    {line}" for line in data_failure[1].splitlines()]
@@ -306,4 +332,7 @@ def outcome(run_dirs: dict[str, str], report: str, data_failure: tuple[str, str]
         lines.append(f"  not trained yet: {', '.join(missing)}")
     if Path(report).exists():
         lines.append(f"report: {report}")
-    return "\n".join(lines)
+    if failed:
+        count = sum(line.startswith("  ") and not line.startswith("    ") for line in failed)
+        failed.insert(0, f"failed: {count} run(s), each with its reason, its log and the command that retries it:")
+    return "\n".join(lines), failed

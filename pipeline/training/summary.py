@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import schema, stages
-from ..runtime import distributed, failure, provenance
+from ..runtime import attempts, distributed, failure, provenance
 from ..runtime.files import atomic_path, read_json_lines, save_torch, write_json, write_text
 from ..runtime.records.base import STRATEGY_REMEDY
 from ..runtime.records.evaluation import Evaluation
@@ -181,7 +181,11 @@ def summary_of(
     are the strategy's summary facts as fields of the record; `schedule` is the train section
     with its warm-up resolved; `communication_timed` is False where the strategy exchanges
     inside forward and backward (Strategy.communication_timed is None)."""
-    steady = records[WARMUP_ITERATIONS_EXCLUDED:] or records
+    # Timed from the attempt that finished (a resumed one, after a crash or a kill, began with a
+    # warm-up of its own), its first iterations excluded as for any run
+    since = state.sessions[-1]["step"] if state.sessions else 0
+    last = [r for r in records if r["step"] > since] or records
+    steady = last[WARMUP_ITERATIONS_EXCLUDED:] or last
     times = np.array([r["time_iter"] for r in steady])
     # the log's own split, as each process keeps its own (state.Phases); train.time_split:
     # false leaves only the data wait (pipeline/training/timing.py)
@@ -210,6 +214,8 @@ def summary_of(
         # restart after a worker died; `restart` is torchrun's count then).
         resumed_at_steps=[s["step"] for s in state.sessions[1:]],
         restarts=sum(1 for s in state.sessions if s["restart"] > 0),
+        failed_attempts=attempts.retried_before() or None,
+        timed_from_step=since or None,
         channels_last=schedule.channels_last,
         warmup_iters=schedule.warmup_iters,  # `auto` resolved
         skipped_steps=precision.skipped_steps,  # fp16 overflows the scaler skipped

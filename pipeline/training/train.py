@@ -42,7 +42,7 @@ from ..data.dataset import CocoDetection, DatasetError, InMemory, collate, to_mo
 from ..data.sampler import ShardedBatchSampler, aspect_ratio_groups
 from ..detection import scoring
 from ..detection.model import build_model
-from ..runtime import distributed, lifetime
+from ..runtime import attempts, distributed, lifetime
 from ..runtime.files import (
     OutputError,
     output_error,
@@ -373,6 +373,7 @@ def run_epoch(job: Job, log: IterationLog, max_steps: int | None) -> None:
     stopwatch = Stopwatch(state)
     for batch in batches:
         iterate(job, batch, stopwatch, log)
+        attempts.abort_if_asked(job.ctx.rank, state.step, job.out_dir / "state")  # tests only
         if state.step == max_steps:
             break
         # -- a checkpoint now and then, out of the training time

@@ -32,7 +32,7 @@ class LinkFit(OpenRecord):
     r2: float | None = None
     relative_residuals: list[float] = field(default_factory=list)
     check: Check | None = None
-    untrusted: str | None = None  # why a term sits at its bound of 0 (costmodel/network.fit)
+    untrusted: str | None = field(default=None, metadata=OPTIONAL)  # why a term sits at its bound of 0 (network.fit)
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class InStep(OpenRecord):
     buckets: list[float] = field(default_factory=list)
     hook_s_per_byte: dict[str, float] = field(default_factory=dict)
     formula_wait_s: float | None = None
-    untrusted: dict[str, str] = field(default_factory=dict)  # term -> why it was not resolved
+    untrusted: dict[str, str] | None = field(default=None, metadata=OPTIONAL)  # term -> why it was not resolved
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,19 @@ class Utilisation(Record):
 
 
 @dataclass(frozen=True)
+class FailedAttempt(Record):
+    """A training attempt that failed (pipeline/runtime/attempts.py): how it ended, the last
+    line of its log that says why, and where that log is kept."""
+
+    ended: str = ""  # "killed by SIGABRT", "a rank was killed or lost", "exited with code 1"
+    reason: str = ""
+    log: str | None = None
+
+    def said(self) -> str:
+        return f"{self.ended}: {self.reason}" if self.reason else self.ended
+
+
+@dataclass(frozen=True)
 class RunSummary(Record):
     """train_summary.json. A skipped run has its identity, status, reason and provenance; the
     other fields are a finished run's (None: not recorded, e.g. by a run from before it was)."""
@@ -140,6 +153,10 @@ class RunSummary(Record):
     checkpoints: Checkpoints | None = None
     resumed_at_steps: list[int] = field(default_factory=list)
     restarts: int | None = None
+    # The job's attempts that crashed before the one that finished (or, for a failed run, all
+    # of them): the run is marked, and its speed taken from the attempt that finished
+    failed_attempts: list[FailedAttempt] | None = field(default=None, metadata=OPTIONAL)  # None: none failed
+    timed_from_step: int | None = field(default=None, metadata=OPTIONAL)  # where its last attempt resumed
     channels_last: bool | None = None
     warmup_iters: int | None = None
     skipped_steps: int | None = None  # fp16 overflows the scaler skipped

@@ -18,8 +18,10 @@ per node itself: `srun` on the allocation's nodes, rendezvous on its first node
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -29,7 +31,6 @@ from .config import cli, schema, stages
 from .detection.scoring import not_evaluated, record_not_evaluated
 from .runtime import attempts, lifetime, run_lock, slurm
 from .runtime.files import OutputError, write_json, write_text
-from .runtime.records.training import RunSummary
 from .runtime.run import Run
 from .strategies import sweep
 
@@ -124,6 +125,10 @@ def train_in_attempts(cfg: schema.TrainStage, run: Run, argv: list[str], out: Pa
         raise SystemExit(128 - returncode)
     if (out / "train_summary.json").exists():  # the run recorded its own failure (it diverged)
         return
+    if log is not None and log.exists():  # kept as a failed attempt's: Snakemake deletes a job's log before a rerun
+        kept = attempts.kept_log(log, len(failed))
+        shutil.copyfile(log, kept)
+        failed[-1] = dataclasses.replace(failed[-1], log=str(kept))
     summary = sweep.unfinished_summary(cfg, run, "failed", failed[-1].said())
     summary["failed_attempts"] = [attempt.to_json() for attempt in failed]
     write_text(out / "iterations.jsonl", _iterations_so_far(out))
@@ -139,18 +144,6 @@ def _iterations_so_far(out: Path) -> str:
     """What the failed run's iteration log held at its last checkpoint, for its record."""
     logged = out / "state" / "iterations.jsonl"
     return logged.read_text() if logged.exists() else ""
-
-
-def keep_unfinished_log(log: Path, out: Path) -> None:
-    """A rerun keeps the log of the job before it, where that job did not finish the run (it
-    crashed, failed or was killed: its log is the evidence), beside the new one, as a failed
-    attempt's (attempts.kept_log); a finished run's log is replaced, as any rerun's."""
-    try:
-        finished = RunSummary.read(out / "train_summary.json").status in ("ok", "skipped")
-    except (OSError, ValueError):
-        finished = False
-    if not finished and log.exists() and log.stat().st_size:
-        log.rename(attempts.kept_log(log, 1))
 
 
 def log_to(path: str) -> None:
@@ -203,8 +196,6 @@ def main(argv: list[str] | None = None) -> None:
         # One job per run directory at a time; held by what we exec into, until the job ends.
         run_lock.hold(args.out, args.stage)
         if args.log:
-            if args.stage == "train":
-                keep_unfinished_log(Path(args.log), Path(args.out))
             log_to(args.log)
         if args.stage == "evaluate":
             # A run that is not scored (skipped, or trained on in-memory noise) is recorded

@@ -161,7 +161,6 @@ def last_words(succeeded):
     said, failed = sweep.outcome(
         {run: RUN_DIR.format(run=run) for run in RUNS}, f"{REPORT}/report.html",
         (DATA_LOG, error) if error else None,
-        logs={run: f"logs/train/{PRESET}/{run}.log" for run in RUNS},
         retry=shlex.join(this_command()),
     )
     lines = [said]

@@ -283,14 +283,13 @@ def outcome(
     run_dirs: dict[str, str],
     report: str,
     data_failure: tuple[str, str] | None = None,
-    logs: dict[str, str] | None = None,
     retry: str = "",
 ) -> tuple[str, list[str]]:
     """The workflow's last words: how many runs finished, which were skipped or failed and why
     (from each run's train_summary.json), which were retried after a crash, and where the
     report is; and the runs whose training failed (crashed for good, or an error of its own),
-    each said last with its log (`logs`: run id -> the job's log) and the command that retries
-    it (`retry`: the workflow's command, to which --forcerun is added). `data_failure`: (its
+    each said last with its log (its last attempt's, kept) and the command that retries it
+    (`retry`: the workflow's command, to which --forcerun is added). `data_failure`: (its
     log, its error) where the data stage failed, the reason the runs not trained yet were kept
     from training."""
     done, missing = 0, []
@@ -317,7 +316,7 @@ def outcome(
             earlier = [a.log for a in summary.failed_attempts[:-1] if a.log]
             failed += [
                 f"  {run_id}: {summary.reason}",
-                f"    log: {(logs or {}).get(run_id)}"
+                f"    log: {summary.failed_attempts[-1].log}"
                 + (f" (earlier attempts: {', '.join(earlier)})" if earlier else ""),
             ] + ([f"    retry it: {retry} --forcerun {path}"] if retry else [])
     lines = (

@@ -581,3 +581,58 @@ def test_without_latex_the_workflow_says_so_and_still_plans_the_report(tmp_path,
         pipeline.report.paper.build(REPO / "paper" / "paper.tex", tmp_path / "report",
                                     tmp_path / "paper.pdf")
     assert not (tmp_path / "paper.pdf").exists()
+
+
+def test_a_crashed_run_is_retried_and_one_that_always_crashes_never_stops_the_rest(finished_demo, tmp_path):
+    """A rank made to abort once (the test-only switch BENCH_TEST_ABORT, here at step 5, after
+    the checkpoint at 4) is retried from its checkpoint: the workflow finishes, the record and
+    the report say so. A rank made to abort every time: the other runs stay trained, the report
+    and the paper are built without it, the command fails, and its last lines name the run, its
+    reason (the abort's own line), its logs and the command that retries it, which works."""
+    from pipeline.runtime.attempts import TEST_ABORT_ENV
+    from pipeline.runtime.records.training import RunSummary
+
+    copy = copy_finished(finished_demo.root, tmp_path)
+    runs_dir, logs = copy / "results" / "runs" / "demo", copy / "logs" / "train" / "demo"
+
+    def forced(run: str, abort: str | None) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k != TEST_ABORT_ENV} | ({TEST_ABORT_ENV: abort} if abort else {})
+        return subprocess.run(SNAKEMAKE + ["--cores", "2", "--forcerun", f"results/runs/demo/{run}/train_summary.json"],
+                              cwd=copy, env=env, capture_output=True, text=True, timeout=900)
+
+    once = forced("zero-w2-b2-s0", "1:5:once")
+    assert once.returncode == 0, once.stderr[-4000:]
+    zero = RunSummary.read(runs_dir / "zero-w2-b2-s0" / "train_summary.json")
+    assert zero.status == "ok" and [a.ended for a in zero.failed_attempts or []] == ["a rank was killed or lost"]
+    assert zero.resumed_at_steps == [4] and zero.timed_from_step == 4
+    assert "malloc(): test abort" in (logs / "zero-w2-b2-s0.attempt1.log").read_text()
+    report = (copy / "results" / "report" / "demo" / "report.md").read_text()
+    assert "zero-w2-b2-s0 was trained after its job crashed (a rank was killed or lost: rank 1" in report
+    assert "  retried after a crash:" in once.stderr and "  zero-w2-b2-s0: trained after 1 failed attempt(s)" in once.stderr
+
+    always = forced("fsdp-w2-b2-s0", "1:5:always")
+    assert always.returncode == 1, always.stderr[-4000:]
+    fsdp = RunSummary.read(runs_dir / "fsdp-w2-b2-s0" / "train_summary.json")
+    assert fsdp.status == "failed" and len(fsdp.failed_attempts or []) == 2
+    statuses = {run.name: RunSummary.read(run / "train_summary.json").status for run in runs_dir.iterdir()}
+    assert statuses.pop("fsdp-w2-b2-s0") == "failed" and set(statuses.values()) <= {"ok", "skipped"}
+    summary = pd.read_csv(copy / "results" / "summary" / "demo.csv").set_index("run_id")
+    assert summary.loc["fsdp-w2-b2-s0", "status"] == "failed"
+    assert os.path.getmtime(copy / "results" / "report" / "demo" / "report.md") > os.path.getmtime(
+        runs_dir / "fsdp-w2-b2-s0" / "train_summary.json")
+    last = always.stderr.strip().splitlines()[-4:]
+    retry = f"--forcerun results/runs/demo/fsdp-w2-b2-s0/train_summary.json"
+    assert last[0] == "failed: 1 run(s), each with its reason, its log and the command that retries it:", last
+    assert last[1].startswith("  fsdp-w2-b2-s0: a rank was killed or lost: rank 1 (pid ") and (
+        "was killed by SIGABRT first: malloc(): test abort" in last[1]), last
+    assert last[2] == ("    log: logs/train/demo/fsdp-w2-b2-s0.attempt2.log (earlier attempts: "
+                       "logs/train/demo/fsdp-w2-b2-s0.attempt1.log)"), last
+    assert last[3].startswith("    retry it: ") and last[3].endswith(retry), last
+    # the retry, as said, without the switch: the run trains, the workflow ends well
+    command = last[3].removeprefix("    retry it: ").split()
+    assert command[command.index("--forcerun") + 1] == retry.split()[1]
+    retried = forced("fsdp-w2-b2-s0", None)
+    assert retried.returncode == 0, retried.stderr[-4000:]
+    assert RunSummary.read(runs_dir / "fsdp-w2-b2-s0" / "train_summary.json").status == "ok"
+    # the failed attempts' logs outlive the rerun (Snakemake deletes the job's own log before it)
+    assert all("malloc(): test abort" in (logs / f"fsdp-w2-b2-s0.attempt{n}.log").read_text() for n in (1, 2))

@@ -125,7 +125,8 @@ def test_the_cost_model_does_not_use_a_disturbed_shared_compute_factor_and_says_
     text = " ".join(section(None, prediction_frame(typed([single, run]), benches(disturbed)), benches(disturbed))["text"])
     assert "NOT trusted, disturbed: shared-compute factor at 2 processes (x1.536): factor x1.536 outside" in text
     assert "not used: the factor of a quiet machine" in text
-    assert ("NOT trusted, disturbed: all_reduce link at 2 processes (latency 0.0 us, nan Gbit/s): "
+    assert ("NOT trusted, disturbed: all_reduce link at 2 processes (latency 0.0 us, no bandwidth resolved (the "
+            "fit's time per byte sat at its bound of 0)): "
             "fit residual 0.90 > 0.50; used as measured") in text
     assert "Inputs trusted (inside the bands of a quiet machine" in text and "send_recv link at 2 processes" in text
     assert "1 of 1 multi-process runs are within 20% of the model. Not all of the model's inputs were trusted" in text

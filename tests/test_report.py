@@ -682,7 +682,7 @@ def test_the_report_and_numbers_tex_open_with_the_answer(report):
 
 def test_a_link_fitted_without_a_positive_time_per_byte_has_no_bandwidth():
     """A disturbed machine can fit zero or negative seconds per byte: said, not printed as nan."""
-    from pipeline.report.prediction import bandwidth_text
+    from pipeline.report.wording import bandwidth_text
     assert bandwidth_text(3.05) == "3.0 Gbit/s"
     for none in (None, float("nan"), float("inf"), 0.0, -1.0):
         assert bandwidth_text(none).startswith("no bandwidth resolved")

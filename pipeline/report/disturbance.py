@@ -39,6 +39,7 @@ from ..runtime.records.training import RunSummary
 from .load import RunDir, reader_name, required, speed
 from .render import Section
 from .tables import signed, significant, tex_escape
+from .wording import bandwidth_text
 
 TOLERANCE = 0.10  # an entry's seeds, outliers aside: fastest over slowest minus 1; the outliers' margin
 # What computes exactly single's steps at one worker in one process: strategy -> its variants
@@ -269,7 +270,7 @@ def commbench_inputs(commbench: dict[int, CommbenchRecord]) -> list[Input]:
     found = []
     for n, bench in sorted(commbench.items()):
         for name, prim in bench.primitives.items():
-            value = f"latency {prim.alpha_s * 1e6:.1f} us, {(prim.bandwidth_gbit_s or math.nan):.2f} Gbit/s"
+            value = f"latency {prim.alpha_s * 1e6:.1f} us, {bandwidth_text(prim.bandwidth_gbit_s)}"
             found.append(Input(n, f"{name} link", value, *_status(prim.check)))
         if bench.shared_compute:
             found.append(

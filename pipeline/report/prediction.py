@@ -35,6 +35,7 @@ from ..runtime.records.training import RunSummary
 from ..strategies import lookup, recorded
 from .disturbance import commbench_inputs, entry_repeats, shared_factor_disturbed, verdict
 from .load import RunDir, is_baseline, required
+from .wording import bandwidth_text
 
 BOUND = 0.20  # |predicted / measured - 1| above this is a miss
 ASSUMPTIONS = (
@@ -390,14 +391,6 @@ def in_step_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:
             f"byte of a bucket: {hooks}" + "".join(f"; {term} {why}" for term, why in (terms.untrusted or {}).items())
         )
     return rows
-
-
-def bandwidth_text(gbit_s: float | None) -> str:
-    """A fitted bandwidth, or why there is none: on a disturbed machine the fit's time per byte
-    sits at its bound of 0 (more bytes no slower), which is no bandwidth at all."""
-    if gbit_s is None or not math.isfinite(gbit_s) or gbit_s <= 0:
-        return "no bandwidth resolved (the fit's time per byte sat at its bound of 0)"
-    return f"{gbit_s:.1f} Gbit/s"
 
 
 def link_rows(commbench: dict[int, CommbenchRecord]) -> list[str]:

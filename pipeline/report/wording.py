@@ -84,3 +84,11 @@ def span(values, places: int) -> str:
     """'0.064 to 0.067', or '0.064' where they show alike."""
     low, high = f"{min(values):.{places}f}", f"{max(values):.{places}f}"
     return low if low == high else f"{low} to {high}"
+
+
+def bandwidth_text(gbit_s: float | None) -> str:
+    """A fitted bandwidth, or why there is none: on a disturbed machine the fit's time per byte
+    sits at its bound of 0 (more bytes no slower), which is no bandwidth at all."""
+    if gbit_s is None or not math.isfinite(gbit_s) or gbit_s <= 0:
+        return "no bandwidth resolved (the fit's time per byte sat at its bound of 0)"
+    return f"{gbit_s:.1f} Gbit/s"

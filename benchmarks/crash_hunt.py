@@ -7,8 +7,8 @@ chunk detected").
 
 Each repeat is the workflow's own train job (pipeline.launch, the demo's entry, its own run
 directory and log) with parallel.crash_retries 0, so a crash surfaces instead of being retried,
-and with glibc's heap checks on (MALLOC_CHECK_=3: abort at the first inconsistency, where it
-happens; MALLOC_PERTURB_: freed memory filled, so a use after free shows), Python's faulthandler
+and with glibc's heap checks on (MALLOC_CHECK_=3, with glibc's libc_malloc_debug preloaded: abort at the first
+inconsistency, where it happens; MALLOC_PERTURB_: freed memory filled, so a use after free shows), Python's faulthandler
 (the Python stack of every thread on a fatal signal) and core files allowed (RLIMIT_CORE; the
 core lands in the repository, the jobs' directory, where the kernel's core_pattern is a plain
 name, and is moved to the evidence). Every
@@ -47,6 +47,10 @@ ENTRIES = {  # the demo's 2-worker entries (params.yaml), by a name for each cod
     "ps": {"strategy": "ps", "workers": 2, "images_per_worker": 4},
 }
 CHECKS = {"MALLOC_CHECK_": "3", "MALLOC_PERTURB_": "165", "PYTHONFAULTHANDLER": "1"}
+# glibc 2.34 on reads MALLOC_CHECK_ only with its debug library preloaded
+DEBUG_MALLOC = Path("/usr/lib/x86_64-linux-gnu/libc_malloc_debug.so.0")
+if DEBUG_MALLOC.exists():
+    CHECKS["LD_PRELOAD"] = str(DEBUG_MALLOC)
 
 
 def allow_cores() -> None:

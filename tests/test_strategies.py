@@ -34,7 +34,8 @@ from pipeline.training.precision import Precision
 from .conftest import REPO, free_port, gone, signal_each, small_config, stopped_when, wait_for
 
 PARALLEL = schema.Parallel(backend="gloo", nnodes=1, rdzv_endpoint="127.0.0.1:29400",
-                           sync_batchnorm=False, powersgd_rank=2, timeout_s=60, max_restarts=0)
+                           sync_batchnorm=False, powersgd_rank=2, timeout_s=60, max_restarts=0,
+                           crash_retries=0)
 GLOBAL_BATCH = 8
 # Left to the full suite: the fast tier keeps one case of each code path (README).
 SLOW = pytest.mark.slow

@@ -138,7 +138,8 @@ class Parallel(Section):
     powersgd_rank: PositiveInt
     timeout_s: PositiveNumber
     max_restarts: Count
-    crash_retries: Count = Field(description="a training job that crashed (a signal, a rank lost) is run again")
+    # With a default, unlike the other keys: a job's --knobs JSON from before it existed still reads
+    crash_retries: Count = Field(1, description="a training job that crashed (a signal, a rank lost) is run again")
 
 
 class EvalSchedule(Section):

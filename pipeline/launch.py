@@ -118,11 +118,11 @@ def train_in_attempts(cfg: schema.TrainStage, run: Run, argv: list[str], out: Pa
     that fails for good is recorded as failed, with its reason and attempts, and the job ends
     well: the workflow trains the other runs and builds the report (rules/common.smk names the
     failed run last, and fails the command). A stop asked of the job ends it as it is."""
-    returncode, failed = attempts.run(argv, log, cfg.parallel.crash_retries, lambda path: log_to(str(path)))
+    returncode, failed, stopped = attempts.run(argv, log, cfg.parallel.crash_retries, lambda path: log_to(str(path)))
+    if stopped is not None:  # asked to stop (Ctrl-C, a scheduler's cancel): ends as it is, unrecorded
+        raise SystemExit(128 + stopped)
     if returncode == 0:
         return
-    if returncode < 0 and -returncode in attempts.STOPS:  # stopped (Ctrl-C, a scheduler's cancel)
-        raise SystemExit(128 - returncode)
     if (out / "train_summary.json").exists():  # the run recorded its own failure (it diverged)
         return
     if log is not None and log.exists():  # kept as a failed attempt's: Snakemake deletes a job's log before a rerun

@@ -31,6 +31,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from . import lifetime
 from .records.training import FailedAttempt as Attempt
@@ -118,13 +119,16 @@ def kept_log(log: Path, number: int) -> Path:
     return kept
 
 
-def run(
-    argv: list[str], log: Path | None, retries: int, reopen_log: Callable[[Path], None]
-) -> tuple[int, list[Attempt]]:
-    """Run `argv` until an attempt ends well, fails with an error of its own, or has crashed
-    `retries` + 1 times; (the last attempt's exit status, the attempts that failed). `log`: the
-    job's log, where stdout and stderr go (`reopen_log` opens a fresh one after a crash, the
-    failed one kept)."""
+class Outcome(NamedTuple):
+    returncode: int  # the last attempt's exit status (-N: killed by signal N)
+    failed: list[Attempt]  # the attempts that failed, in order
+    stopped: int | None  # the stop signal the job was asked to end with, if one came
+
+
+def run(argv: list[str], log: Path | None, retries: int, reopen_log: Callable[[Path], None]) -> Outcome:
+    """Run `argv` until an attempt ends well, fails with an error of its own, has crashed
+    `retries` + 1 times, or the job is asked to stop. `log`: the job's log, where stdout and
+    stderr go (`reopen_log` opens a fresh one after a crash, the failed one kept)."""
     stop: list[int] = []
     child: subprocess.Popen | None = None
 
@@ -145,15 +149,13 @@ def run(
         # execs with is the one become_launcher sets in the child: no env= here)
         child = subprocess.Popen(argv, preexec_fn=lambda: lifetime.become_launcher(me))
         returncode = child.wait()
-        if returncode == 0:
-            return returncode, failed
-        if stop:  # said as the stop it was, whatever the attempt's own status
-            return -stop[0], failed
+        if returncode == 0 or stop:
+            return Outcome(returncode, failed, stop[0] if stop else None)
         text = own_log()  # the attempt's log: stdout and stderr went there
         attempt = Attempt(how_it_ended(returncode), last_fatal_line(text), str(log) if log else None)
         crashed = returncode < 0 or returncode == RETRYABLE_EXIT
         if not crashed or len(failed) >= retries:
-            return returncode, failed + [attempt]
+            return Outcome(returncode, failed + [attempt], None)
         if log is not None:
             kept = kept_log(log, len(failed) + 1)
             log.rename(kept)

@@ -231,8 +231,16 @@ def test_kill_9_anywhere_and_the_same_command_finishes_the_same_results(workdir,
     target, wait, victim = KILL_POINTS[point]
     run = target.split("/")[0]
     failed_after = kill(workdir, point)
-    if wait == "mid-epoch checkpoint":  # the kill landed inside the run (kill() held it there)
+    # A dead worker or torchrun is a crash: the job runs the attempt again from the checkpoint
+    # and finishes by itself (pipeline/runtime/attempts.py); a killed job (its whole group)
+    # leaves the checkpoint for the rerun below
+    retried = victim in ("rank 1", "torchrun")
+    if wait == "mid-epoch checkpoint" and not retried:  # the kill landed inside the run (kill() held it there)
         assert (run_dir(workdir, run) / "state" / "checkpoint.pt").exists(), f"{point}: no checkpoint to resume"
+    if retried:
+        done = summary(workdir, run)
+        assert done["status"] == "ok" and len(done["failed_attempts"]) == 1, done.get("failed_attempts")
+        assert done["resumed_at_steps"] and done["resumed_at_steps"][0] > 0, f"{point}: not resumed"
     if victim == "rank 1":  # torchrun names the dead rank; the job ran the attempt again (attempts.py)
         kept = max((workdir / "logs" / "train" / "demo").glob(f"{DDP}.attempt*.log"), key=os.path.getmtime)
         log = kept.read_text()  # the failed attempt's log, kept beside the job's

@@ -58,10 +58,11 @@ def refusal(out: Path, pid: int, doing: str = "training") -> str:
 @pytest.fixture
 def holder():
     """Start a process that holds a run's lock (exec'd into sleep with then="exec"); killed after."""
-    started = []
+    started, releases = [], []
 
     def start(run_dir: Path, stage: str = "train", then: str = "sleep", release: Path | None = None) -> subprocess.Popen:
         arg = str(release) if then == "child" else shutil.which("sleep")
+        releases.extend([release] if release else [])
         proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir), stage, then, arg], cwd=REPO)
         started.append(proc)
         wait_for(lambda: proc.poll() is not None or run_lock.holder(run_dir).get("pid") == proc.pid,
@@ -73,6 +74,8 @@ def holder():
     for proc in started:
         proc.kill()
         proc.wait()
+    for release in releases:  # a holder's child ends too, whatever the test did (a failed one included)
+        release.touch()
 
 
 def try_hold(run_dir: Path) -> subprocess.CompletedProcess:

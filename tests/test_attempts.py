@@ -24,6 +24,7 @@ from .conftest import REPO, small_config
 REPORT = """\
 2026-12-07 03:42:33,001 [rank 1] INFO step 2/12 epoch 0 loss 1.9
 malloc(): unaligned fastbin chunk detected
+2026-12-07 03:42:33,002 [rank 0] INFO rank 0 (worker): 23 images, 2 per process x 2 shards, 1 threads, cpu, gloo
 error: rank 0 lost the other processes of its run (Connection reset by peer; gloo); every rank is still alive
 ============================================================
 pipeline.training.train FAILED

@@ -44,8 +44,9 @@ RETRIES_ENV = "BENCH_RETRIED_AFTER"  # the failed attempts before this one, as J
 FATAL = re.compile(
     r"(malloc\(\)|free\(\)|double free|corrupted |munmap_chunk|realloc\(\)|\*\*\* .* \*\*\*"
     r"|Fatal Python error|Segmentation fault|terminate called|Error: |Exception: |^error: |Aborted"
-    r"|NCCL (WARN|error)|gloo|Connection (reset|closed))"
+    r"|NCCL (WARN|error)|Connection (reset|closed))"
 )
+LOGGED = re.compile(r"\] (DEBUG|INFO|WARNING) ")  # a stage's own progress lines (logs.py): never a reason
 RERUN_REMEDY_START = "The run's last checkpoint is kept"  # elastic.REMEDY's first words
 OWN_LINES = ("error: rank ", "retrying ", "attempt ")  # what this module and elastic.py say
 
@@ -79,7 +80,10 @@ def fatal_line(text: str) -> str:
     found = [
         line
         for line in before
-        if FATAL.search(line) and not line.startswith(OWN_LINES) and "lost the other processes" not in line
+        if FATAL.search(line)
+        and not LOGGED.search(line)
+        and not line.startswith(OWN_LINES)
+        and "lost the other processes" not in line
     ]
     return found[-1] if found else ""
 

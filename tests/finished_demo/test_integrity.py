@@ -264,7 +264,8 @@ def test_kill_9_anywhere_and_the_same_command_finishes_the_same_results(workdir,
             for direction in ("sent", "received"):
                 assert rank["bytes_per_iteration"][direction] == pytest.approx(
                     rank["theory_bytes_per_iteration"][direction], rel=1e-9), rank
-    assert jobs(rerun).get("report") == 1
+    # a retried crash finished the whole workflow by itself; a killed job's rerun made the rest
+    assert jobs(rerun) == {} if retried else jobs(rerun).get("report") == 1, jobs(rerun)
 
 
 def test_a_dead_worker_is_restarted_by_torchrun_to_the_same_result(workdir, uninterrupted):

@@ -29,7 +29,7 @@ from . import strategies
 from .commbench import job as commbench_job
 from .config import cli, schema, stages
 from .detection.scoring import not_evaluated, record_not_evaluated
-from .runtime import attempts, lifetime, run_lock, slurm
+from .runtime import attempts, failure, lifetime, run_lock, slurm
 from .runtime.files import OutputError, write_json, write_text
 from .runtime.run import Run
 from .strategies import sweep
@@ -131,19 +131,13 @@ def train_in_attempts(cfg: schema.TrainStage, run: Run, argv: list[str], out: Pa
         failed[-1] = dataclasses.replace(failed[-1], log=str(kept))
     summary = sweep.unfinished_summary(cfg, run, "failed", failed[-1].said())
     summary["failed_attempts"] = [attempt.to_json() for attempt in failed]
-    write_text(out / "iterations.jsonl", _iterations_so_far(out))
-    write_json(out / "train_summary.json", summary)
+    # recorded as a diverged run's is (its iteration log as of the last checkpoint, the summary last)
+    failure.write_outcome({"out": str(out), "iterations": str(out / "state" / "iterations.jsonl"), "summary": summary})
     print(
         f"error: {sweep.run_id(run)} failed after {len(failed)} attempt(s): {failed[-1].said()}; recorded in "
         f"{out / 'train_summary.json'}: the workflow goes on without it, and names it at its end",
         file=sys.stderr,
     )
-
-
-def _iterations_so_far(out: Path) -> str:
-    """What the failed run's iteration log held at its last checkpoint, for its record."""
-    logged = out / "state" / "iterations.jsonl"
-    return logged.read_text() if logged.exists() else ""
 
 
 def log_to(path: str) -> None:

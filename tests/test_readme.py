@@ -567,7 +567,8 @@ def test_printed_commands_run_by_hand(tiny_printed):
     assert json.loads(out.read_text())["processes"] == 2
     said = [line for line in result.log.splitlines() if stages.KNOBS_ENV in line]
     assert said == [f"{stages.KNOBS_ENV} is not set and no --knobs given: the commbench stage takes its knobs "
-                    'from params.yaml\'s default preset (demo): {"parallel": {"max_restarts": 0, "timeout_s": 120}}']
+                    'from params.yaml\'s default preset (demo): '
+                    '{"parallel": {"crash_retries": 1, "max_restarts": 0, "timeout_s": 120}}']
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,6 +91,7 @@ def main() -> None:
                 if args.hog_every and repeat % args.hog_every == 1
                 else None
             )
+            began = time.monotonic()
             try:
                 subprocess.run(
                     [
@@ -118,7 +120,8 @@ def main() -> None:
             done[name] += 1
             cores = [c for c in REPO.glob("core*") if c.is_file() and c.name.split(".")[0] == "core"]
             summary = RunSummary.read(out / "train_summary.json") if (out / "train_summary.json").exists() else None
-            if summary is None or summary.status != "ok":
+            failed = summary is None or summary.status != "ok"
+            if failed:
                 why = summary.reason if summary else f"no summary (see {log})"
                 kept = args.evidence / f"{name}-{repeat}"
                 kept.mkdir(parents=True, exist_ok=True)
@@ -128,6 +131,12 @@ def main() -> None:
                     shutil.move(core, kept / core.name)
                 crashes[name].append(f"{name} repeat {repeat}{' (beside yes)' if hog else ''}: {why} [{kept}]")
                 print(crashes[name][-1], flush=True)
+            print(
+                f"[{sum(done.values())}/{args.repeats * len(args.strategies)}] {name} repeat {repeat}"
+                f"{' beside yes' if hog else ''}: {'crashed' if failed else 'ok'}"
+                f" in {time.monotonic() - began:.0f} s",
+                flush=True,
+            )
             shutil.rmtree(out, ignore_errors=True)
             log.unlink(missing_ok=True)
     print(

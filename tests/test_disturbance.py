@@ -184,6 +184,20 @@ def test_overheads_are_no_noise_and_a_slow_seed_is_named_beside_its_others():
     assert [e.entry for e in check.entries] == ["single-w1-b8", "ddp-w2-b4", "zero-w2-b4",
                                                 "ddp-w2-b4-synthetic"]  # entries of 2+ runs
     assert [len(e.outliers) for e in check.entries] == [0, 0, 1, 1]
+    assert "trained again after its job crashed" not in said
+    # a run trained again after a crash is judged like its seeds, and said so where it is named
+    runs = seeded(EXAMPLE)
+    for run in runs:
+        if run["run_id"] in ("zero-w2-b4-s2", "ddp-w2-b4-s1"):
+            run["summary"]["failed_attempts"] = [{"ended": "killed by SIGABRT", "reason": "malloc(): corrupted"}]
+    retried = measurement_check(typed(runs), {})
+    assert [len(e.outliers) for e in retried.entries] == [0, 0, 1, 1]  # the same verdicts
+    said = " ".join(retried.lines())
+    assert ("zero-w2-b4 (ZeRO-1, 2 workers): an outlier, 32% below their median (more than 10% and 3.5 "
+            "robust deviations from it). It stays in the entry's means; the entry's spread is read without "
+            "it. It was trained again after its job crashed; its speed is that of the attempt that "
+            "finished.") in said
+    assert said.count("trained again after its job crashed") == 1  # ddp-w2-b4-s1 is no outlier
     # each one-process strategy: its overhead over single, in ms an iteration with its interval
     (group,) = check.identical
     overheads = {o.entry: o.gap for o in group.overheads}

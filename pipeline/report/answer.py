@@ -14,9 +14,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..runtime.records.equivalence import EquivalenceRecord
-from ..strategies import STRATEGIES
 from .baseline_gap import baseline_gaps, equivalence_sentence, equivalence_short, gap_headline, gap_sentence
-from .load import RunDir
+from .load import RunDir, strategy_label
 from .ranking import Ranking, headline, ranking_sentences, rankings
 from .ranking_why import WHY_COLUMNS, model_summary, short_why, why_throughput
 from .render import Section
@@ -30,25 +29,34 @@ def inference_seconds(runs: list[RunDir]) -> dict[str, float]:
 
 
 def not_run_sentence(summary: pd.DataFrame) -> str:
-    """Every entry with a run that did not complete, once, with its reason."""
+    """Every entry with a run that did not complete, once, with its reason; an entry of which
+    some runs finished is said to be ranked on those, fewer seeds than planned."""
     bad = summary[summary["status"] != "ok"]
     if bad.empty:
         return "Every run of the sweep completed."
     verbs = {"skipped": "was skipped", "failed": "failed"}
-    found = []
+    completed = summary[summary["status"] == "ok"].groupby("entry").size()
+    found, partial = [], False
     for (status, reason), group in bad.fillna({"reason": ""}).groupby(["status", "reason"], sort=False):
         named = []
         for entry, runs_ in group.groupby("entry", sort=False):
-            first, total = runs_.iloc[0], int((summary["entry"] == entry).sum())
-            count = (
-                f"{len(runs_)} of its {total} runs" if len(runs_) < total else f"{total} run{'s' if total > 1 else ''}"
-            )
-            declared = STRATEGIES.get(first["strategy"])
-            named.append(f"{declared.label if declared else first['strategy']} ({entry}, {count})")
+            total, done = int((summary["entry"] == entry).sum()), int(completed.get(entry, 0))
+            count = f"{total} run{'s' if total > 1 else ''}"
+            if len(runs_) < total:
+                count = f"{len(runs_)} of its {total} runs"
+            if done:  # the other seeds finished: ranked on them
+                partial = True
+                count += f"; ranked on the {done} seed{'s' if done > 1 else ''} that finished"
+            named.append(f"{strategy_label(runs_.iloc[0]['strategy'], '')} ({entry}, {count})")
         why = str(reason).strip().rstrip(".")
         said = f"{joined(named)} {verbs.get(status, f'ended {status}')}" + (f": {why}." if why else ".")
         found.append(said[0].upper() + said[1:])
-    return "Not run on this machine, so neither ranked nor discussed: " + " ".join(found)
+    opening = (
+        "Not completed on this machine (an entry none of whose runs finished is neither ranked nor discussed): "
+        if partial
+        else "Not run on this machine, so neither ranked nor discussed: "
+    )
+    return opening + " ".join(found)
 
 
 @dataclass(frozen=True)

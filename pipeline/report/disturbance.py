@@ -79,6 +79,7 @@ class EntryRepeats:
     name: str  # as a reader says it: 'ZeRO-1, 2 workers'
     speeds: tuple[tuple[str, float], ...]  # (run id, images/s), slowest first
     outliers: tuple[tuple[str, float], ...]  # the same pairs, for the outliers
+    retried: frozenset[str] = frozenset()  # run ids trained after a crash: judged like their seeds
 
     @property
     def kept(self) -> Repeats:
@@ -107,6 +108,11 @@ class EntryRepeats:
             f"{'below' if speed < self.kept.median else 'above'} their median (more than "
             f"{TOLERANCE:.0%} and 3.5 robust deviations from it). It stays in the entry's "
             "means; the entry's spread is read without it."
+            + (
+                " It was trained again after its job crashed; its speed is that of the attempt that finished."
+                if run in self.retried
+                else ""
+            )
             for run, speed in self.outliers
         ]
 
@@ -135,7 +141,9 @@ def entry_repeats(runs: list[RunDir]) -> list[EntryRepeats]:
         far = Repeats.of(v for _, v in speeds).outliers(TOLERANCE)
         outliers = tuple(pair for pair in speeds if pair[1] in far)
         s = members[0].summary
-        found.append(EntryRepeats(entry, reader_name(s.strategy, s.variant, s.data_mode, s.workers), speeds, outliers))
+        retried = frozenset(r.run_id for r in members if r.summary.failed_attempts)
+        name = reader_name(s.strategy, s.variant, s.data_mode, s.workers)
+        found.append(EntryRepeats(entry, name, speeds, outliers, retried))
     return found
 
 

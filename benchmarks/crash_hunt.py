@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 from pipeline.config import params, schema, stages  # noqa: E402
 from pipeline.config.params import canonical  # noqa: E402
 from pipeline.data import synthetic  # noqa: E402
+from pipeline.runtime import lifetime  # noqa: E402
 from pipeline.runtime.records.training import RunSummary  # noqa: E402
 from pipeline.strategies.sweep import runs  # noqa: E402
 
@@ -87,7 +88,7 @@ def main() -> None:
             run = next(iter(runs(cfg).values()))
             out, log = work / f"{name}-{repeat}", work / f"{name}-{repeat}.log"
             hog = (
-                subprocess.Popen(["yes"], stdout=subprocess.DEVNULL)
+                subprocess.Popen(["yes"], stdout=subprocess.DEVNULL, preexec_fn=lifetime.die_with_parent)
                 if args.hog_every and repeat % args.hog_every == 1
                 else None
             )

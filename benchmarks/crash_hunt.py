@@ -13,9 +13,10 @@ inconsistency, where it happens; MALLOC_PERTURB_: freed memory filled, so a use 
 core lands in the repository, the jobs' directory, where the kernel's core_pattern is a plain
 name, and is moved to the evidence). Every
 `--hog-every`-th repeat runs beside a process that keeps a core busy (`yes`). A crashed run's log
-and folder are kept under --evidence; the others are removed. Prints one line per crash (the
-strategy, the repeat, how it ended and the log's last fatal line) and a table of crashes per
-strategy.
+and folder are kept under --evidence; the others are removed. Prints a line per run as it ends
+(its seconds), one per crash (the strategy, the repeat, how it ended and the log's last fatal
+line) and a table of crashes per strategy. Give a name twice in --strategies to run it twice
+as often.
 """
 
 from __future__ import annotations

@@ -72,6 +72,14 @@ def write_coco(root: Path, split: str, images: list[dict], annotations: list[dic
 # log line), with a deadline generous for a busy 2-core machine, and fails naming what it waited
 # for; never a fixed sleep, and never "this took less than N seconds".
 
+# A started command's deadline, which only a hang should reach. Quiet, the slowest command a
+# test starts (the shrunk demo workflow of tests/finished_demo) takes about 5 minutes on 2
+# cores; beside a full workflow run it went past 10 (a fresh clone's suite of 200e070,
+# 2026-12-07, stopped it at the 600 s it then had, in its report job). 30 minutes, with
+# pyproject's per-test timeout above it and both inside CI's 90.
+HANG_S = 1800
+
+
 def wait_for(condition, what: str, timeout: float = 180, process: subprocess.Popen | None = None):
     """condition()'s first true value, polled until `timeout` seconds have passed (an
     AssertionError naming `what`); `process` ending first fails at once, with its exit status."""

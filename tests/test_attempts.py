@@ -19,7 +19,7 @@ from pipeline.runtime import attempts, elastic
 from pipeline.runtime.records.training import RunSummary
 from pipeline.strategies.sweep import runs
 
-from .conftest import REPO, small_config
+from .conftest import HANG_S, REPO, small_config
 
 REPORT = """\
 2026-12-07 03:42:33,001 [rank 1] INFO step 2/12 epoch 0 loss 1.9
@@ -67,7 +67,7 @@ def train(tmp_path: Path, small_dataset: Path, strategy: str, abort: str) -> tup
     job = subprocess.run([sys.executable, "-m", "pipeline.launch", "--config", canonical(stages.view(cfg, "train").model_dump()),
                           "--entry", canonical(run.to_json()), "--out", str(out), "--log", str(tmp_path / "job.log")],
                          cwd=REPO, env=dict(os.environ, **{attempts.TEST_ABORT_ENV: abort}), capture_output=True,
-                         text=True, timeout=900)
+                         text=True, timeout=HANG_S)
     return job, out
 
 

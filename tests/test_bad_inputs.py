@@ -36,7 +36,7 @@ from pipeline.runtime import run_lock
 from pipeline.strategies import sweep
 from pipeline.training.train import train
 
-from .conftest import REPO, small_config, user_data, write_coco
+from .conftest import HANG_S, REPO, small_config, user_data, write_coco
 
 EARLIER = 1_500_000_000  # an mtime in the past: a rewrite with the same bytes still shows
 
@@ -498,7 +498,7 @@ def test_the_evaluate_stage_ends_a_bad_image_in_one_line(tmp_path):
     before = snapshot(tmp_path)
     result = subprocess.run([sys.executable, "-m", "pipeline.detection.evaluate", "--config",
                              canonical(cfg.model_dump()), "--run-dir", str(run_dir)],
-                            cwd=REPO, capture_output=True, text=True, timeout=300)
+                            cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     error = result.stderr.strip().splitlines()[-1]
@@ -726,7 +726,7 @@ def test_bad_run_state(case, checkpointed, tmp_path):
         check = f"cmp {out}/state/checkpoint.pt {checkpointed[2]}/state/checkpoint.pt && ls -a {out}/state"
         command = in_mount_namespace(setup[0], ["sh", "-c", '"$@"; rc=$?; ' + check + '; exit $rc',
                                                 "sh", *command])
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     error = result.stderr.strip().splitlines()[-1]

@@ -27,7 +27,7 @@ from pipeline.data.dataset import CocoDetection
 from pipeline.report import paper
 from pipeline.runtime.files import MARKER, read_json
 
-from .conftest import REPO
+from .conftest import HANG_S, REPO
 from .http_server import Server
 from .workflow import jobs, on_disk
 
@@ -236,7 +236,7 @@ def test_free_space_is_checked_first(tmp_path):
 def attempt(command, cwd, **kwargs) -> subprocess.CompletedProcess:
     """Run `command` with this interpreter's bin first on PATH (DVC's stages run `python`)."""
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=900, env=env,
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=HANG_S, env=env,
                           **kwargs)
 
 
@@ -347,7 +347,7 @@ def test_a_users_directory_at_data_root_is_used_or_refused_never_deleted(served,
 
     def data_stage(expect_ok: bool) -> str:
         requests = len(server.requests)
-        result = subprocess.run(prepare, cwd=repo, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(prepare, cwd=repo, capture_output=True, text=True, timeout=HANG_S)
         assert (result.returncode == 0) == expect_ok, result.stderr[-3000:]
         assert len(server.requests) == requests  # nothing downloaded
         assert "running dvc" not in result.stderr and not (repo / "dvc.lock").exists()

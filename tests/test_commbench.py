@@ -20,7 +20,7 @@ from pipeline.costmodel import in_step as in_step_fit
 from pipeline.costmodel.network import measured_network
 from pipeline.runtime.records.commbench import CommbenchRecord
 
-from .conftest import REPO
+from .conftest import HANG_S, REPO
 from .test_strategies import PARALLEL
 
 
@@ -38,7 +38,7 @@ def commbench(cfg: schema.CommbenchStage, processes: int, out) -> dict:
     torchrun); its JSON."""
     argv = [sys.executable, "-m", "pipeline.launch", "--stage", "commbench", "--processes",
             str(processes), "--config", json.dumps(cfg.model_dump()), "--out", str(out)]
-    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(out.read_text())
 

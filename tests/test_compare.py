@@ -12,7 +12,7 @@ import pytest
 
 from pipeline import compare
 
-from .conftest import REPO
+from .conftest import HANG_S, REPO
 from .test_disturbance import seeded_dirs
 
 
@@ -95,6 +95,6 @@ def test_the_command_runs_without_torch(tmp_path):
             "runpy.run_module('pipeline.compare', run_name='__main__'); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code, str(results)], cwd=REPO, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     assert "single-w1-b8" in done.stdout and "within the noise" in done.stdout

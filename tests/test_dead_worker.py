@@ -22,6 +22,7 @@ from pipeline.runtime.records.training import RunSummary
 from pipeline.strategies.sweep import runs
 
 from .conftest import (
+    HANG_S,
     REPO,
     checkpoint_inside_an_epoch,
     free_port,
@@ -71,14 +72,14 @@ def test_a_hung_worker_fails_its_peers_within_the_timeout(small_dataset, tmp_pat
     try:
         wait_for(lambda: process_state(victim) in ("T", "Z", None), "rank 1 to be stopped (state T)")
         failed = wait_for(lambda: next((at for at, line in lines if "lost the other processes" in line), None),
-                          "a survivor to report it lost the other processes", timeout=300)
+                          "a survivor to report it lost the other processes", timeout=HANG_S)
     except AssertionError as err:
         raise AssertionError(f"{err}\n{''.join(line for _, line in lines)[-3000:]}") from None
     finally:
         with contextlib.suppress(ProcessLookupError):  # already SIGKILLed by torchrun: nothing to wake
             os.kill(victim, signal.SIGCONT)  # torchrun's SIGTERM reaches it only once it runs again
         try:
-            launcher.wait(timeout=300)
+            launcher.wait(timeout=HANG_S)
         except subprocess.TimeoutExpired:  # the test failed already: leave nothing running
             signal_each(process_tree(launcher.pid), signal.SIGKILL)
             launcher.wait()

@@ -24,7 +24,7 @@ from pipeline.runtime.records.training import RunSummary
 from pipeline.runtime.run import Run
 from pipeline.strategies.sweep import run_id, runs
 
-from .conftest import REPO, small_config
+from .conftest import HANG_S, REPO, small_config
 from .test_data_changes import RUN, TARGET, users_tree
 from .workflow import copy_workflow, edit_params, snakemake
 
@@ -37,7 +37,7 @@ def launch(cfg: schema.Config, run: Run, out: Path, stage: str = "train") -> tup
     with open(log, "w") as handle:
         status = subprocess.run([sys.executable, "-m", "pipeline.launch", "--stage", stage,
                                  "--config", canonical(stage_cfg), "--entry", canonical(run.to_json()), "--out", str(out)],
-                                cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, timeout=600).returncode
+                                cwd=REPO, stdout=handle, stderr=subprocess.STDOUT, timeout=HANG_S).returncode
     return status, [line for line in log.read_text().splitlines() if line.strip()]
 
 

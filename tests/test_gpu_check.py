@@ -25,7 +25,7 @@ from pipeline.report.prediction import single_inputs
 from pipeline.runtime import distributed
 from pipeline.strategies import REGISTERED
 
-from .conftest import REPO, signal_each, stopped_when
+from .conftest import HANG_S, REPO, signal_each, stopped_when
 
 NO_GPU = pytest.mark.skipif(distributed.gpu_count() > 0,
                             reason="a GPU is visible: this is the CPU smoke; run the check itself there")
@@ -84,7 +84,7 @@ def test_a_quick_sitting_cut_off_keeps_the_rows_it_measured(tmp_path):
     try:
         # held still (SIGSTOP, with its workers) once a row is measured, and checked again while
         # held: the kill lands mid-item, not after the item has ended meanwhile
-        _, held = stopped_when(check.pid, mid_item, "a measured throughput row", timeout=600, process=check)
+        _, held = stopped_when(check.pid, mid_item, "a measured throughput row", timeout=HANG_S, process=check)
     finally:
         os.killpg(check.pid, signal.SIGKILL)
         signal_each(held, signal.SIGKILL)  # torchrun's workers, in sessions of their own
@@ -104,7 +104,7 @@ def cpu_smoke(tmp_path, *options: str) -> dict:
     passes (each done, the provenance, finite losses wherever it trained)."""
     result = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--out", str(tmp_path / "bundle"),
                              "--results", str(tmp_path / "results"), *options],
-                            cwd=REPO, capture_output=True, text=True, timeout=850)
+                            cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "no GPU visible: the CPU smoke" in result.stdout
     bundle = json.loads((tmp_path / "bundle" / "gpu_check.json").read_text())

@@ -10,6 +10,8 @@ from benchmarks import gpu_check
 from benchmarks.interleave import Config, Protocol, interleave
 from pipeline.data import synthetic
 
+from .conftest import HANG_S
+
 
 @pytest.fixture(scope="module")
 def tiny_settings(tmp_path_factory) -> dict:
@@ -91,7 +93,7 @@ def test_a_knob_an_older_tree_lacks_is_left_out_at_its_default_and_refused_other
 
     def load(norm: str) -> str:
         done = subprocess.run([sys.executable, "-c", code, str(tree), json.dumps(defaults), norm],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=HANG_S)
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout.strip()
 

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.config import params, schema, stages
 
-from .conftest import REPO
+from .conftest import HANG_S, REPO
 from .workflow import copy_workflow
 
 PARAMS = REPO / "params.yaml"
@@ -140,23 +140,23 @@ def test_the_command_line_takes_preset_and_set_only(tmp_path):
     workdir = copy_workflow(tmp_path)
     snakemake = [sys.executable, "-m", "snakemake", "--cores", "1", "-n"]
     planned = subprocess.run(snakemake + ["--config", "set=train.epochs=2; train.lr_steps=[1]"],
-                             cwd=workdir, capture_output=True, text=True, timeout=600)
+                             cwd=workdir, capture_output=True, text=True, timeout=HANG_S)
     assert planned.returncode == 0, planned.stderr[-3000:]
     refused = subprocess.run(snakemake + ["--config", "presets={demo: {train: {epochs: 2}}}"],
-                             cwd=workdir, capture_output=True, text=True, timeout=600)
+                             cwd=workdir, capture_output=True, text=True, timeout=HANG_S)
     assert refused.returncode != 0
     assert "--config presets=...: the command line sets preset=NAME and set=" in refused.stdout + refused.stderr
     # an overlay that redefines a built-in preset is refused (case configfile-redefines-a-preset)
     (workdir / "mine.yaml").write_text("presets:\n  demo:\n    train: {epochs: 2}\n")
     redefined = subprocess.run(snakemake + ["--configfile", "mine.yaml"], cwd=workdir, capture_output=True,
-                               text=True, timeout=600)
+                               text=True, timeout=HANG_S)
     assert redefined.returncode != 0 and not (workdir / "results").exists()
     message = next(line for line in (redefined.stdout + redefined.stderr).splitlines() if "redefines" in line)
     from .test_bad_inputs import check_readme_row
     check_readme_row("configfile-redefines-a-preset", message)
     text = (workdir / "params.yaml").read_text()
     (workdir / "params.yaml").write_text(text + "\npreset: demo\n")
-    twice = subprocess.run(snakemake, cwd=workdir, capture_output=True, text=True, timeout=600)
+    twice = subprocess.run(snakemake, cwd=workdir, capture_output=True, text=True, timeout=HANG_S)
     assert twice.returncode != 0
     assert re.search(r"params\.yaml:\d+:1: the key 'preset' is given a second time", twice.stdout + twice.stderr)
 

@@ -79,7 +79,7 @@ import yaml
 from pipeline import strategies
 from pipeline.config import params, schema, stages
 
-from .conftest import REPO
+from .conftest import HANG_S, REPO
 from .workflow import copy_workflow, edit_params, jobs, tiny_params
 
 README = REPO / "README.md"
@@ -270,7 +270,7 @@ def demo_copy(tmp_path_factory) -> Path:
 
 
 def dry_run(workdir: Path, words: list[str]) -> subprocess.CompletedProcess:
-    result = subprocess.run(words + ["-n"], cwd=workdir, capture_output=True, text=True, timeout=600,
+    result = subprocess.run(words + ["-n"], cwd=workdir, capture_output=True, text=True, timeout=HANG_S,
                             env={k: v for k, v in os.environ.items() if k != stages.KNOBS_ENV})
     assert result.returncode == 0, f"{shlex.join(words)} -n failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     assert "This was a dry-run" in result.stdout + result.stderr
@@ -402,7 +402,7 @@ def test_setup_one_liners(demo_copy):
         assert sys.version_info[:2] == (3, 11)  # the venv's python; its packages: test_environment
         if shutil.which("apt-get"):
             simulated = parts[1].replace("apt-get install", "apt-get -s install")
-            result = subprocess.run(["bash", "-c", simulated], cwd=REPO, capture_output=True, text=True, timeout=120)
+            result = subprocess.run(["bash", "-c", simulated], cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
             assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         if not parts[-1].endswith("-m pytest"):  # the workflow's own command, planned
             assert parts[-1] == ".venv/bin/snakemake --cores all"
@@ -415,7 +415,7 @@ def test_setup_one_liners(demo_copy):
 def test_fast_tier_selects_the_fast_tests():
     (block,) = blocks_run_by("test_fast_tier_selects_the_fast_tests")
     words = argv(command(block.text)) + ["--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider"]
-    result = subprocess.run(words, cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(words, cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counted = re.search(r"(\d+)/(\d+) tests collected \((\d+) deselected\)", result.stdout)
     assert counted, result.stdout[-2000:]
@@ -459,7 +459,7 @@ def test_benchmark_scripts_parse():
         scripts.append((script, launcher))
     assert len(scripts) >= 10
     result = subprocess.run([sys.executable, "-c", HELP_EACH, json.dumps(scripts)], cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert result.stdout.count("ok ") == len(scripts)
 
@@ -550,7 +550,7 @@ def by_hand(workdir: Path, shell: str) -> subprocess.CompletedProcess:
     (workdir / log).parent.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != stages.KNOBS_ENV}
     result = subprocess.run(["bash", "-c", shell], cwd=workdir, env=env, capture_output=True, text=True,
-                            timeout=600)
+                            timeout=HANG_S)
     result.log = (workdir / log).read_text()
     assert result.returncode == 0, result.log[-3000:]
     return result

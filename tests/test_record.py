@@ -21,6 +21,8 @@ from pipeline.runtime.records.evaluation import Evaluation, Metrics
 from pipeline.runtime.records.provenance import Provenance
 from pipeline.runtime.records.training import RankReport, RunSummary, upgrade
 
+from .conftest import HANG_S
+
 REPO = Path(__file__).resolve().parents[1]
 
 PROVENANCE = {"params": {"data": {"name": "synthetic"}}, "knobs": {}, "git_revision": "0123abc",
@@ -230,7 +232,7 @@ def test_the_records_import_no_torch():
             "pipeline.runtime.records.equivalence; "
             "print(sorted({'torch', 'numpy', 'pandas'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=REPO)
+                          timeout=HANG_S, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 

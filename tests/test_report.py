@@ -24,6 +24,8 @@ from pipeline.runtime.records.base import RecordError
 from pipeline.runtime.records.training import (RunSummary, SecondsPerIteration, TimeSplit,
                                                Utilisation)
 
+from .conftest import HANG_S
+
 REPO = Path(__file__).resolve().parents[1]
 SLOW = pytest.mark.slow  # another case of a path the fast tier takes (README, Quick start)
 
@@ -237,12 +239,12 @@ def test_cli(runs, tmp_path):
     cmd = [sys.executable, "-m", "pipeline.report", "--report-config", REPORT_CFG.model_dump_json(),
            "--preset", "demo", "--summary", str(tmp_path / "summary.csv"),
            "--out-dir", str(tmp_path / "report"), *map(str, runs)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     assert len(pd.read_csv(tmp_path / "summary.csv")) == 3
     assert (tmp_path / "report" / "report.html").exists()
     broken = subprocess.run(cmd[:-3] + [str(tmp_path / "nowhere")], capture_output=True,
-                            text=True, timeout=120)
+                            text=True, timeout=HANG_S)
     assert broken.returncode != 0
     assert "nowhere/train_summary.json: file not found" in broken.stderr
 
@@ -319,7 +321,7 @@ def test_loading_and_the_figure_registry_import_no_plotting():
     code = ("import sys, pipeline.report.load, pipeline.report.figures; "
             "print(sorted({'matplotlib', 'seaborn', 'torch'} & set(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=REPO)
+                          timeout=HANG_S, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 

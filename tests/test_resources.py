@@ -16,7 +16,7 @@ from pipeline.config import params, schema, stages
 from pipeline.runtime import distributed
 from pipeline.strategies import STRATEGIES, Run, sweep
 
-from .conftest import REPO
+from .conftest import HANG_S, REPO
 from .workflow import copy_workflow, jobs
 
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
@@ -214,7 +214,7 @@ def test_planning_the_workflow_imports_no_torch():
             "print(sorted({'snakemake', 'torch', 'torchvision', 'pipeline.equivalence'}"
             " & set(sys.modules)))\n") % ((str(REPO / "params.yaml"),) * 2)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=REPO)
+                          timeout=HANG_S, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
@@ -234,7 +234,7 @@ def test_the_torch_free_gpu_count_agrees_with_torch():
             "import torch\n"
             "print(before, torch.cuda.device_count())\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=REPO)
+                          timeout=HANG_S, cwd=REPO)
     assert done.returncode == 0, done.stderr
     before, after = done.stdout.split()
     assert before == after
@@ -244,7 +244,7 @@ def test_the_torch_free_gpu_count_agrees_with_torch():
 
 def test_lint_is_clean_and_parsing_imports_no_torch():
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "snakemake", "--lint"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+                          cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0 and "Lints for" not in done.stdout + done.stderr, done.stdout
     assert not re.search(r"\|\s+torch$", done.stderr, re.MULTILINE), "parsing imported torch"
 
@@ -262,7 +262,7 @@ def test_the_workflow_plans_every_rule_and_the_other_presets_compute_runs(tmp_pa
         (root / "results" / "runs" / other / run / "train_summary.json").write_text("{}")
     # --verbose: each job's inputs and reasons, which the default profile leaves out
     done = subprocess.run([SNAKEMAKE, "--cores", "1", "--dry-run", "--printshellcmds", "--verbose"],
-                          cwd=root, capture_output=True, text=True, timeout=300)
+                          cwd=root, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stdout + done.stderr
     planned = jobs(done)
     runs = len(sweep.runs(cfg))

@@ -24,7 +24,7 @@ from pipeline.runtime.run import Run
 from pipeline.runtime.stale_locks import process_stat
 from pipeline.strategies.sweep import runs, unfinished_summary
 
-from .conftest import REPO, process_tree, small_config, wait_for
+from .conftest import HANG_S, REPO, process_tree, small_config, wait_for
 
 # A job's launcher in miniature: take the lock, then sleep as itself or exec'd into `sleep`.
 HOLD = """
@@ -80,7 +80,7 @@ def holder():
 
 def try_hold(run_dir: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", TRY, str(run_dir)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HANG_S)
 
 
 def lock_holders(run_dir: Path, pids) -> list[int]:
@@ -147,7 +147,7 @@ def test_a_live_holder_is_refused_at_once_and_a_killed_jobs_children_are_waited_
         wait_for(lambda: second.poll() is not None or lock_holders(out, [second.pid]), "the second process to open the lock")
         assert second.poll() is None, second.communicate()
         release.touch()
-        stdout, stderr = second.communicate(timeout=300)
+        stdout, stderr = second.communicate(timeout=HANG_S)
     finally:
         release.touch()
         second.kill()
@@ -178,7 +178,7 @@ def test_a_second_launch_is_refused_in_one_line_and_touches_nothing(tmp_path, ho
     log = tmp_path / "job.log"
     log.write_text("the running job's progress\n")
     second = launch(cfg, run, out, stage, "--log", str(log))
-    _, stderr = second.communicate(timeout=300)
+    _, stderr = second.communicate(timeout=HANG_S)
     assert second.returncode == 1
     assert stderr.strip().splitlines() == [f"error: {refusal(out, first.pid, DOING[stage])}"]
     assert snapshot(out) == before
@@ -192,7 +192,7 @@ def test_a_launch_holds_the_lock_for_its_job_and_leaves_it_free(tmp_path):
     out = tmp_path / "run"
     write_json(out / "train_summary.json", unfinished_summary(stages.view(cfg, "train"), run, "skipped", "no GPU here"))
     job = launch(cfg, run, out, "evaluate")
-    _, stderr = job.communicate(timeout=300)
+    _, stderr = job.communicate(timeout=HANG_S)
     assert job.returncode == 0, stderr
     assert sorted(p.name for p in out.iterdir()) == [
         run_lock.LOCK_NAME, "metrics.json", "predictions.json", "train_summary.json"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import wait_for
+from .conftest import HANG_S, wait_for
 from .slurm_cluster import SlurmCluster, Unavailable
 from .test_strategies import records
 from .workflow import copy_workflow, edit_params, jobs, tiny_params
@@ -74,7 +74,7 @@ def snakemake_argv(*args: str) -> list[str]:
 
 def snakemake(workdir: Path, cluster: SlurmCluster, *args: str) -> subprocess.CompletedProcess:
     result = subprocess.run(snakemake_argv(*args), cwd=workdir, capture_output=True, text=True,
-                            timeout=600)
+                            timeout=HANG_S)
     if result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-5000:]}\n"
                              f"{result.stderr[-8000:]}\n{cluster.log()}")
@@ -157,11 +157,11 @@ def test_a_job_killed_by_the_scheduler_is_retried_and_resumes(workdir, cluster):
         "--config", "preset=killed", "--", f"results/runs/killed/{SINGLE}/train_summary.json"), cwd=workdir,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(checkpoint.exists, "the training job's first checkpoint", timeout=300, process=workflow)
-        killed = wait_for(train_job_ids, "the training job RUNNING in squeue", timeout=300, process=workflow)
+        wait_for(checkpoint.exists, "the training job's first checkpoint", timeout=HANG_S, process=workflow)
+        killed = wait_for(train_job_ids, "the training job RUNNING in squeue", timeout=HANG_S, process=workflow)
         assert len(killed) == 1, killed
         subprocess.run(["scancel", killed[0]], check=True)
-        out, err = workflow.communicate(timeout=600)
+        out, err = workflow.communicate(timeout=HANG_S)
     finally:
         if workflow.poll() is None:
             workflow.kill()

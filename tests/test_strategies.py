@@ -31,7 +31,7 @@ from pipeline.strategies.dp import gather_outputs, scatter_by_sample
 from pipeline.strategies.sweep import run_id, runs
 from pipeline.training.precision import Precision
 
-from .conftest import REPO, free_port, gone, signal_each, small_config, stopped_when, wait_for
+from .conftest import HANG_S, REPO, free_port, gone, signal_each, small_config, stopped_when, wait_for
 
 PARALLEL = schema.Parallel(backend="gloo", nnodes=1, rdzv_endpoint="127.0.0.1:29400",
                            sync_batchnorm=False, powersgd_rank=2, timeout_s=60, max_restarts=0,
@@ -242,7 +242,7 @@ def launched(cfg: schema.Config, run, out, rdzv_endpoint: str | None = None) -> 
 
 def torchrun_train(cfg: schema.Config, run, out, extra_env=None, launcher=None):
     argv = launcher or launched(cfg, run, out)
-    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600,
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=HANG_S,
                             env={**os.environ, **(extra_env or {})})
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads((out / "train_summary.json").read_text())
@@ -436,7 +436,7 @@ def test_two_nodes_on_localhost_match_one_node(detection_cfg, trained, tmp_path)
     assert "--nnodes=2" in argv and f"--rdzv-endpoint={two.parallel.rdzv_endpoint}" in argv
     nodes = [subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
-    outputs = [node.communicate(timeout=600) for node in nodes]
+    outputs = [node.communicate(timeout=HANG_S) for node in nodes]
     assert all(node.returncode == 0 for node in nodes), [o[1][-2000:] for o in outputs]
     one = records(one_node / "iterations.jsonl")
     two_nodes = records(tmp_path / "two-nodes" / "iterations.jsonl")
@@ -450,7 +450,7 @@ def test_launch_records_a_skipped_run(detection_cfg, tmp_path):
     run = {"strategy": "dp", "workers": 2, "images_per_worker": 2, "data_mode": "real", "seed": 0}
     result = subprocess.run([sys.executable, "-m", "pipeline.launch", "--config", canonical(cfg.model_dump()),
                              "--entry", canonical(run), "--out", str(tmp_path / "dp")],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
+                            cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 0, result.stderr
     summary = json.loads((tmp_path / "dp" / "train_summary.json").read_text())
     if torch.cuda.device_count() < 2:
@@ -502,7 +502,7 @@ def test_sharded_ps_resumes_to_the_uninterrupted_result(detection_cfg, tmp_path)
     whole = torchrun_train(cfg, run, tmp_path / "whole")
     interrupted = tmp_path / "interrupted"
     subprocess.run(launched(cfg, run, interrupted) + ["--max-steps", "3"], cwd=REPO,
-                   capture_output=True, text=True, timeout=600, check=True)
+                   capture_output=True, text=True, timeout=HANG_S, check=True)
     assert (interrupted / "state" / "checkpoint.pt").exists()
     resumed = torchrun_train(cfg, run, interrupted)
     assert resumed["resumed_at_steps"] == [2] and resumed["replicas_identical"]  # the last checkpoint before step 3

@@ -21,7 +21,7 @@ from pipeline.training import identity
 from pipeline.training.identity import fingerprint
 from pipeline.training.train import learning_rate, train
 
-from .conftest import REPO, checkpoint_inside_an_epoch, gone, signal_each, small_config, stopped_when, wait_for
+from .conftest import HANG_S, REPO, checkpoint_inside_an_epoch, gone, signal_each, small_config, stopped_when, wait_for
 
 TIMING = ("time_data", "time_compute", "time_communication", "time_optimizer", "time_iter", "elapsed")
 
@@ -176,7 +176,7 @@ def test_diverging_loss_stops_with_a_clear_error_and_records_the_run_as_failed(s
     # checkpoint_every 1: a loss is checked before the weights after it are saved
     cfg = small_config(small_dataset, epochs=2, base_lr=1e6, warmup_iters=0, checkpoint_every=1)
     out = tmp_path / "run"
-    result = subprocess.run(train_command(cfg, single_run(cfg), out), cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(train_command(cfg, single_run(cfg), out), cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
     # the run's own result at these settings: recorded, and the job ends well (the sweep goes on)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "error: non-finite loss" in result.stderr and "Lower train.base_lr" in result.stderr

@@ -25,6 +25,7 @@ from pipeline.report.verdict import MAX_SENTENCES, CauseFinding, VerdictInput, v
 
 MAX_WORDS = 150  # the longest verdict: the abstract opens with it and holds at most 200 words
 
+from .conftest import HANG_S
 from .test_answer import AP, COMPARED, DDP, SINGLE, ZERO, summary_of
 from .test_costmodel import typed
 from .test_disturbance import seeded, seeded_dirs
@@ -206,7 +207,7 @@ def test_the_first_screen_holds_the_verdict_and_the_top_of_its_figure(built, tmp
     dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
                           "--hide-scrollbars", "--window-size=1400,900",
                           "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120).stdout
+                         capture_output=True, text=True, timeout=HANG_S).stdout
     import html
 
     found = json.loads(html.unescape(re.search(r'data-probe="([^"]*)"', dom).group(1)))

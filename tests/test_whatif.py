@@ -20,6 +20,7 @@ from pipeline.report.load import load_run
 from pipeline.report.prediction import prediction_frame
 from pipeline.runtime.records.commbench import CommbenchRecord
 
+from .conftest import HANG_S
 from .test_report import make_ok_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ def run_command(args: list[str], cwd: Path = REPO) -> subprocess.CompletedProces
     code = ("import sys; from pipeline import whatif; whatif.main(sys.argv[1:]); "
             "print('torch imported:', 'torch' in sys.modules)")
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          timeout=HANG_S, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
 
 
 def report_points(cluster: schema.Cluster, runs_dir: Path, compute=None) -> pd.DataFrame:

@@ -15,7 +15,7 @@ import yaml
 
 import pipeline.report.paper
 
-from .conftest import REPO, SMALL_DATA
+from .conftest import HANG_S, REPO, SMALL_DATA
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 COPIED = ["Snakefile", "rules", "params.yaml", "dvc.yaml", "pipeline", "paper", "profiles", ".dvc",
@@ -83,7 +83,7 @@ def with_repeats_and_modes(raw: dict) -> dict:
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     result = subprocess.run(SNAKEMAKE + ["--cores", "2", *args], cwd=workdir, capture_output=True,
-                            text=True, timeout=600)
+                            text=True, timeout=HANG_S)
     if check and result.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
                              f"{failed_logs(workdir, result.stdout + result.stderr)}")

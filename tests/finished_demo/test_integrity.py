@@ -29,7 +29,7 @@ import pytest
 from pipeline.detection.scoring import METRICS
 from pipeline.runtime import files
 
-from ..conftest import checkpoint_inside_an_epoch, signal_each, stopped_when, wait_for
+from ..conftest import HANG_S, checkpoint_inside_an_epoch, signal_each, stopped_when, wait_for
 from ..test_dead_worker import process_rank
 from ..workflow import PAPER_JOB, SNAKEMAKE, copy_finished, edit_params, jobs, snakemake
 
@@ -185,10 +185,10 @@ def kill(workdir: Path, point: str) -> float:
     # while it is held: the kill lands there, not after the stage or the run has ended.
     if wait == "mid-epoch checkpoint":
         _, held = stopped_when(snake.pid, lambda: unfinished_mid_epoch(workdir, run),
-                               "a mid-epoch checkpoint of the unfinished run", timeout=180, process=snake)
+                               "a mid-epoch checkpoint of the unfinished run", timeout=HANG_S, process=snake)
     else:
         _, held = stopped_when(snake.pid, lambda: workers(workdir, wait), f"{wait} at work",
-                               timeout=180, process=snake)
+                               timeout=HANG_S, process=snake)
     try:
         if victim == "group":
             os.killpg(snake.pid, signal.SIGKILL)
@@ -201,7 +201,7 @@ def kill(workdir: Path, point: str) -> float:
     finally:
         signal_each(held, signal.SIGCONT)  # the others go on, to notice the death as they would
     killed = time.monotonic()
-    snake.wait(timeout=300)  # a dead worker or torchrun: the job runs the attempt again; else Snakemake stops
+    snake.wait(timeout=HANG_S)  # a dead worker or torchrun: the job runs the attempt again; else Snakemake stops
     failed_after = time.monotonic() - killed
     # SIGKILLed processes leave at once, but a process torn down on a busy 2-core runner
     # (a gigabyte of a torch process's memory unmapped) can take seconds: a generous deadline,
@@ -276,13 +276,13 @@ def test_a_dead_worker_is_restarted_by_torchrun_to_the_same_result(workdir, unin
     uninterrupted_seconds = float(benchmark.read_text().splitlines()[1].split("\t")[0])
     snake = start(workdir, f"results/runs/demo/{DDP}/train_summary.json")
     _, held = stopped_when(snake.pid, lambda: unfinished_mid_epoch(workdir, DDP),
-                           "a mid-epoch checkpoint of the unfinished run", timeout=180, process=snake)
+                           "a mid-epoch checkpoint of the unfinished run", timeout=HANG_S, process=snake)
     try:
         os.kill(next(pid for pid in workers(workdir, "pipeline.training.train") if process_rank(pid) == 1),
                 signal.SIGKILL)
     finally:
         signal_each(held, signal.SIGCONT)
-    assert snake.wait(timeout=300) == 0  # no rerun needed
+    assert snake.wait(timeout=HANG_S) == 0  # no rerun needed
     restarted = summary(workdir, DDP)
     assert restarted["restarts"] == 1 and restarted["resumed_at_steps"][0] > 0
     assert results(workdir) == uninterrupted

@@ -28,7 +28,7 @@ from pipeline.report.wording import MACRO_COLUMNS
 from pipeline.runtime.records.commbench import CommbenchRecord
 from pipeline.runtime.distributed import available_cores
 
-from ..conftest import REPO, SMALL_DATA
+from ..conftest import HANG_S, REPO, SMALL_DATA
 from ..workflow import PAPER_JOB, SNAKEMAKE, copy_finished, edit_params, jobs, snakemake
 
 pytestmark = pytest.mark.slow
@@ -187,7 +187,7 @@ def test_compare_puts_the_demo_beside_itself(workdir):
     """`python -m pipeline.compare` on a real results tree: every entry matched to itself,
     ratio 1, and no difference beyond the noise."""
     done = subprocess.run([sys.executable, "-m", "pipeline.compare", "results", "results",
-                           "--csv", "compare.csv"], cwd=workdir, capture_output=True, text=True, timeout=300)
+                           "--csv", "compare.csv"], cwd=workdir, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     rows = {(r["entry"], r["metric"]): r for r in csv.DictReader((workdir / "compare.csv").open())}
     assert rows["ddp-w2-b2", "images_per_second"]["verdict"] == "within the noise"  # two seeds
@@ -342,7 +342,7 @@ def test_the_html_report_reads_well_in_a_browser(workdir, tmp_path):
     chromium = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                 "--window-size=1400,900"]
     dom = subprocess.run(chromium + ["--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120).stdout
+                         capture_output=True, text=True, timeout=HANG_S).stdout
     found = json.loads(html_module.unescape(re.search(r'data-probe="([^"]*)"', dom).group(1)))
     assert found["viewport"] == 1400 and found["width"] <= found["viewport"], found["width"]
     assert found["tables"] >= 10 and found["wide"] == [], found["wide"]  # no table scrolls
@@ -355,7 +355,7 @@ def test_the_html_report_reads_well_in_a_browser(workdir, tmp_path):
     assert not re.search(r"\bnan\b", found["text"], re.I) and "`" not in found["text"]
     shot = tmp_path / "report.png"
     subprocess.run(chromium + [f"--screenshot={shot}", page.as_uri()], capture_output=True,
-                   timeout=120)
+                   timeout=HANG_S)
     assert shot.stat().st_size > 10_000
 
 
@@ -508,7 +508,7 @@ def test_coco2017_dry_run(tmp_path):
     """The published recipe plans the same stages; no data or weights are needed to plan."""
     # --verbose: each job's resources are listed (the default profile prints one line a job)
     result = subprocess.run(SNAKEMAKE + ["--cores", "2", "--dry-run", "--verbose", "--config", "preset=coco2017"],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
+                            cwd=REPO, capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 0, result.stderr
     # The links of each process count the sweep's runs use (2, 4, 8), where this machine can
     # start that many: the others' runs are skipped, so nothing predicts them
@@ -540,7 +540,7 @@ def test_dvc_stage_generates_the_embedded_dataset(workdir):
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
 
     def run(*command):
-        result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=300,
+        result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=HANG_S,
                                 env=env)
         assert result.returncode == 0, f"{command}: {result.stdout}\n{result.stderr}"
         return result.stdout
@@ -569,7 +569,7 @@ def test_without_latex_the_workflow_says_so_and_still_plans_the_report(tmp_path,
                 (bin_dir / tool).symlink_to(Path(directory) / tool)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{bin_dir}"}
     result = subprocess.run(SNAKEMAKE + ["--cores", "2", "--dry-run"], cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=HANG_S)
     assert result.returncode == 0, result.stderr
     planned = jobs(result)
     assert "paper" not in planned and planned["report"] == 1
@@ -598,7 +598,7 @@ def test_a_crashed_run_is_retried_and_one_that_always_crashes_never_stops_the_re
     def forced(run: str, abort: str | None) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if k != TEST_ABORT_ENV} | ({TEST_ABORT_ENV: abort} if abort else {})
         return subprocess.run(SNAKEMAKE + ["--cores", "2", "--forcerun", f"results/runs/demo/{run}/train_summary.json"],
-                              cwd=copy, env=env, capture_output=True, text=True, timeout=900)
+                              cwd=copy, env=env, capture_output=True, text=True, timeout=HANG_S)
 
     once = forced("zero-w2-b2-s0", "1:5:once")
     assert once.returncode == 0, once.stderr[-4000:]

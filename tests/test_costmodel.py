@@ -409,6 +409,37 @@ def test_a_parameter_servers_workers_share_their_nodes_network():
     assert cluster_network(n, 1, spare=1).seconds(grads) == pytest.approx(n * (5e-6 + M * 8 / 100e9))
 
 
+
+PS_LAYOUTS = [  # workers, servers, GPUs per node (None: one host), spare CPU machines per node
+    (2, 1, None, 0), (5, 3, None, 0), (2, 2, 1, 0), (7, 3, 2, 0), (16, 5, 4, 0), (16, 4, 4, 1), (24, 6, 8, 0),
+    (9, 9, 4, 2), (33, 4, 8, 1),
+]
+
+
+@pytest.mark.parametrize(
+    "placement, workers, servers, per_node, spare",
+    [("dedicated", *layout) for layout in PS_LAYOUTS]
+    # colocated servers live on workers: K <= N, and no spare machine serves
+    + [("colocated", *layout) for layout in PS_LAYOUTS if layout[1] <= layout[0] and not layout[3]],
+)
+def test_a_parameter_servers_counted_ports_are_its_flows(placement, workers, servers, per_node, spare):
+    """PS's closed form (linear in N + K) puts on every port what its N x K flows do: on one
+    host, on nodes with its servers beside the workers, and on spare CPU machines."""
+    network = (
+        Network(intra=Link.from_bandwidth(80, 40))
+        if per_node is None
+        else Network(intra=Link.from_bandwidth(2400, 2), inter=Link.from_bandwidth(100, 5), gpus_per_node=per_node,
+                     nodes=-(-workers // per_node), server_machines=spare * -(-workers // per_node))
+    )
+    run = ps(workers, placement, servers)
+    counted = PS.phase_ports(run, M, network)
+    listed = [network.ports(phase) for phase in PS.phases(run, M)]
+    assert [set(ports) for ports in counted] == [set(ports) for ports in listed]
+    for count, flows in zip(counted, listed, strict=True):
+        for port, load in flows.items():
+            assert count[port] == pytest.approx(load, rel=1e-12), port
+    assert PS.communication_seconds(run, M, network, 0.0) == pytest.approx(sum(map(network.seconds, PS.phases(run, M))))
+
 def test_data_parallel_stays_in_one_machine():
     assert math.isnan(DP.communication_seconds(DP.filled(workers=16), M, cluster_network(16, 8), 0.0))
     assert DP.communication_seconds(DP.filled(workers=8), M, cluster_network(8, 8), 0.0) == pytest.approx(
@@ -452,3 +483,15 @@ def test_predicted_scaling_uses_a_measured_gpu_run_and_finds_device_0s_limit():
     compute = Compute(seconds_per_image=0.5, gradient_bytes=1e8, source="test")
     # 2 (N-1) x 0.1 s against 1 s of compute (2 images): 50 % efficiency at N = 6, so 8 is the first power of 2
     assert saturation(DP, slow, compute, per_gpu=2) == 8
+
+
+def test_rates_equal_but_for_rounding_keep_the_registrys_order():
+    """DataParallel's and one colocated server's rates are the same messages summed in another
+    order: a last-digit difference must not reorder them (the closed-form PS of issue 58 did)."""
+    from pipeline.costmodel.ranking import Band, ranking
+
+    band = Band.of([], 0.2, "no runs")
+    for noise in (1e-13, -1e-13):
+        rates = {"dp": 131.824313, "ps": 131.824313 * (1 + noise), "ddp": 533.3}
+        assert [r.label for r in ranking(rates, band)] == ["ddp", "dp", "ps"]
+    assert [r.label for r in ranking({"ps": 1.0, "dp": 1.0 + 1e-6}, band)] == ["dp", "ps"]  # a real difference

@@ -102,6 +102,9 @@ class Flow(NamedTuple):
     messages: int = 1
 
 
+Ports = dict[tuple, list[float]]  # (link, "out" | "in") -> [bytes, seconds] that a phase puts on it
+
+
 @dataclass(frozen=True)
 class Network:
     """Where a job's processes sit and what links them.
@@ -136,10 +139,10 @@ class Network:
             return index // self.gpus_per_node
         return ("server machine", index % self.server_machines) if self.server_machines else index % self.nodes
 
-    def _ports(self, flows: list[Flow]) -> dict[tuple, list[float]]:
-        """(link, direction) -> [bytes, seconds] that the flows put on it."""
-        ports: dict[tuple, list[float]] = {}
-        fixed = self.in_step.message_s if self.in_step else 0.0
+    def ports(self, flows: list[Flow]) -> Ports:
+        """What the flows of one phase put on each (link, direction): [bytes, seconds]."""
+        ports: Ports = {}
+        fixed = self.message_s
         # each process's node, once: a parameter server's phase has N x K flows among N + K processes
         node = {end: self.node(end) for end in {end for flow in flows for end in (flow.src, flow.dst)}}
         for flow in flows:
@@ -160,16 +163,35 @@ class Network:
                 load[1] += seconds
         return ports
 
+    @property
+    def message_s(self) -> float:
+        """What each message costs past its link's time back to back (`in_step`, where measured)."""
+        return self.in_step.message_s if self.in_step else 0.0
+
     def loads(self, flows: list[Flow]) -> dict[tuple, float]:
         """link -> bytes over it each way (the larger of out and in)."""
-        loads: dict[tuple, float] = {}
-        for (link, _), (nbytes, _) in self._ports(flows).items():
-            loads[link] = max(loads.get(link, 0.0), nbytes)
-        return loads
+        return link_loads([self.ports(flows)])
 
     def seconds(self, flows: list[Flow]) -> float:
         """A phase's time: its busiest link's (links are full duplex and work in parallel)."""
-        return max((seconds for _, seconds in self._ports(flows).values()), default=0.0)
+        return busiest_seconds(self.ports(flows))
+
+
+def busiest_seconds(ports: Ports) -> float:
+    """A phase's time from its ports: its busiest link's (links are full duplex and work in parallel)."""
+    return max((seconds for _, seconds in ports.values()), default=0.0)
+
+
+def link_loads(phases: list[Ports]) -> dict[tuple, float]:
+    """link -> bytes over it each way in all `phases` together (the larger of out and in)."""
+    totals: dict[tuple, float] = {}
+    for ports in phases:
+        for port, (nbytes, _) in ports.items():
+            totals[port] = totals.get(port, 0.0) + nbytes
+    loads: dict[tuple, float] = {}
+    for (link, _), nbytes in totals.items():
+        loads[link] = max(loads.get(link, 0.0), nbytes)
+    return loads
 
 
 def measured_network(commbench: CommbenchRecord | None) -> Network | None:

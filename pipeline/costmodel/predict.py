@@ -18,7 +18,7 @@ import numpy as np
 
 from ..runtime.run import Run
 from .clusters import Cluster, Compute
-from .network import Flow, Network
+from .network import Network, Ports, link_loads
 
 BACKWARD_SHARE = 2 / 3  # of forward + backward: what DDP's all-reduce can overlap with
 
@@ -30,7 +30,7 @@ class StrategyModel(Protocol):
 
     def filled(self, **given) -> Run: ...
 
-    def phases(self, run: Run, grad_bytes: float) -> list[list[Flow]] | None: ...
+    def phase_ports(self, run: Run, grad_bytes: float, network: Network) -> list[Ports] | None: ...
 
     def communication_seconds(self, run: Run, grad_bytes: float, network: Network, backward: float) -> float: ...
 
@@ -148,12 +148,12 @@ def predict_point(strategy: StrategyModel, run: Run, compute: Compute, per_gpu: 
     if math.isnan(predicted.communication):
         return None
     rate = predicted.images_per_second
-    flows = [f for phase in strategy.phases(run, compute.gradient_bytes) or [] for f in phase]
+    loads = link_loads(strategy.phase_ports(run, compute.gradient_bytes, network) or [])
     return {
         "predicted_images_per_second": rate,
         "predicted_efficiency": rate * compute.seconds_per_image / gpus,
         "predicted_communication_s": predicted.communication,
-        "busiest_link_bytes": max(network.loads(flows).values(), default=0.0),
+        "busiest_link_bytes": max(loads.values(), default=0.0),
         # weights, gradients and optimizer state of the process that holds the most
         "predicted_state_mb_per_gpu": sum(strategy.memory_theory(run, compute.gradient_bytes).values()) / 2**20,
     }

@@ -62,8 +62,10 @@ class Ranked:
 
 def ranking(rates: dict[str, float], band: Band) -> list[Ranked]:
     """`rates` (label -> predicted images/s), fastest first, each with its band and whether the
-    band tells it apart from the next."""
-    order = sorted(rates, key=lambda label: rates[label], reverse=True)
+    band tells it apart from the next. Rates equal to 9 significant digits (DataParallel's and
+    one colocated server's, the same messages through device 0) keep the order given, the
+    registry's: the sum's rounding does not decide between them."""
+    order = sorted(rates, key=lambda label: float(f"{rates[label]:.9g}"), reverse=True)
     return [
         Ranked(
             label,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import schema
-from ..costmodel.network import Flow, Link, Network
+from ..costmodel.network import Flow, Link, Network, Ports, busiest_seconds
 from ..runtime.run import RUN_FIELDS, Run
 from .process import Runtime
 
@@ -172,8 +172,16 @@ class Strategy:
         """Predicted communication seconds per iteration that no computation hides, given
         `backward` seconds of backward pass to overlap with: by default the phases one after
         the other, none overlapping. NaN: this strategy states no model (the report says so)."""
+        ports = cls.phase_ports(run, grad_bytes, network)
+        return math.nan if ports is None else sum(map(busiest_seconds, ports))
+
+    @classmethod
+    def phase_ports(cls, run: Run, grad_bytes: float, network: Network) -> list[Ports] | None:
+        """What each phase puts on each link of `network` (`Network.ports`): by default its
+        flows' (`phases`), one by one. A strategy whose flows grow faster than its processes
+        counts them in closed form instead (ps.py: N workers x K servers)."""
         phases = cls.phases(run, grad_bytes)
-        return math.nan if phases is None else sum(network.seconds(phase) for phase in phases)
+        return None if phases is None else [network.ports(phase) for phase in phases]
 
     @classmethod
     def timed_communication_seconds(cls, run: Run, grad_bytes: float, network: Network, backward: float) -> float:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..config import schema
-from ..costmodel.network import Flow
+from ..costmodel.network import Flow, Link, Network, Ports
 from ..runtime import distributed
 from ..runtime.records.base import Record, declare_facts
 from ..runtime.records.training import RankReport, RunSummary
@@ -186,6 +186,18 @@ class ParameterServer(TorchrunStrategy):
         return [gradients, [Flow(f.dst, f.src, f.nbytes) for f in gradients]]
 
     @classmethod
+    def phase_ports(cls, run: Run, grad_bytes: float, network: Network) -> list[Ports]:
+        """`phases` on `network`, counted rather than listed: their N x K flows put 1,000 nodes
+        of 8 GPUs (K = 1,000) past 8 million tuples a phase; this is linear in N + K and gives
+        the same [bytes, seconds] on every port (tests/test_costmodel.py checks it against the
+        flows). The weights come back over the same ports the other way."""
+        gradients = push_ports(
+            run.workers, run.option("servers"), run.option("placement") == "dedicated", grad_bytes, network
+        )
+        flip = {"out": "in", "in": "out"}
+        return [gradients, {(link, flip[way]): load for (link, way), load in gradients.items()}]
+
+    @classmethod
     def memory_theory(cls, run: Run, grad_bytes: float) -> dict[str, float]:
         """Every process keeps the whole weights; a worker its whole gradients; the momentum
         lives on the servers, 1/K of it each. The busiest: a colocated server (whole gradients
@@ -199,6 +211,37 @@ class ParameterServer(TorchrunStrategy):
 
     def runtime(self) -> ParameterServerRuntime:
         return ParameterServerRuntime(self)
+
+
+def push_ports(workers: int, servers: int, dedicated: bool, grad_bytes: float, network: Network) -> Ports:
+    """What every worker's gradients to every server (its shard of M/K, one message each) put
+    on each port of `network` (`Network.ports` of `ParameterServer.phases`' first phase),
+    counted per process and per node. A colocated server is worker s and gets no message from
+    itself."""
+    shard, fixed = grad_bytes / servers, network.message_s
+    home = {
+        ("server" if dedicated else "worker", s): network.node(("server" if dedicated else "worker", s))
+        for s in range(servers)
+    }
+    workers_on = Counter(network.node(("worker", w)) for w in range(workers))
+    servers_on = Counter(home.values())
+    ports: Ports = {}
+
+    def put(port: tuple, link: Link | None, count: int) -> None:
+        if count > 0:
+            if link is None:
+                raise ValueError(f"flows off {port[0]}, but no inter-node link was given")
+            ports[port] = [count * shard, count * (link.seconds(shard) + fixed)]
+
+    for w in range(workers):  # to the servers of its own node, each over its own link
+        here = network.node(("worker", w))
+        put((("link", ("worker", w)), "out"), network.intra, servers_on[here] - (not dedicated and w < servers))
+    for end, there in home.items():  # from the workers of its node, itself aside
+        put((("link", end), "in"), network.intra, workers_on[there] - (not dedicated))
+    for node in workers_on.keys() | servers_on.keys():  # across nodes: each node's one network
+        put((("network", node), "out"), network.inter, workers_on[node] * (servers - servers_on[node]))
+        put((("network", node), "in"), network.inter, servers_on[node] * (workers - workers_on[node]))
+    return ports
 
 
 class ParameterServerRuntime(TorchrunRuntime):

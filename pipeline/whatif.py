@@ -239,6 +239,7 @@ def printed(frame: pd.DataFrame, spec: schema.Cluster, per_gpu: int, compute: Co
                 ("yes" if apart else "no") if rank < len(at) else "-"
                 for apart, rank in zip(at["told_apart_from_next"], at["predicted_rank"], strict=False)
             ],
+            "collectives (NCCL's choice)": at["collectives"],
         }
     )
     missing = sorted(set(frame["model"]) - set(at["model"]))

@@ -6,7 +6,9 @@ import random
 
 import pytest
 import torch
-from pipeline.costmodel.network import Link, Network, fit
+from pipeline.costmodel.collectives import Collective, as_flows, flows, on_cluster, ring, tree
+from pipeline.costmodel.collectives import ports as collective_ports
+from pipeline.costmodel.network import Link, Network, busiest_seconds, fit, link_loads
 from pipeline.costmodel.predict import Iteration
 from pipeline.report.load import RunDir
 from pipeline.runtime.records.commbench import CommbenchRecord
@@ -382,15 +384,59 @@ def cluster_network(gpus: int, per_node: int, spare: int = 0) -> Network:
 
 
 def flows_of(strategy, run: dict) -> list:
-    return [flow for phase in strategy.phases(run, M) for flow in phase]
+    return [flow for phase in strategy.phases(run, M) for flow in as_flows(phase)]
 
 
 def test_a_ring_crosses_each_nodes_network_once_each_way():
     n = 32
-    loads = cluster_network(n, 8).loads(flows_of(DDP, ddp(n)))
+    network = cluster_network(n, 8)
+    loads = network.loads(flows_of(DDP, ddp(n)))
     networks = {link: v for link, v in loads.items() if link[0] == "network"}
     assert sorted(node for _, node in networks) == [0, 1, 2, 3]
     assert all(v == pytest.approx(2 * (n - 1) / n * M) for v in networks.values())
+    # NCCL's ring in closed form: the same bytes over every node's network and GPU's link
+    closed = link_loads(DDP.phase_ports(ddp(n), M, network))
+    assert closed == {("network", "every node"): pytest.approx(2 * (n - 1) / n * M),
+                      ("link", "every GPU"): pytest.approx(2 * (n - 1) / n * M)}
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("n", [2, 5, 8])
+def test_within_one_node_nccls_ring_is_the_hosts_ring_of_flows(kind, n):
+    """Inside a node the closed form takes what the ring's flows took: 2(N-1) (or N-1) steps
+    of the GPU's link latency and steps/N of the buffer at its bandwidth; the tree never wins."""
+    network = cluster_network(8, 8)
+    collective = Collective(kind, n, M)
+    assert on_cluster(collective, network).algorithm == "ring"
+    assert busiest_seconds(collective_ports(collective, network)) == pytest.approx(network.seconds(flows(collective)))
+
+
+def test_across_nodes_nccls_latency_grows_with_nodes_and_log_nodes_not_gpus():
+    """The issue's 1,000 nodes of 8 GPUs, 30 us between nodes: a flat ring paid 2(N-1) inter-node
+    latencies a bucket (0.48 s); NCCL's ring pays 2(n-1) of them and its tree 2 log2(n), and a
+    small all-reduce takes the tree, a large one on a few nodes the ring."""
+    network = Network(intra=Link.from_bandwidth(200, 10), inter=Link.from_bandwidth(25, 30), gpus_per_node=8,
+                      nodes=1000)
+    small, large = Collective("all_reduce", 8000, 4096), Collective("all_reduce", 16, 1e9)
+    assert on_cluster(small, network).algorithm == "tree"
+    assert on_cluster(large, network).algorithm == "ring"
+    latency = ring(Collective("all_reduce", 8000, 0.0), network).seconds
+    assert latency == pytest.approx(2 * 7000 * 10e-6 + 2 * 999 * 30e-6)
+    assert tree(Collective("all_reduce", 8000, 0.0), network).seconds == pytest.approx(2 * (7 * 10e-6 + 9 * 30e-6))
+    # linear or better: ten times the nodes, at most ten times the time
+    bucket = [on_cluster(Collective("all_reduce", 8 * nodes, 25 * 2**20), network).seconds for nodes in (100, 1000)]
+    assert bucket[1] <= 10 * bucket[0]
+
+
+def test_strategies_name_the_algorithm_nccl_would_choose():
+    network = Network(intra=Link.from_bandwidth(200, 10), inter=Link.from_bandwidth(25, 30), gpus_per_node=8,
+                      nodes=1000)
+    assert DDP.algorithms(ddp(8000), 4096, network) == "all_reduce: tree"
+    assert STRATEGIES["fsdp"].algorithms(STRATEGIES["fsdp"].filled(workers=16), M, network) == (
+        "all_gather: ring, reduce_scatter: ring")
+    assert PS.algorithms(ps(16, "dedicated", 2), M, network) == "point-to-point"
+    assert STRATEGIES["single"].algorithms(STRATEGIES["single"].filled(workers=1), M, network) == "none"
+    assert DDP.algorithms(ddp(4), M, Network(intra=Link.from_bandwidth(80, 40))) == "all_reduce: ring"
 
 
 def test_a_parameter_servers_workers_share_their_nodes_network():
@@ -495,3 +541,27 @@ def test_rates_equal_but_for_rounding_keep_the_registrys_order():
         rates = {"dp": 131.824313, "ps": 131.824313 * (1 + noise), "ddp": 533.3}
         assert [r.label for r in ranking(rates, band)] == ["ddp", "dp", "ps"]
     assert [r.label for r in ranking({"ps": 1.0, "dp": 1.0 + 1e-6}, band)] == ["dp", "ps"]  # a real difference
+
+
+def test_a_clusters_prediction_lists_no_flow_that_grows_with_its_gpus(monkeypatch):
+    """On a cluster every collective is a closed form and the parameter server's traffic is
+    counted per port: nothing lists N (ring) or N x K (servers) flows, which put 1,000 nodes of
+    8 GPUs past 2.6 GB and 80 s (benchmarks/whatif_scaling.py)."""
+    from pipeline.config.params import load_resolved
+    from pipeline.costmodel import collectives
+    from pipeline.costmodel.clusters import Compute
+    from pipeline.report.clusters import prediction_points
+
+    def listed(*_):
+        raise AssertionError("a flow listed per process on a cluster")
+
+    monkeypatch.setattr(collectives, "flows", listed)
+    monkeypatch.setattr(PS, "phases", classmethod(listed))
+    spec = {"name": "wide", "gpus_per_node": 8, "nodes": 300, "intra_gbit_s": 200, "intra_latency_us": 10,
+            "inter_gbit_s": 25, "inter_latency_us": 30, "spare_cpu_machines_per_node": 1}
+    predict = load_resolved("params.yaml").report.predict
+    predict = predict.model_copy(update={"clusters": [type(predict.clusters[0]).model_validate(spec)]})
+    points = prediction_points(predict, Compute(0.0141, 166131544, "given"))
+    widest = points[points["gpus"] == 2400].set_index("model")
+    assert widest.loc[DDP.RING, "collectives"] == "all_reduce: tree"
+    assert widest.loc[PS.SHARDED, "predicted_images_per_second"] > 0

@@ -4,6 +4,8 @@ network, from compute measured elsewhere.
     network.py    links (latency, bandwidth) and their fit, flows, the network that places a
                   job's processes and times a phase by its busiest link (one host's, as a
                   commbench JSON measured it, or a cluster's)
+    collectives.py  all-reduce, all-gather and reduce-scatter: on one host the ring of flows
+                  measured there, on a cluster NCCL's ring or tree in closed form, its choice named
     in_step.py    the exchange inside a step: the wait for the slower worker, contention with
                   compute, the fixed costs per bucket and per message, fitted from commbench's
                   timings of a step's exchanges

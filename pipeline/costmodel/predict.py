@@ -32,6 +32,8 @@ class StrategyModel(Protocol):
 
     def phase_ports(self, run: Run, grad_bytes: float, network: Network) -> list[Ports] | None: ...
 
+    def algorithms(self, run: Run, grad_bytes: float, network: Network) -> str: ...
+
     def communication_seconds(self, run: Run, grad_bytes: float, network: Network, backward: float) -> float: ...
 
     def timed_communication_seconds(self, run: Run, grad_bytes: float, network: Network, backward: float) -> float: ...
@@ -131,9 +133,9 @@ def iteration(
 
 
 def predict_point(strategy: StrategyModel, run: Run, compute: Compute, per_gpu: int, network: Network) -> dict | None:
-    """Predicted images/s, efficiency, exposed communication, the busiest link's bytes and the
-    memory per GPU of one run (a sweep entry with its workers) on one network; None where the
-    strategy cannot run there (DataParallel past one node)."""
+    """Predicted images/s, efficiency, exposed communication, the busiest link's bytes, the
+    memory per GPU and the collectives' algorithms of one run (a sweep entry with its workers)
+    on one network; None where the strategy cannot run there (DataParallel past one node)."""
     gpus = run.workers
     predicted = iteration(
         strategy,
@@ -156,6 +158,7 @@ def predict_point(strategy: StrategyModel, run: Run, compute: Compute, per_gpu: 
         "busiest_link_bytes": max(loads.values(), default=0.0),
         # weights, gradients and optimizer state of the process that holds the most
         "predicted_state_mb_per_gpu": sum(strategy.memory_theory(run, compute.gradient_bytes).values()) / 2**20,
+        "collectives": strategy.algorithms(run, compute.gradient_bytes, network),  # as NCCL would run them
     }
 
 

@@ -33,6 +33,7 @@ COLUMNS = [
     "predicted_communication_s",
     "busiest_link_bytes",
     "predicted_state_mb_per_gpu",
+    "collectives",
 ]
 SHOWN_GPUS = (1, 8, 64, 256)  # the compact table's columns (where a cluster reaches them)
 

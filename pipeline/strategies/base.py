@@ -15,11 +15,14 @@ and gathers the state a checkpoint saves.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..config import schema
-from ..costmodel.network import Flow, Link, Network, Ports, busiest_seconds
+from ..costmodel import collectives
+from ..costmodel.collectives import Phase
+from ..costmodel.network import Link, Network, Ports, busiest_seconds
 from ..runtime.run import RUN_FIELDS, Run
 from .process import Runtime
 
@@ -134,10 +137,11 @@ class Strategy:
 
     # ---- the cost model (its shared half is pipeline/costmodel/network.py) ----------------
     @classmethod
-    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]] | None:
+    def phases(cls, run: Run, grad_bytes: float) -> Sequence[Phase] | None:
         """The messages of one iteration by the algorithm's analysis, for M = grad_bytes, phase
-        by phase (a phase starts when the one before has ended). None: no model is stated
-        (the report says so); []: nothing is communicated."""
+        by phase (a phase starts when the one before has ended): point-to-point flows, or a
+        collective (costmodel/collectives.py, which times it as NCCL runs it on a cluster).
+        None: no model is stated (the report says so); []: nothing is communicated."""
         return None
 
     @classmethod
@@ -160,7 +164,7 @@ class Strategy:
     def link_bytes(cls, run: Run, grad_bytes: float) -> dict[str, float]:
         """Bytes per iteration, each way, over the last worker's link and over the job's
         busiest link (a server's, device 0's), all processes on one host."""
-        flows = [flow for phase in cls.phases(run, grad_bytes) or [] for flow in phase]
+        flows = [flow for phase in cls.phases(run, grad_bytes) or [] for flow in collectives.as_flows(phase)]
         loads = Network(Link(0.0, 0.0)).loads(flows)
         return {
             "worker": loads.get(("link", ("worker", run.workers - 1)), 0.0),
@@ -181,7 +185,13 @@ class Strategy:
         flows' (`phases`), one by one. A strategy whose flows grow faster than its processes
         counts them in closed form instead (ps.py: N workers x K servers)."""
         phases = cls.phases(run, grad_bytes)
-        return None if phases is None else [network.ports(phase) for phase in phases]
+        return None if phases is None else [collectives.ports(phase, network) for phase in phases]
+
+    @classmethod
+    def algorithms(cls, run: Run, grad_bytes: float, network: Network) -> str:
+        """The collectives of `phases` and the algorithm each runs on `network` (NCCL's choice
+        on a cluster), for the what-if's output ("point-to-point": flows alone; "none")."""
+        return collectives.algorithms(cls.phases(run, grad_bytes) or [], network)
 
     @classmethod
     def timed_communication_seconds(cls, run: Run, grad_bytes: float, network: Network, backward: float) -> float:

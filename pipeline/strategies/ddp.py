@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..config import schema
-from ..costmodel.network import Flow, Network
+from ..costmodel import collectives
+from ..costmodel.collectives import Collective, Phase
+from ..costmodel.network import Network, busiest_seconds
 from ..runtime import compat, distributed
 from ..runtime.run import Run
 from .base import Option
@@ -125,15 +128,14 @@ def sync_batchnorm_unavailable(parallel: schema.Parallel) -> str | None:
     return None
 
 
-def ring_all_reduce(workers: int, grad_bytes: float, hook: str) -> list[list[Flow]]:
-    """Ring all-reduce: every rank sends its successor 2(N-1)/N of the (compressed)
-    payload, in 2(N-1) steps. PowerSGD's payload depends on the shapes; it is counted,
-    not predicted (as fp32 here)."""
-    n = workers
-    if n < 2:
+def ring_all_reduce(workers: int, grad_bytes: float, hook: str) -> list[Phase]:
+    """One all-reduce of the (compressed) payload: on one host a ring in which every rank
+    sends its successor 2(N-1)/N of it in 2(N-1) steps; on a cluster as NCCL runs it
+    (costmodel/collectives.py). PowerSGD's payload depends on the shapes; it is counted, not
+    predicted (as fp32 here)."""
+    if workers < 2:
         return []
-    wire = grad_bytes * WIRE_BYTES.get(hook, 4) / 4 * ring_factor(n)
-    return [[Flow(("worker", i), ("worker", (i + 1) % n), wire, 2 * (n - 1)) for i in range(n)]]
+    return [Collective("all_reduce", workers, grad_bytes * WIRE_BYTES.get(hook, 4) / 4)]
 
 
 def all_reduce_seconds(workers: int, grad_bytes: float, hook: str, network: Network, backward: float) -> float:
@@ -149,7 +151,7 @@ def all_reduce_seconds(workers: int, grad_bytes: float, hook: str, network: Netw
     sizes = in_step.buckets_of(grad_bytes) if in_step else None
     if sizes is None:
         buckets = max(1, math.ceil(grad_bytes / BUCKET_BYTES))
-        per_bucket = bucket_seconds(workers, grad_bytes / buckets, hook, network)
+        per_bucket = bucket_seconds(workers, bucket_bytes(grad_bytes), hook, network)
         return max(per_bucket, buckets * per_bucket - backward)
     assert in_step is not None  # sizes come from it
     times = [bucket_seconds(workers, size, hook, network) for size in sizes]
@@ -158,12 +160,18 @@ def all_reduce_seconds(workers: int, grad_bytes: float, hook: str, network: Netw
     return times[-1] + fixed[-1] + max(0.0, overlapped - backward)
 
 
+def bucket_bytes(grad_bytes: float) -> float:
+    """One bucket's bytes where no measurement says how DDP cut them: M in equal buckets of at
+    most its 25 MiB cap."""
+    return grad_bytes / max(1, math.ceil(grad_bytes / BUCKET_BYTES))
+
+
 def bucket_seconds(workers: int, nbytes: float, hook: str, network: Network) -> float:
     """One bucket's all-reduce back to back: commbench's all-reduce fit where measured, else
-    the ring over the links."""
+    the ring over the host's links, or NCCL's choice on a cluster."""
     if network.all_reduce is not None:
         return network.all_reduce.seconds(nbytes * WIRE_BYTES.get(hook, 4) / 4)
-    return network.seconds(ring_all_reduce(workers, nbytes, hook)[0])
+    return busiest_seconds(collectives.ports(ring_all_reduce(workers, nbytes, hook)[0], network))
 
 
 class DDP(TorchrunStrategy):
@@ -210,12 +218,19 @@ class DDP(TorchrunStrategy):
         return sync_batchnorm_unavailable(self.parallel) or super().unavailable()
 
     @classmethod
-    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
+    def phases(cls, run: Run, grad_bytes: float) -> Sequence[Phase]:
         return ring_all_reduce(run.workers, grad_bytes, run.option("comm_hook"))
 
     @classmethod
     def communication_seconds(cls, run: Run, grad_bytes: float, network: Network, backward: float) -> float:
         return all_reduce_seconds(run.workers, grad_bytes, run.option("comm_hook"), network, backward)
+
+    @classmethod
+    def algorithms(cls, run: Run, grad_bytes: float, network: Network) -> str:
+        """The algorithm of each bucket's all-reduce: the size NCCL chooses it for."""
+        return collectives.algorithms(
+            ring_all_reduce(run.workers, bucket_bytes(grad_bytes), run.option("comm_hook")), network
+        )
 
     def runtime(self) -> DDPRuntime:
         return DDPRuntime(self)

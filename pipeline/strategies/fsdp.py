@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import copy
 import typing
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..config import schema
-from ..costmodel.network import Flow
+from ..costmodel.collectives import Collective, Phase
 from ..runtime import compat
 from ..runtime.run import Run
 from .base import Option
@@ -145,19 +146,17 @@ class FSDP(TorchrunStrategy):
         return super().unavailable()
 
     @classmethod
-    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
+    def phases(cls, run: Run, grad_bytes: float) -> Sequence[Phase]:
         """Ring all-gathers of the weights in forward (and again in backward when resharding),
         and a ring reduce-scatter of the gradients: (N-1)/N M per rank each, in N-1 steps; a
         16-bit run gathers 16-bit weights (M/2; BatchNorm's few fp32 weights counted so too)."""
         n = run.workers
         if n < 2:
             return []
-
-        def ring(size):
-            return [Flow(("worker", i), ("worker", (i + 1) % n), size * (n - 1) / n, n - 1) for i in range(n)]
-
-        gathered = grad_bytes * GATHERED_BYTES.get(run.precision, 4) / 4
-        return [ring(gathered)] * (2 if run.option("reshard_after_forward") else 1) + [ring(grad_bytes)]
+        gathered = Collective("all_gather", n, grad_bytes * GATHERED_BYTES.get(run.precision, 4) / 4)
+        return [gathered] * (2 if run.option("reshard_after_forward") else 1) + [
+            Collective("reduce_scatter", n, grad_bytes)
+        ]
 
     @classmethod
     def calibrate(cls, timed) -> dict[str, float]:

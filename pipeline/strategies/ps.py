@@ -198,6 +198,11 @@ class ParameterServer(TorchrunStrategy):
         return [gradients, {(link, flip[way]): load for (link, way), load in gradients.items()}]
 
     @classmethod
+    def algorithms(cls, run: Run, grad_bytes: float, network: Network) -> str:
+        """Messages between workers and servers, no collective (without listing `phases`' N x K)."""
+        return "point-to-point"
+
+    @classmethod
     def memory_theory(cls, run: Run, grad_bytes: float) -> dict[str, float]:
         """Every process keeps the whole weights; a worker its whole gradients; the momentum
         lives on the servers, 1/K of it each. The busiest: a colocated server (whole gradients

@@ -21,10 +21,14 @@ strategy (`single` included), and into `zero` at any world size.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..config import schema
-from ..costmodel.network import Flow, Network
+from ..costmodel import collectives
+from ..costmodel.collectives import Collective, Phase
+from ..costmodel.network import Network, busiest_seconds
 from ..runtime.run import Run
-from .ddp import all_reduce_seconds, ring_all_reduce, sync_batchnorm_unavailable, wrapped_in_ddp
+from .ddp import all_reduce_seconds, bucket_bytes, ring_all_reduce, sync_batchnorm_unavailable, wrapped_in_ddp
 from .process import Context
 from .torchrun import TorchrunRuntime, TorchrunStrategy
 
@@ -74,14 +78,13 @@ class Zero(TorchrunStrategy):
         return sync_batchnorm_unavailable(self.parallel) or super().unavailable()
 
     @classmethod
-    def phases(cls, run: Run, grad_bytes: float) -> list[list[Flow]]:
+    def phases(cls, run: Run, grad_bytes: float) -> Sequence[Phase]:
         """DDP's ring all-reduce, then the updated weights: each rank's 1/N to every other, as
         a ring all-gather moves it ((N-1)/N M per rank in N-1 steps)."""
         n = run.workers
         if n < 2:
             return []
-        gather = [Flow(("worker", i), ("worker", (i + 1) % n), grad_bytes * (n - 1) / n, n - 1) for i in range(n)]
-        return ring_all_reduce(n, grad_bytes, PLAIN) + [gather]
+        return ring_all_reduce(n, grad_bytes, PLAIN) + [Collective("all_gather", n, grad_bytes)]
 
     @classmethod
     def communication_seconds(cls, run: Run, grad_bytes: float, network: Network, backward: float) -> float:
@@ -94,7 +97,13 @@ class Zero(TorchrunStrategy):
         overlapped = all_reduce_seconds(n, grad_bytes, PLAIN, network, backward)
         if network.broadcast is not None:
             return overlapped + network.broadcast.seconds(grad_bytes, messages=n)
-        return overlapped + network.seconds(cls.phases(run, grad_bytes)[-1])
+        return overlapped + busiest_seconds(collectives.ports(cls.phases(run, grad_bytes)[-1], network))
+
+    @classmethod
+    def algorithms(cls, run: Run, grad_bytes: float, network: Network) -> str:
+        """DDP's buckets' all-reduce, then the weights' all-gather."""
+        phases = [*ring_all_reduce(run.workers, bucket_bytes(grad_bytes), PLAIN), *cls.phases(run, grad_bytes)[-1:]]
+        return collectives.algorithms(phases, network)
 
     @classmethod
     def timed_communication_seconds(cls, run: Run, grad_bytes: float, network: Network, backward: float) -> float:

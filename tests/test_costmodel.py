@@ -565,3 +565,28 @@ def test_a_clusters_prediction_lists_no_flow_that_grows_with_its_gpus(monkeypatc
     widest = points[points["gpus"] == 2400].set_index("model")
     assert widest.loc[DDP.RING, "collectives"] == "all_reduce: tree"
     assert widest.loc[PS.SHARDED, "predicted_images_per_second"] > 0
+
+
+# Published all-reduce bus bandwidths at 16 GiB (GB/s), measured with torch.distributed over NCCL
+# (stas00/ml-engineering, network/README.md "Inter-node speed depends on intra-node speed" and
+# network/benchmarks/README.md; its H200 figures agree with nccl-tests within 2 % there): AWS
+# P6-B200 and H200 nodes of 8 GPUs, 400 GB/s of EFA per node (16 x 200 Gb/s); NVLink 5 900 GB/s,
+# NVLink 4 450 GB/s per GPU each way.
+PUBLISHED_BUSBW = [  # (NVLink GB/s per GPU, nodes, measured busbw GB/s)
+    (900, 1, 838.97), (900, 4, 376.71), (450, 1, 482.05), (450, 4, 369.06)]
+
+
+@pytest.mark.parametrize("nvlink, nodes, measured", PUBLISHED_BUSBW)
+def test_nccls_ring_in_closed_form_is_within_10_percent_of_published_bus_bandwidth(nvlink, nodes, measured):
+    """A large all-reduce's bus bandwidth (its bytes x 2(N-1)/N over its time, as nccl-tests
+    reports it) from the closed form on the cluster's datasheet links (latency is nothing at this
+    size: 3 and 10 us stand in), against the measured one:
+    the slower of NVLink and the node's network. The H200 node measures above its NVLink spec
+    (NVLink SHARP), the B200 nodes below."""
+    network = Network(intra=Link.from_bandwidth(nvlink * 8, 3), inter=Link.from_bandwidth(3200, 10), gpus_per_node=8,
+                      nodes=nodes)
+    gpus, size = 8 * nodes, 16 * 2**30
+    timed = on_cluster(Collective("all_reduce", gpus, size), network)
+    busbw = size * 2 * (gpus - 1) / gpus / timed.seconds / 1e9
+    assert timed.algorithm == "ring"
+    assert busbw == pytest.approx(measured, rel=0.10)

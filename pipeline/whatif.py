@@ -80,7 +80,20 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="one GPU's measured forward + backward (+ data wait, optimizer) per image",
     )
-    parser.add_argument("--gradient-bytes", type=float, help="M, the model's gradient bytes (with the above)")
+    parser.add_argument(
+        "--gpu-points",
+        type=gpu_points,
+        help="one GPU's measured step seconds at two or more batch sizes, IMAGES:SECONDS,... "
+        "(2:0.0475,16:0.225): a fixed cost per step and a cost per image are fitted",
+    )
+    parser.add_argument(
+        "--gpu-bundle",
+        type=Path,
+        help="a GPU check's JSON (benchmarks/gpu_check.py; benchmarks/measured/): its throughput "
+        "rows at each batch size, of --precision, are the points",
+    )
+    parser.add_argument("--precision", default="fp32", help="the GPU bundle's rows to read (default fp32)")
+    parser.add_argument("--gradient-bytes", type=float, help="M, the model's gradient bytes (with any of the above)")
     parser.add_argument("--images-per-gpu", type=int, help="images per GPU a step (default: report.predict's)")
     parser.add_argument("--gpus", type=int, help="the GPU count to rank at (default: the whole cluster)")
     parser.add_argument(
@@ -150,19 +163,78 @@ def preset_compute(runs: list[RunDir], preset: str, where: Path) -> Compute:
     )
 
 
+def gpu_points(text: str) -> dict[int, float]:
+    """--gpu-points: IMAGES:SECONDS pairs, comma-separated, each a positive whole number of images
+    and positive seconds."""
+    points: dict[int, float] = {}
+    for pair in text.split(","):
+        images, _, seconds = pair.partition(":")
+        try:
+            count, value = int(images), float(seconds)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{pair!r} is not IMAGES:SECONDS (a whole number of images a step, its seconds), e.g. 2:0.0475"
+            ) from None
+        if count < 1 or not value > 0 or not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{pair!r}: images must be 1 or more and seconds above 0")
+        points[count] = value
+    return points
+
+
+def bundle_points(path: Path, precision: str) -> tuple[dict[int, float], str]:
+    """Step seconds per batch size from a GPU check's JSON: its throughput rows of `precision` on
+    the tree it measured (the baseline: no compile, no other optimizer), images / images per second."""
+    import json
+
+    try:
+        found = json.loads(path.read_text())
+        runs = found["items"]["throughput"]["runs"]
+    except OSError as err:
+        raise WhatIfError(f"{path}: cannot read the GPU bundle ({err.strerror})") from err
+    except (ValueError, KeyError, TypeError):
+        raise WhatIfError(
+            f"{path}: not a GPU check's JSON with throughput rows (items.throughput.runs); give the "
+            "JSON benchmarks/gpu_check.py wrote (as in benchmarks/measured/)"
+        ) from None
+    points = {
+        int(row["images_per_gpu"]): row["images_per_gpu"] / row["images_per_second"]
+        for row in runs
+        if row.get("status") == "ok"
+        and row.get("tree") == "HEAD"
+        and row.get("precision") == precision
+        and not row.get("compile")
+        and not row.get("optimizer")
+        and row.get("images_per_second", 0) > 0
+    }
+    if not points:
+        precisions = sorted({str(row.get("precision")) for row in runs})
+        raise WhatIfError(f"{path}: no throughput row of precision {precision}; it has {', '.join(precisions)}")
+    return points, f"{path.name} on {found.get('device', 'a GPU')}, {precision}"
+
+
 def inputs(args: argparse.Namespace, predict: schema.Predict, preset: str) -> tuple[Compute, Band]:
     """One GPU's compute (given, or the preset's) and the band (the preset's runs, or the bound)."""
+    offered = {
+        "--gpu-seconds-per-image": args.gpu_seconds_per_image,
+        "--gpu-points": args.gpu_points,
+        "--gpu-bundle": args.gpu_bundle,
+    }
+    ways = [flag for flag, value in offered.items() if value is not None]
+    if len(ways) > 1:
+        raise WhatIfError(f"give one of {' and '.join(ways)}: each is one GPU's compute")
     given = (args.gpu_seconds_per_image, args.gradient_bytes)
-    if (given[0] is None) != (given[1] is None):
-        raise WhatIfError("give --gpu-seconds-per-image and --gradient-bytes together")
+    if bool(ways) != (given[1] is not None):
+        raise WhatIfError(f"give {ways[0] if ways else '--gpu-seconds-per-image'} and --gradient-bytes together")
     if given[0] is not None and not (given[0] > 0 and given[1] > 0):
         raise WhatIfError(
             f"--gpu-seconds-per-image {given[0]:g} and --gradient-bytes {given[1]:g}: both must be above 0"
         )
-    if args.results is None and given[0] is None:
+    if given[1] is not None and not given[1] > 0:
+        raise WhatIfError(f"--gradient-bytes {given[1]:g}: it must be above 0")
+    if args.results is None and not ways:
         raise WhatIfError(
-            "no compute to predict from: give --from RESULTS (a finished preset) or "
-            "--gpu-seconds-per-image and --gradient-bytes"
+            "no compute to predict from: give --from RESULTS (a finished preset), or "
+            "--gpu-seconds-per-image, --gpu-points or --gpu-bundle with --gradient-bytes"
         )
     runs: list[RunDir] = []
     links: dict[int, CommbenchRecord] = {}
@@ -175,6 +247,11 @@ def inputs(args: argparse.Namespace, predict: schema.Predict, preset: str) -> tu
         held = tuple(entry for entry in held_out_entries(args.params, preset) if entry in found)
     if given[0] is not None:
         compute = Compute(given[0], given[1], "given on the command line")
+    elif args.gpu_points is not None:
+        compute = Compute.of_points(args.gpu_points, given[1], "--gpu-points")
+    elif args.gpu_bundle is not None:
+        points, source = bundle_points(args.gpu_bundle, args.precision)
+        compute = Compute.of_points(points, given[1], source)
     else:
         assert where is not None  # without --from, the checks above stopped the command
         compute = preset_compute([run for run in runs if run.entry not in held], preset, where)
@@ -247,8 +324,16 @@ def printed(frame: pd.DataFrame, spec: schema.Cluster, per_gpu: int, compute: Co
     return "\n".join(
         [
             f"{LABEL}: {described(spec, per_gpu)}.",
-            f"One GPU's compute: {compute.seconds_per_image:.4g} s per image; gradient bytes M "
+            f"One GPU's compute: {compute_terms(compute)}; gradient bytes M "
             f"{compute.gradient_bytes / 1e6:.1f} MB ({compute.source}).",
+            *(
+                [
+                    f"{per_gpu} image(s) per GPU lies outside the batch sizes the compute was fitted at "
+                    f"({', '.join(map(str, compute.fitted_images))}): its step is extrapolated."
+                ]
+                if compute.extrapolated(per_gpu)
+                else []
+            ),
             f"Uncertainty band: {band.source}; a measured rate is expected in [predicted / "
             f"{band.high:.2f}, predicted / {band.low:.2f}]; strategies whose bands overlap are not "
             "told apart.",
@@ -264,6 +349,17 @@ def printed(frame: pd.DataFrame, spec: schema.Cluster, per_gpu: int, compute: Co
             "(-: the strategy cannot run at that size)" if curves.isna().any().any() else "",
         ]
     ).rstrip()
+
+
+def compute_terms(compute: Compute) -> str:
+    """One GPU's compute as the model takes it: its terms, and the batch sizes they come from."""
+    if not compute.fitted_images:
+        return f"{compute.seconds_per_image:.4g} s per image"
+    at = ", ".join(f"{images}: {compute.step_seconds(images) * 1e3:.1f} ms" for images in compute.fitted_images)
+    return (
+        f"{compute.fixed_seconds * 1e3:.2f} ms a step + {compute.seconds_per_image * 1e3:.2f} ms per image "
+        f"(fitted at {len(compute.fitted_images)} batch size(s); fitted step {at})"
+    )
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> None:

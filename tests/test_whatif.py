@@ -25,6 +25,7 @@ from .test_report import make_ok_run
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "cluster-8x8.yaml"
+H200_BUNDLE = REPO / "benchmarks" / "measured" / "h200-call1-4eaba84.json"  # a GPU check's, as measured
 COMMBENCH = {"processes": 2, "backend": "nccl", "primitives": {
     "all_reduce": {"alpha_s": 4e-5, "beta_s_per_byte": 2e-11},
     "send_recv": {"alpha_s": 2e-5, "beta_s_per_byte": 1e-11}}}
@@ -151,7 +152,15 @@ def test_what_the_command_cannot_use_is_refused_naming_the_remedy(tmp_path):
             whatif.main(["--cluster", str(EXAMPLE), *args])
         return str(stopped.value.code)
 
-    assert "give --from RESULTS (a finished preset) or --gpu-seconds-per-image" in refused()
+    assert ("give --from RESULTS (a finished preset), or --gpu-seconds-per-image, --gpu-points or --gpu-bundle "
+            "with --gradient-bytes") in refused()
+    assert "give one of --gpu-seconds-per-image and --gpu-points" in refused(
+        "--gpu-seconds-per-image", "1", "--gpu-points", "2:1,4:2", "--gradient-bytes", "1")
+    assert "give --gpu-bundle and --gradient-bytes together" in refused("--gpu-bundle", str(H200_BUNDLE))
+    assert "no throughput row of precision fp64; it has bf16, fp32" in refused(
+        "--gpu-bundle", str(H200_BUNDLE), "--precision", "fp64", "--gradient-bytes", "1")
+    assert "not a GPU check's JSON with throughput rows" in refused(
+        "--gpu-bundle", str(EXAMPLE), "--gradient-bytes", "1")
     assert "together" in refused("--gradient-bytes", "1e8")
     assert f"{tmp_path / 'runs' / 'demo'}: no finished run" in refused("--from", str(tmp_path), "--preset", "demo")
     assert "--gpus 3: the model predicts" in refused("--gpus", "3", "--gpu-seconds-per-image", "1",
@@ -198,3 +207,35 @@ def test_an_accuracy_ablations_runs_are_no_input(tmp_path):
     result = run_command(["--cluster", str(EXAMPLE), "--from", str(tmp_path / "results"), "--preset", "demo"])
     assert result.returncode == 0, result.stderr
     assert "(measured: single-w1-b2 of the demo preset on cuda:0)" in result.stdout
+
+
+def test_compute_is_a_fixed_cost_per_step_plus_a_cost_per_image():
+    """Fitted from two or more batch sizes (non-negative, relative error), the step of a batch
+    size not given is the line's, not single's per-image time times the images."""
+    fitted = whatif.Compute.of_points({2: 0.03, 8: 0.06, 16: 0.1}, 1e8, "three")
+    assert fitted.fixed_seconds == pytest.approx(0.02, rel=1e-6)
+    assert fitted.seconds_per_image == pytest.approx(0.005, rel=1e-6)
+    assert fitted.extrapolated(32) and fitted.extrapolated(1) and not fitted.extrapolated(4)
+    # a larger batch no slower a step than a smaller one cannot make the cost per image negative
+    flat = whatif.Compute.of_points({2: 0.05, 16: 0.04}, 1e8, "noisy")
+    assert flat.seconds_per_image == 0 and flat.fixed_seconds > 0
+    one = whatif.Compute.of_points({4: 0.2}, 1e8, "one")
+    assert (one.fixed_seconds, one.seconds_per_image) == (0.0, 0.05)
+
+
+def test_a_gpu_bundles_steps_are_the_compute_and_a_small_batch_is_not_predicted_too_fast(capsys):
+    """The H200 bundle: single at 2 images fp32 42.1 images/s (47.5 ms a step), at 16 images 71.2
+    (225 ms). Taken as one per-image time at 16 images, the 2-image step would be 28 ms, 1.7x too
+    fast; the fitted terms give back both measured steps."""
+    whatif.main(["--cluster", str(EXAMPLE), "--gpu-bundle", str(H200_BUNDLE), "--gradient-bytes", "166131544",
+                 "--images-per-gpu", "2", "--gpus", "1"])
+    printed = capsys.readouterr().out
+    assert "fitted step 2: 47.5 ms, 16: 224.7 ms" in printed and "NVIDIA H200, fp32" in printed
+    assert "extrapolated" not in printed
+    ranked = printed.split("Predicted ranking")[1]
+    single_rate = float(ranked.split("DDP (ring all-reduce)")[1].split()[0])
+    assert single_rate == pytest.approx(2 / 0.04746, rel=0.01)  # one GPU: the measured 42.1 images/s
+    whatif.main(["--cluster", str(EXAMPLE), "--gpu-points", "2:0.0475,16:0.225", "--gradient-bytes", "1e8",
+                 "--images-per-gpu", "32"])
+    assert "32 image(s) per GPU lies outside the batch sizes the compute was fitted at (2, 16)" in (
+        capsys.readouterr().out)

@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..config import schema
 from ..config.params import ParamsError, parse_yaml, schema_errors
 from .network import Link, Network
@@ -18,12 +20,39 @@ EXAMPLE = "examples/cluster-8x8.yaml"  # a cluster file to copy (README's what-i
 
 @dataclass(frozen=True)
 class Compute:
-    """One GPU's work per image and the gradient bytes M, and where they come from."""
+    """One GPU's work per step, a fixed cost and a cost per image, the gradient bytes M, and where
+    they come from."""
 
     seconds_per_image: float  # forward + backward (+ data wait and optimizer, when measured)
     gradient_bytes: float
     source: str
     variance_per_image: float = math.nan  # of compute, when measured: the slowest worker's wait
+    fixed_seconds: float = 0.0  # a step's cost whatever its images (fitted: `of_points`)
+    fitted_images: tuple[int, ...] = ()  # the batch sizes the terms come from (none: one rate given)
+
+    def step_seconds(self, images: int) -> float:
+        """One GPU's step of `images` images."""
+        return self.fixed_seconds + self.seconds_per_image * images
+
+    def extrapolated(self, images: int) -> bool:
+        """Whether `images` a step lies outside the batch sizes the terms were fitted at."""
+        return bool(self.fitted_images) and not min(self.fitted_images) <= images <= max(self.fitted_images)
+
+    @classmethod
+    def of_points(cls, points: dict[int, float], gradient_bytes: float, source: str) -> Compute:
+        """A fixed cost per step plus a cost per image, from one GPU's step seconds at two or more
+        batch sizes (`points`: images -> seconds): the non-negative least squares of relative
+        error, as the link fit (network.fit); one batch size gives its time per image alone."""
+        images = sorted(points)
+        if len(images) == 1:
+            return cls(points[images[0]] / images[0], gradient_bytes, source, fitted_images=tuple(images))
+        from scipy.optimize import nnls  # here: every training process imports this module
+
+        x = np.asarray(images, dtype=float)
+        y = np.asarray([points[i] for i in images], dtype=float)
+        design = np.stack([np.ones_like(x), x], axis=1) / y[:, None]
+        (fixed, per_image), _ = nnls(design, np.ones_like(y))
+        return cls(float(per_image), gradient_bytes, source, fixed_seconds=float(fixed), fitted_images=tuple(images))
 
     @classmethod
     def measured(cls, single: dict, source: str) -> Compute:

@@ -140,7 +140,7 @@ def predict_point(strategy: StrategyModel, run: Run, compute: Compute, per_gpu: 
     predicted = iteration(
         strategy,
         run,
-        compute=compute.seconds_per_image * per_gpu,
+        compute=compute.step_seconds(per_gpu),
         gradient_bytes=compute.gradient_bytes,
         network=network,
         variance_per_image=compute.variance_per_image,
@@ -153,7 +153,7 @@ def predict_point(strategy: StrategyModel, run: Run, compute: Compute, per_gpu: 
     loads = link_loads(strategy.phase_ports(run, compute.gradient_bytes, network) or [])
     return {
         "predicted_images_per_second": rate,
-        "predicted_efficiency": rate * compute.seconds_per_image / gpus,
+        "predicted_efficiency": rate * compute.step_seconds(per_gpu) / per_gpu / gpus,  # of one GPU's rate
         "predicted_communication_s": predicted.communication,
         "busiest_link_bytes": max(loads.values(), default=0.0),
         # weights, gradients and optimizer state of the process that holds the most

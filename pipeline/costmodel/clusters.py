@@ -9,11 +9,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..config import schema
 from ..config.params import ParamsError, parse_yaml, schema_errors
-from .network import Link, Network
+from .network import Link, Network, fit
 
 EXAMPLE = "examples/cluster-8x8.yaml"  # a cluster file to copy (README's what-if section)
 
@@ -41,18 +39,14 @@ class Compute:
     @classmethod
     def of_points(cls, points: dict[int, float], gradient_bytes: float, source: str) -> Compute:
         """A fixed cost per step plus a cost per image, from one GPU's step seconds at two or more
-        batch sizes (`points`: images -> seconds): the non-negative least squares of relative
-        error, as the link fit (network.fit); one batch size gives its time per image alone."""
+        batch sizes (`points`: images -> seconds): the link fit's non-negative least squares of
+        relative error (network.fit: its latency is the fixed cost, its time per byte the time
+        per image); one batch size gives its time per image alone."""
         images = sorted(points)
         if len(images) == 1:
             return cls(points[images[0]] / images[0], gradient_bytes, source, fitted_images=tuple(images))
-        from scipy.optimize import nnls  # here: every training process imports this module
-
-        x = np.asarray(images, dtype=float)
-        y = np.asarray([points[i] for i in images], dtype=float)
-        design = np.stack([np.ones_like(x), x], axis=1) / y[:, None]
-        (fixed, per_image), _ = nnls(design, np.ones_like(y))
-        return cls(float(per_image), gradient_bytes, source, fixed_seconds=float(fixed), fitted_images=tuple(images))
+        line = fit(images, [points[i] for i in images]).link
+        return cls(line.beta, gradient_bytes, source, fixed_seconds=line.alpha, fitted_images=tuple(images))
 
     @classmethod
     def measured(cls, single: dict, source: str) -> Compute:

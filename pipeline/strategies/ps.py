@@ -224,10 +224,8 @@ def push_ports(workers: int, servers: int, dedicated: bool, grad_bytes: float, n
     counted per process and per node. A colocated server is worker s and gets no message from
     itself."""
     shard, fixed = grad_bytes / servers, network.message_s
-    home = {
-        ("server" if dedicated else "worker", s): network.node(("server" if dedicated else "worker", s))
-        for s in range(servers)
-    }
+    kind = "server" if dedicated else "worker"  # a colocated server is its worker's process
+    home = {(kind, s): network.node((kind, s)) for s in range(servers)}
     workers_on = Counter(network.node(("worker", w)) for w in range(workers))
     servers_on = Counter(home.values())
     ports: Ports = {}

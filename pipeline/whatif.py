@@ -28,9 +28,10 @@ import pandas as pd
 from .config import cli, schema, stages
 from .config.params import load, load_resolved
 from .costmodel.clusters import EXAMPLE, Cluster, Compute, read_cluster
+from .costmodel.plan import Recipe, plan
 from .costmodel.ranking import Band, ranking
 from .report.causes import split_by_norm
-from .report.clusters import COLUMNS, prediction_points
+from .report.clusters import COLUMNS, measured_compute, prediction_points
 from .report.holdout import fitted, modelled
 from .report.load import RunDir, load_run
 from .report.prediction import BOUND, prediction_frame, single_inputs
@@ -39,6 +40,14 @@ from .runtime.records.commbench import CommbenchRecord
 from .strategies import sweep
 
 LABEL = "PREDICTION (cost model, not measured)"
+PLAN_COLUMNS = [  # the recipe at each GPU count (costmodel/plan.py), each with its band
+    "recipe_epochs",
+    "recipe_images",
+    *(f"predicted_{what}{end}" for what in ("hours", "gpu_hours", "cost") for end in ("_low", "", "_high")),
+    "predicted_memory_mib_per_gpu",
+    "gpu_memory_mib",
+    "fits_in_gpu_memory",
+]
 CSV_COLUMNS = [
     "label",
     *COLUMNS,
@@ -46,6 +55,7 @@ CSV_COLUMNS = [
     "predicted_images_per_second_high",
     "predicted_rank",
     "told_apart_from_next",
+    *PLAN_COLUMNS,
 ]
 CLUSTER_FLAGS = {  # report.predict's cluster keys, as flags: (type, help)
     "name": (str, "the cluster's name (default: the file's)"),
@@ -56,6 +66,7 @@ CLUSTER_FLAGS = {  # report.predict's cluster keys, as flags: (type, help)
     "inter_gbit_s": (float, "bandwidth of a node's network, Gbit/s each way"),
     "inter_latency_us": (float, "latency between nodes, microseconds"),
     "spare_cpu_machines_per_node": (int, "CPU machines per node free to run parameter servers"),
+    "gpu_memory_gib": (float, "each GPU's memory, GiB (the strategies that do not fit are named)"),
 }
 
 
@@ -102,6 +113,11 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         default=stages.ROOT / "params.yaml",
         help="params.yaml, for report.predict's comm hook and images per GPU",
     )
+    parser.add_argument(
+        "--price", type=float, help="the price of one GPU-hour, in your currency: the recipe's cost is predicted"
+    )
+    parser.add_argument("--epochs", type=int, help="the recipe's epochs (default: the preset's train.epochs)")
+    parser.add_argument("--train-images", type=int, help="the recipe's training images (default: the preset's data)")
     parser.add_argument("--csv", type=Path, help="also write every GPU count's prediction here")
 
 
@@ -139,8 +155,8 @@ def held_out_entries(params: Path, preset: str) -> tuple[str, ...]:
 
 
 def preset_compute(runs: list[RunDir], preset: str, where: Path) -> Compute:
-    """The first baseline `single` run on a GPU, as the report's predicted scaling takes it
-    (report/clusters.py gpu_compute); without one, the first on the CPU, said in its source.
+    """The baseline `single` runs on a GPU, as the report's predicted scaling takes them
+    (report/clusters.py gpu_compute); without one, those on the CPU, said in its source.
     `runs`: the fitted ones (no held-out entry's)."""
     singles = [s for s in single_inputs(runs) if s["baseline"]]
     on_gpu = [s for s in singles if s["device"].startswith("cuda")]
@@ -150,17 +166,14 @@ def preset_compute(runs: list[RunDir], preset: str, where: Path) -> Compute:
             "compute the model scales; finish one, or give --gpu-seconds-per-image "
             "and --gradient-bytes"
         )
-    single = (on_gpu or singles)[0]
-    if not math.isfinite(single["gradient_bytes"]):
+    chosen = on_gpu or singles
+    if not math.isfinite(chosen[0]["gradient_bytes"]):
         raise WhatIfError(
-            f"{where}/{single['run_id']}: its summary records no gradient bytes; "
+            f"{where}/{chosen[0]['run_id']}: its summary records no gradient bytes; "
             "give --gpu-seconds-per-image and --gradient-bytes"
         )
-    return Compute.measured(
-        single,
-        f"measured: {single['run_id']} of the {preset} preset on "
-        f"{single['device']}" + ("" if on_gpu else ": no GPU run, so the cluster's GPUs are taken as fast as it"),
-    )
+    note = "" if on_gpu else ": no GPU run, so the cluster's GPUs are taken as fast as it"
+    return measured_compute(chosen, preset, note)
 
 
 def gpu_points(text: str) -> dict[int, float]:
@@ -181,9 +194,11 @@ def gpu_points(text: str) -> dict[int, float]:
     return points
 
 
-def bundle_points(path: Path, precision: str) -> tuple[dict[int, float], str]:
+def bundle_points(path: Path, precision: str) -> tuple[dict[int, float], dict[int, float], str]:
     """Step seconds per batch size from a GPU check's JSON: its throughput rows of `precision` on
-    the tree it measured (the baseline: no compile, no other optimizer), images / images per second."""
+    the tree it measured (the baseline: no compile, no other optimizer), images / images per
+    second; and, where the rows recorded them, the peak memory past the state (peak_memory_mb
+    less owned_state_mb, MiB) per batch size."""
     import json
 
     try:
@@ -196,20 +211,26 @@ def bundle_points(path: Path, precision: str) -> tuple[dict[int, float], str]:
             f"{path}: not a GPU check's JSON with throughput rows (items.throughput.runs); give the "
             "JSON benchmarks/gpu_check.py wrote (as in benchmarks/measured/)"
         ) from None
-    points = {
-        int(row["images_per_gpu"]): row["images_per_gpu"] / row["images_per_second"]
+    rows = [
+        row
         for row in runs
         if row.get("status") == "ok"
-        and row.get("tree") == "HEAD"
+        and row.get("tree", "HEAD") == "HEAD"  # a comparison bundle's other tree is not this one
         and row.get("precision") == precision
         and not row.get("compile")
         and not row.get("optimizer")
         and row.get("images_per_second", 0) > 0
-    }
-    if not points:
+    ]
+    if not rows:
         precisions = sorted({str(row.get("precision")) for row in runs})
         raise WhatIfError(f"{path}: no throughput row of precision {precision}; it has {', '.join(precisions)}")
-    return points, f"{path.name} on {found.get('device', 'a GPU')}, {precision}"
+    points = {int(row["images_per_gpu"]): row["images_per_gpu"] / row["images_per_second"] for row in rows}
+    memory = {
+        int(row["images_per_gpu"]): row["peak_memory_mb"] - row["owned_state_mb"]
+        for row in rows
+        if row.get("peak_memory_mb", 0) > row.get("owned_state_mb", math.inf)
+    }
+    return points, memory, f"{path.name} on {found.get('device', 'a GPU')}, {precision}"
 
 
 def inputs(args: argparse.Namespace, predict: schema.Predict, preset: str) -> tuple[Compute, Band]:
@@ -250,8 +271,8 @@ def inputs(args: argparse.Namespace, predict: schema.Predict, preset: str) -> tu
     elif args.gpu_points is not None:
         compute = Compute.of_points(args.gpu_points, given[1], "--gpu-points")
     elif args.gpu_bundle is not None:
-        points, source = bundle_points(args.gpu_bundle, args.precision)
-        compute = Compute.of_points(points, given[1], source)
+        points, memory, source = bundle_points(args.gpu_bundle, args.precision)
+        compute = Compute.of_points(points, given[1], source).with_activations(memory)
     else:
         assert where is not None  # without --from, the checks above stopped the command
         compute = preset_compute([run for run in runs if run.entry not in held], preset, where)
@@ -262,17 +283,53 @@ def inputs(args: argparse.Namespace, predict: schema.Predict, preset: str) -> tu
     return compute, Band.of(list(frame[modelled(frame)]["ratio"]), BOUND, source)
 
 
-def predicted_frame(points: pd.DataFrame, band: Band) -> pd.DataFrame:
+def recipe_of(args: argparse.Namespace, preset: str) -> Recipe:
+    """The recipe the hours are of: the preset's (params.yaml), with --epochs and --train-images
+    over it; both flags where the preset is not one of params.yaml's."""
+    for flag, value in (("--epochs", args.epochs), ("--train-images", args.train_images)):
+        if value is not None and value < 1:
+            raise WhatIfError(f"{flag} {value}: set it to 1 or more")
+    if preset in (load(args.params).get("presets") or {}):
+        found = Recipe.of(load_resolved(args.params, preset), preset)
+    elif args.epochs is None or args.train_images is None:
+        raise WhatIfError(
+            f"--preset {preset}: not a preset of {args.params}, so its recipe is not known; give "
+            "--epochs and --train-images (the training images of one epoch)"
+        )
+    else:
+        return Recipe(args.epochs, args.train_images, "given on the command line")
+    if args.epochs is None and args.train_images is None:
+        return found
+    return Recipe(
+        args.epochs or found.epochs, args.train_images or found.images, f"{found.source}, with the flags given over it"
+    )
+
+
+def predicted_frame(
+    points: pd.DataFrame,
+    band: Band,
+    recipe: Recipe,
+    compute: Compute,
+    per_gpu: int,
+    gpu_memory_gib: float | None,
+    price: float | None,
+) -> pd.DataFrame:
     """The report's points, in its order, with the label, the band and the rank at their GPU
-    count."""
+    count, and the recipe's hours, GPU-hours, cost and memory there (costmodel/plan.py)."""
+    if price is not None and not (price >= 0 and math.isfinite(price)):
+        raise WhatIfError(f"--price {price:g}: give the price of one GPU-hour, 0 or more")
     ranked = {
         (gpus, r.label): r
         for gpus, at in points.groupby("gpus")
         for r in ranking(dict(zip(at["model"], at["predicted_images_per_second"], strict=False)), band)
     }
+    activations = compute.activation_mb(per_gpu)
     rows = []
     for row in points.to_dict("records"):
         r = ranked[row["gpus"], row["model"]]
+        rate = (r.low, row["predicted_images_per_second"], r.high)
+        found = plan(recipe, row["gpus"], rate, row["predicted_state_mb_per_gpu"], activations, gpu_memory_gib, price)
+        cost = found.cost or (math.nan, math.nan, math.nan)
         rows.append(
             {
                 "label": LABEL,
@@ -281,6 +338,16 @@ def predicted_frame(points: pd.DataFrame, band: Band) -> pd.DataFrame:
                 "predicted_images_per_second_high": r.high,
                 "predicted_rank": r.rank,
                 "told_apart_from_next": r.apart_from_next,
+                "recipe_epochs": recipe.epochs,
+                "recipe_images": recipe.images,
+                **{
+                    f"predicted_{what}{end}": value
+                    for what, values in (("hours", found.hours), ("gpu_hours", found.gpu_hours), ("cost", cost))
+                    for end, value in zip(("_low", "", "_high"), values, strict=True)
+                },
+                "predicted_memory_mib_per_gpu": found.memory_mib,
+                "gpu_memory_mib": gpu_memory_gib * 1024 if gpu_memory_gib is not None else math.nan,
+                "fits_in_gpu_memory": found.fits,
             }
         )
     return pd.DataFrame(rows, columns=CSV_COLUMNS)
@@ -295,9 +362,53 @@ def described(spec: schema.Cluster, per_gpu: int) -> str:
     )
 
 
-def printed(frame: pd.DataFrame, spec: schema.Cluster, per_gpu: int, compute: Compute, band: Band, gpus: int) -> str:
-    """What the command prints: the prediction's label and inputs, the ranking at `gpus`, and
-    images/s at every GPU count."""
+def _figure(value: float) -> str:
+    """3 significant digits, whole numbers from 100 on (1,234, not 1.23e+03)."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def _banded(at: pd.DataFrame, what: str) -> list[str]:
+    """'12.3 (10.1-15.0)' per row: a plan column and its band."""
+    return [
+        f"{_figure(mid)} ({_figure(low)}-{_figure(high)})"
+        for low, mid, high in zip(
+            at[f"predicted_{what}_low"], at[f"predicted_{what}"], at[f"predicted_{what}_high"], strict=True
+        )
+    ]
+
+
+def memory_text(frame: pd.DataFrame, spec: schema.Cluster, per_gpu: int, compute: Compute) -> str:
+    """How memory per GPU is predicted, and which strategies do not fit the cluster's GPUs."""
+    activations = compute.activation_mb(per_gpu)
+    how = (
+        f"Memory per GPU (prediction): each strategy's state by its analysis plus one GPU's "
+        f"activations at {per_gpu} image(s), {activations:.0f} MiB ({compute.source})"
+        if math.isfinite(activations)
+        else "Memory per GPU (prediction): each strategy's state by its analysis only; its "
+        "activations were not measured (a GPU bundle with peak memory gives them), so it is a lower bound"
+    )
+    if spec.gpu_memory_gib is None:
+        return how + "; the cluster states no gpu_memory_gib, so whether it fits is not checked."
+    misfits = sorted(set(frame.loc[frame["fits_in_gpu_memory"].str.startswith("no"), "model"]))
+    return (
+        how
+        + f"; against {spec.gpu_memory_gib:g} GiB per GPU: "
+        + (f"does not fit for {', '.join(misfits)}." if misfits else "every strategy fits.")
+    )
+
+
+def printed(
+    frame: pd.DataFrame,
+    spec: schema.Cluster,
+    per_gpu: int,
+    compute: Compute,
+    band: Band,
+    gpus: int,
+    recipe: Recipe,
+    price: float | None,
+) -> str:
+    """What the command prints: the prediction's label and inputs, the ranking at `gpus` with the
+    recipe's hours, GPU-hours and cost, and images/s at every GPU count."""
     at = frame[frame["gpus"] == gpus].sort_values("predicted_rank")
     table = pd.DataFrame(
         {
@@ -311,7 +422,11 @@ def printed(frame: pd.DataFrame, spec: schema.Cluster, per_gpu: int, compute: Co
                 )
             ],
             "efficiency": at["predicted_efficiency"].map("{:.0%}".format),
-            "MiB per GPU": at["predicted_state_mb_per_gpu"].map("{:.0f}".format),
+            "hours (band)": _banded(at, "hours"),
+            "GPU-hours (band)": _banded(at, "gpu_hours"),
+            **({"cost (band)": _banded(at, "cost")} if price is not None else {}),
+            "MiB per GPU": at["predicted_memory_mib_per_gpu"].map("{:.0f}".format),
+            "fits": at["fits_in_gpu_memory"],
             "apart from next": [
                 ("yes" if apart else "no") if rank < len(at) else "-"
                 for apart, rank in zip(at["told_apart_from_next"], at["predicted_rank"], strict=False)
@@ -324,7 +439,7 @@ def printed(frame: pd.DataFrame, spec: schema.Cluster, per_gpu: int, compute: Co
     return "\n".join(
         [
             f"{LABEL}: {described(spec, per_gpu)}.",
-            f"One GPU's compute: {compute_terms(compute)}; gradient bytes M "
+            f"One GPU's compute: {compute.terms()}; gradient bytes M "
             f"{compute.gradient_bytes / 1e6:.1f} MB ({compute.source}).",
             *(
                 [
@@ -337,6 +452,12 @@ def printed(frame: pd.DataFrame, spec: schema.Cluster, per_gpu: int, compute: Co
             f"Uncertainty band: {band.source}; a measured rate is expected in [predicted / "
             f"{band.high:.2f}, predicted / {band.low:.2f}]; strategies whose bands overlap are not "
             "told apart.",
+            f"The recipe: {recipe.epochs} epoch(s) of {recipe.images:,} training images ({recipe.source}); "
+            "hours are its training steps at the predicted images/s (no evaluation, no start-up), "
+            "GPU-hours those times the GPUs"
+            + (f", cost the GPU-hours at {price:g} per GPU-hour" if price is not None else "")
+            + ".",
+            memory_text(at, spec, per_gpu, compute),
             f"Predicted ranking at {gpus} GPUs ({frame.loc[frame['gpus'] == gpus, 'nodes'].iloc[0]} node(s)):",
             table.to_string(index=False),
             *(
@@ -349,17 +470,6 @@ def printed(frame: pd.DataFrame, spec: schema.Cluster, per_gpu: int, compute: Co
             "(-: the strategy cannot run at that size)" if curves.isna().any().any() else "",
         ]
     ).rstrip()
-
-
-def compute_terms(compute: Compute) -> str:
-    """One GPU's compute as the model takes it: its terms, and the batch sizes they come from."""
-    if not compute.fitted_images:
-        return f"{compute.seconds_per_image:.4g} s per image"
-    at = ", ".join(f"{images}: {compute.step_seconds(images) * 1e3:.1f} ms" for images in compute.fitted_images)
-    return (
-        f"{compute.fixed_seconds * 1e3:.2f} ms a step + {compute.seconds_per_image * 1e3:.2f} ms per image "
-        f"(fitted at {len(compute.fitted_images)} batch size(s); fitted step {at})"
-    )
 
 
 def write_csv(frame: pd.DataFrame, path: Path) -> None:
@@ -395,8 +505,17 @@ def body(args: argparse.Namespace) -> str:
             f"--gpus {gpus}: the model predicts {spec.name} at "
             f"{', '.join(map(str, cluster.gpu_counts()))} GPUs; use one of those"
         )
-    frame = predicted_frame(prediction_points(predict, compute), band)
-    text = printed(frame, spec, predict.images_per_gpu, compute, band, gpus)
+    recipe = recipe_of(args, args.preset or config.preset)
+    frame = predicted_frame(
+        prediction_points(predict, compute),
+        band,
+        recipe,
+        compute,
+        predict.images_per_gpu,
+        spec.gpu_memory_gib,
+        args.price,
+    )
+    text = printed(frame, spec, predict.images_per_gpu, compute, band, gpus, recipe, args.price)
     if args.csv is not None:
         write_csv(frame, args.csv)
         text += f"\nEvery GPU count's prediction: {args.csv}"

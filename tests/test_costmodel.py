@@ -272,11 +272,22 @@ def test_the_compute_input_is_single_at_the_threads_of_the_runs_processes():
     measured = prediction_frame(typed([two_threads, one_thread, run]), benches(commbench)).iloc[0]
     assert measured["compute_input"] == "single at 1 thread(s), measured, per image of 8 a step"
     assert measured["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.15))
-    # a single run with the worker's 4 images a step is preferred: a step costs something of its own
-    four = summary("single", 1, 4, 1, 8.0, dict(split, compute=0.64))  # 0.16 s an image
+    assert (measured["compute_fixed_s"], measured["compute_per_image_s"]) == (0.0, pytest.approx(0.15))
+    # single at two batch sizes: a step is a fixed cost plus a cost per image, fitted, taken at
+    # the worker's 4 images (0.64 s: 0.16 s an image, not 8's 0.15)
+    four = summary("single", 1, 4, 1, 8.0, dict(split, compute=0.64))
     matched = prediction_frame(typed([two_threads, one_thread, four, run]), benches(commbench)).iloc[0]
-    assert matched["compute_input"] == "single at 1 thread(s), measured, 4 images a step"
+    assert matched["compute_input"] == ("single at 1 thread(s), measured, fitted at 4/8 images a step: "
+                                        "80.00 ms a step + 140.00 ms per image")
+    assert (matched["compute_fixed_s"], matched["compute_per_image_s"]) == (pytest.approx(0.08), pytest.approx(0.14))
     assert matched["predicted_images_per_second"] == pytest.approx(8 / (4 * 0.16))
+    # a worker's 2 images lie below the fitted sizes: said, and the fixed cost kept (0.36 s a step)
+    small = summary("ddp", 2, 2, 1, 9.5, dict(split, compute=0.3), comm_hook="none")
+    below = prediction_frame(typed([one_thread, four, small]), benches(commbench)).iloc[0]
+    assert below["compute_input"].endswith("140.00 ms per image, extrapolated to 2")
+    assert below["predicted_images_per_second"] == pytest.approx(4 / 0.36)
+    only_four = prediction_frame(typed([four, run]), benches(commbench)).iloc[0]
+    assert only_four["compute_input"] == "single at 1 thread(s), measured, 4 images a step"
     # the model's work does not depend on the data mode: an in-memory run takes the same compute
     in_memory = dict(run, run_id="ddp-mem", summary=dict(run["summary"], data_mode="synthetic"))
     memory_single = dict(two_threads, summary=dict(two_threads["summary"], data_mode="synthetic"))

@@ -137,6 +137,7 @@ def test_flags_over_the_file_and_the_gpu_count_ranked(capsys):
      "inter_gbit_s: -25 is less than or equal to the minimum of 0; set it above 0"),
     (("gpus_per_node", "gpu_per_node"), "unknown key 'gpu_per_node' (did you mean 'gpus_per_node'?)"),
     (("nodes: 8", "nodes: eight"), "nodes: 'eight' is not of type 'integer'"),
+    (("gpu_memory_gib: 80", "gpu_memory_gib: 0"), "gpu_memory_gib: 0 is less than or equal to the minimum of 0"),
 ])
 def test_a_bad_cluster_file_names_the_file_the_key_and_the_remedy(tmp_path, text, said):
     path = tmp_path / "cluster.yaml"
@@ -239,3 +240,58 @@ def test_a_gpu_bundles_steps_are_the_compute_and_a_small_batch_is_not_predicted_
                  "--images-per-gpu", "32"])
     assert "32 image(s) per GPU lies outside the batch sizes the compute was fitted at (2, 16)" in (
         capsys.readouterr().out)
+
+
+def test_the_recipe_in_hours_gpu_hours_cost_and_the_memory_that_fits(tmp_path, capsys):
+    """The demo's recipe (6 epochs of 256 images) at every GPU count: hours are its images over
+    the predicted images/s, the band's ends over the band's; GPU-hours times the GPUs; the cost
+    at --price; memory per GPU the state alone without measured activations (said as a lower
+    bound), and the strategies whose state exceeds a 0.2 GiB GPU named."""
+    out = tmp_path / "plan.csv"
+    whatif.main(["--cluster", str(EXAMPLE), "--gpu-points", "2:0.05,16:0.3", "--gradient-bytes", "1e8",
+                 "--preset", "demo", "--price", "2.5", "--gpu-memory-gib", "0.2", "--csv", str(out)])
+    printed = capsys.readouterr().out
+    found = pd.read_csv(out)
+    total = 6 * 256
+    assert (found[["recipe_epochs", "recipe_images"]] == [6, 256]).all().all()
+    rate = found["predicted_images_per_second"]
+    assert found["predicted_hours"].to_numpy() == pytest.approx((total / rate / 3600).to_numpy())
+    assert found["predicted_hours_low"].to_numpy() == pytest.approx(
+        (total / found["predicted_images_per_second_high"] / 3600).to_numpy())
+    assert found["predicted_gpu_hours_high"].to_numpy() == pytest.approx(
+        (found["predicted_hours_high"] * found["gpus"]).to_numpy())
+    assert found["predicted_cost"].to_numpy() == pytest.approx((found["predicted_gpu_hours"] * 2.5).to_numpy())
+    assert found["predicted_memory_mib_per_gpu"].to_numpy() == pytest.approx(
+        found["predicted_state_mb_per_gpu"].to_numpy())
+    big = found["predicted_memory_mib_per_gpu"] > 0.2 * 1024
+    assert big.any() and (~big).any()  # DDP's whole state does not fit; FSDP's shard at 64 GPUs does
+    assert (found.loc[big, "fits_in_gpu_memory"] == "no (state only)").all()
+    assert (found.loc[~big, "fits_in_gpu_memory"] == "yes (state only)").all()
+    at_64 = found[found["gpus"] == 64]
+    misfits = sorted(set(at_64.loc[at_64["fits_in_gpu_memory"].str.startswith("no"), "model"]))
+    assert f"against 0.2 GiB per GPU: does not fit for {', '.join(misfits)}." in printed
+    assert "DDP (ring all-reduce)" in misfits and "FSDP (ZeRO-3, reshard)" not in misfits
+    assert "its activations were not measured" in printed and "a lower bound" in printed
+    assert "The recipe: 6 epoch(s) of 256 training images (demo: data.synthetic.train_images)" in printed
+    assert "cost the GPU-hours at 2.5 per GPU-hour" in printed and "cost (band)" in printed
+
+
+def test_a_bundles_peak_memory_is_the_activations_and_coco_is_the_reference_recipe(capsys):
+    """The H100 bundle's rows carry peak memory: past the state (471 MiB) 1224 MiB at 2 images
+    and 9550 at 16, the activations added to each strategy's state. coco2017's recipe: 26
+    epochs of train2017's 117,266 annotated images."""
+    bundle = REPO / "benchmarks" / "measured" / "h100-throughput-mended.json"
+    whatif.main(["--cluster", str(EXAMPLE), "--gpu-bundle", str(bundle), "--gradient-bytes", "166131544",
+                 "--preset", "coco2017", "--gpus", "64"])
+    printed = capsys.readouterr().out
+    assert "activations at 2 image(s), 1224 MiB" in printed and "against 80 GiB per GPU: every strategy fits." in printed
+    assert "The recipe: 26 epoch(s) of 117,266 training images (coco2017: COCO 2017 train2017" in printed
+    assert "cost (band)" not in printed  # no price given
+    with pytest.raises(SystemExit) as stopped:
+        whatif.main(["--cluster", str(EXAMPLE), "--gpu-points", "2:0.05", "--gradient-bytes", "1e8",
+                     "--preset", "not-mine"])
+    assert "--preset not-mine: not a preset of" in str(stopped.value.code)
+    assert "give --epochs and --train-images" in str(stopped.value.code)
+    whatif.main(["--cluster", str(EXAMPLE), "--gpu-points", "2:0.05", "--gradient-bytes", "1e8",
+                 "--preset", "not-mine", "--epochs", "2", "--train-images", "1000"])
+    assert "The recipe: 2 epoch(s) of 1,000 training images (given on the command line)" in capsys.readouterr().out

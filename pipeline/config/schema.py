@@ -191,6 +191,9 @@ class Cluster(Section):
     inter_gbit_s: PositiveNumber
     inter_latency_us: NonNegativeNumber
     spare_cpu_machines_per_node: Count
+    gpu_memory_gib: PositiveNumber | None = Field(
+        default=None, description="each GPU's memory, GiB: the what-if names the strategies that do not fit"
+    )
 
 
 class Compute(Section):

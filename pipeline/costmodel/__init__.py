@@ -12,7 +12,8 @@ network, from compute measured elsewhere.
     predict.py    a predicted iteration of one strategy (passed in: its spec), the wait for
                   the slowest worker, a predicted point on a cluster, where a strategy saturates
     clusters.py   the hypothetical clusters of report.predict or a user's cluster file (checked),
-                  and one GPU's compute
+                  and one GPU's compute (a fixed cost per step plus a cost per image, fitted)
+    plan.py       a preset's recipe on a cluster: hours, GPU-hours, cost, memory that fits
     ranking.py    the uncertainty band of a predicted images/s (the model's predicted/measured
                   on a finished preset) and the ranking of strategies it tells apart
     bands.py      the bands of a quiet machine's measurements: outside, commbench repeats a

@@ -6,7 +6,7 @@ compute (pipeline/report/clusters.py fills them in)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..config import schema
@@ -27,6 +27,21 @@ class Compute:
     variance_per_image: float = math.nan  # of compute, when measured: the slowest worker's wait
     fixed_seconds: float = 0.0  # a step's cost whatever its images (fitted: `of_points`)
     fitted_images: tuple[int, ...] = ()  # the batch sizes the terms come from (none: one rate given)
+    activation_mb_fixed: float = math.nan  # one GPU's step's memory past its state: fixed ...
+    activation_mb_per_image: float = math.nan  # ... plus per image (NaN: not measured)
+
+    def activation_mb(self, images: int) -> float:
+        """One GPU's peak memory past its weights, gradients and optimizer state at `images` a
+        step, MiB (NaN: not measured)."""
+        return self.activation_mb_fixed + self.activation_mb_per_image * images
+
+    def with_activations(self, points: dict[int, float]) -> Compute:
+        """The compute with measured activations (`points`: images -> MiB past the state), fitted
+        as a fixed part plus a part per image like the step (one batch size: per image alone)."""
+        if not points:
+            return self
+        fitted = Compute.of_points(points, self.gradient_bytes, self.source)
+        return replace(self, activation_mb_fixed=fitted.fixed_seconds, activation_mb_per_image=fitted.seconds_per_image)
 
     def step_seconds(self, images: int) -> float:
         """One GPU's step of `images` images."""
@@ -35,6 +50,16 @@ class Compute:
     def extrapolated(self, images: int) -> bool:
         """Whether `images` a step lies outside the batch sizes the terms were fitted at."""
         return bool(self.fitted_images) and not min(self.fitted_images) <= images <= max(self.fitted_images)
+
+    def terms(self) -> str:
+        """The compute as the model takes it: its terms, and the batch sizes they come from."""
+        if not self.fixed_seconds and len(self.fitted_images) < 2:
+            return f"{self.seconds_per_image:.4g} s per image"
+        at = ", ".join(f"{images}: {self.step_seconds(images) * 1e3:.1f} ms" for images in self.fitted_images)
+        return (
+            f"{self.fixed_seconds * 1e3:.2f} ms a step + {self.seconds_per_image * 1e3:.2f} ms per image "
+            f"(fitted at {len(self.fitted_images)} batch size(s); fitted step {at})"
+        )
 
     @classmethod
     def of_points(cls, points: dict[int, float], gradient_bytes: float, source: str) -> Compute:
@@ -49,15 +74,18 @@ class Compute:
         return cls(line.beta, gradient_bytes, source, fixed_seconds=line.alpha, fitted_images=tuple(images))
 
     @classmethod
-    def measured(cls, single: dict, source: str) -> Compute:
-        """From one `single` run's inputs (pipeline/report/prediction.py `single_inputs`): its
-        compute and data wait per image, its optimizer step shared over its images."""
-        return cls(
-            single["compute"] + single["data"] + single["optimizer"] / single["images"],
-            single["gradient_bytes"],
-            source,
-            single["compute_variance"],
-        )
+    def measured(cls, singles: list[dict], source: str) -> Compute:
+        """From `single` runs' inputs on one device (pipeline/report/prediction.py
+        `single_inputs`): a step's compute, data wait and optimizer at each batch size they ran
+        (the mean over its runs), fitted as `of_points` where they ran at two or more; the
+        variance per image, the gradient bytes from the first."""
+        steps: dict[int, list[float]] = {}
+        for single in singles:
+            images = int(single["images"])
+            steps.setdefault(images, []).append((single["compute"] + single["data"]) * images + single["optimizer"])
+        first = singles[0]
+        found = cls.of_points({n: sum(s) / len(s) for n, s in steps.items()}, first["gradient_bytes"], source)
+        return replace(found, variance_per_image=first["compute_variance"])
 
 
 @dataclass(frozen=True)

@@ -131,7 +131,8 @@ def report_data(
     scaling, data_modes = scaling_frame(summary), data_mode_table(summary)
     every_prediction = prediction.prediction_frame(runs, links, held_out)
     predicted = holdout.fitted(every_prediction, held_out)
-    out_of_sample = holdout.HeldOut.of(every_prediction, runs, held_out)
+    checked = measurement_check(runs, links)
+    out_of_sample = holdout.HeldOut.of(every_prediction, runs, held_out, checked.noise)
     predict = report_cfg.predict
     fitted_runs = [run for run in runs if run.entry not in held_out]
     compute = clusters.gpu_compute(predict, fitted_runs if compute_runs is None else compute_runs)
@@ -169,7 +170,6 @@ def report_data(
         ),
     }
     formats = figure_formats(report_cfg)
-    checked = measurement_check(runs, links)
     tested = causes.cause_tests(every_run)  # the accuracy ablation, where the sweep ran it
     return ReportData(
         runs=runs,

@@ -1,8 +1,9 @@
 """Predicted scaling where the hardware stops: images/s and scaling efficiency against GPUs on
 the hypothetical clusters of `report.predict` (params.yaml), for each strategy's cost model.
 
-One GPU's compute per image is measured where a `single` run of `report.predict.compute.preset`
-ran on a GPU (its summary, with M, the gradient bytes); otherwise the stated assumption of
+One GPU's compute is measured where `single` runs of `report.predict.compute.preset` ran on a
+GPU (their summaries, with M, the gradient bytes: a fixed cost per step plus a cost per image
+where they ran at two or more batch sizes, their time per image at one); otherwise the stated assumption of
 params is used, and the report says which. Communication is each strategy's own model
 (`Strategy.communication_seconds` over a `costmodel.Network` of the cluster), predicted by
 pipeline/costmodel/predict.py; this module makes its frames, table and sentences. Every number
@@ -46,15 +47,23 @@ def models(predict: schema.Predict) -> dict[str, dict]:
 
 
 def gpu_compute(predict: schema.Predict, runs: list[RunDir]) -> Compute:
-    """The first measured single-GPU baseline run among `runs` (those of report.predict's
-    compute preset) where there is one, else the assumption of params."""
+    """The measured single-GPU baseline runs among `runs` (those of report.predict's compute
+    preset) where there are any, else the assumption of params."""
     wanted = predict.compute
-    for single in single_inputs(runs):
-        if single["baseline"] and single["device"].startswith("cuda"):
-            return Compute.measured(
-                single, f"measured: {single['run_id']} of the {wanted.preset} preset on {single['device']}"
-            )
+    on_gpu = [s for s in single_inputs(runs) if s["baseline"] and s["device"].startswith("cuda")]
+    if on_gpu:
+        return measured_compute(on_gpu, wanted.preset)
     return Compute(wanted.assumed_seconds_per_image, wanted.gradient_bytes, f"assumed: {wanted.assumed_source}")
+
+
+def measured_compute(singles: list[dict], preset: str, note: str = "") -> Compute:
+    """One GPU's compute from `single` runs' inputs on the first one's device (a fixed cost and a
+    cost per image where they ran at two or more batch sizes: Compute.measured), its source
+    naming them."""
+    device = singles[0]["device"]
+    mine = [s for s in singles if s["device"] == device]
+    names = ", ".join(s["run_id"] for s in mine)
+    return Compute.measured(mine, f"measured: {names} of the {preset} preset on {device}{note}")
 
 
 def prediction_points(predict: schema.Predict, compute: Compute) -> pd.DataFrame:
@@ -160,8 +169,8 @@ def section(shown: pd.DataFrame, points: pd.DataFrame, predict: schema.Predict, 
         "text": [
             "Predictions, not measurements: each strategy's cost model on the hypothetical clusters "
             "of report.predict, at "
-            f"{predict.images_per_gpu} images per GPU. One GPU's time per image: "
-            f"{compute.seconds_per_image:.4g} s; gradient bytes M: {compute.gradient_bytes / 1e6:.1f} "
+            f"{predict.images_per_gpu} images per GPU. One GPU's compute: "
+            f"{compute.terms()}; gradient bytes M: {compute.gradient_bytes / 1e6:.1f} "
             f"MB ({compute.source}). Backward, which DDP's buckets overlap, is {BACKWARD_SHARE:.2f} of "
             "it. A synchronous step waits for its slowest GPU: "
             + (

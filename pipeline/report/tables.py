@@ -142,6 +142,8 @@ HEADERS = {
     "training_seconds": "training (s)",
     "evaluation_seconds": "evaluation (s)",
     "compute_input": "compute input",
+    "compute_fixed_s": "compute a step (s, fitted)",
+    "compute_per_image_s": "compute per image (s, fitted)",
     "shared_compute_factor": "shared-compute factor",
     "measured_images_per_second": "measured images/s",
     "predicted_images_per_second": "predicted images/s",

@@ -456,7 +456,8 @@ def printed(
             "hours are its training steps at the predicted images/s (no evaluation, no start-up), "
             "GPU-hours those times the GPUs"
             + (f", cost the GPU-hours at {price:g} per GPU-hour" if price is not None else "")
-            + ".",
+            + f"; at {gpus} GPUs an epoch is {recipe.images / (gpus * per_gpu):.3g} steps of a global batch "
+            f"of {gpus * per_gpu:,} images (the recipe's learning rate, scaled to it, is the user's to judge).",
             memory_text(at, spec, per_gpu, compute),
             f"Predicted ranking at {gpus} GPUs ({frame.loc[frame['gpus'] == gpus, 'nodes'].iloc[0]} node(s)):",
             table.to_string(index=False),

@@ -274,6 +274,7 @@ def test_the_recipe_in_hours_gpu_hours_cost_and_the_memory_that_fits(tmp_path, c
     assert "its activations were not measured" in printed and "a lower bound" in printed
     assert "The recipe: 6 epoch(s) of 256 training images (demo: data.synthetic.train_images)" in printed
     assert "cost the GPU-hours at 2.5 per GPU-hour" in printed and "cost (band)" in printed
+    assert "at 64 GPUs an epoch is 2 steps of a global batch of 128 images" in printed  # 256 / (64 x 2)
 
 
 def test_a_bundles_peak_memory_is_the_activations_and_coco_is_the_reference_recipe(capsys):
@@ -295,3 +296,28 @@ def test_a_bundles_peak_memory_is_the_activations_and_coco_is_the_reference_reci
     whatif.main(["--cluster", str(EXAMPLE), "--gpu-points", "2:0.05", "--gradient-bytes", "1e8",
                  "--preset", "not-mine", "--epochs", "2", "--train-images", "1000"])
     assert "The recipe: 2 epoch(s) of 1,000 training images (given on the command line)" in capsys.readouterr().out
+
+
+def test_a_presets_single_runs_at_two_batch_sizes_are_fitted(tmp_path, capsys):
+    """--from a preset whose single ran on its GPU at 2 and 4 images a step: one GPU's compute is
+    a fixed cost plus a cost per image through both (step = (compute + data) x images +
+    optimizer), as the report's predicted scaling takes it."""
+    root = finished_preset(tmp_path / "results")
+    run_dir = make_ok_run(root, "single", 1, 4, [2.0, 1.5], ap=0.2, iters_per_epoch=6)
+    summary = json.loads((run_dir / "train_summary.json").read_text())
+    summary.update(device="cuda:0", backend="nccl", processes=1, ranks=[{"gradient_bytes": 4_000_000}])
+    (run_dir / "train_summary.json").write_text(json.dumps(summary))
+    runs = [load_run(d) for d in sorted(root.iterdir())]
+    predict = schema.replaced(load_resolved(REPO / "params.yaml").report.predict, compute={"preset": "demo"})
+    compute = gpu_compute(predict, runs)
+    assert compute.fitted_images == (2, 4) and "single-w1-b2, single-w1-b4" in compute.source
+    steps = {}
+    for run in runs:
+        s = run.summary
+        if s.strategy == "single":
+            split = s.time_split
+            steps[s.images_per_worker] = split.compute + split.data + split.optimizer
+    for images, seconds in steps.items():
+        assert compute.step_seconds(images) == pytest.approx(seconds, rel=1e-6)
+    whatif.main(["--cluster", str(EXAMPLE), "--from", str(tmp_path / "results"), "--preset", "demo"])
+    assert "fitted at 2 batch size(s)" in capsys.readouterr().out

@@ -314,8 +314,9 @@ def test_a_synchronous_step_waits_for_its_slowest_worker():
     single = summary("single", 1, 8, 1, 10.0, split)
     single["summary"]["timing_excludes_first_iterations"] = 5  # the 9 s warm-ups are left out
     single["iterations"] = pd.DataFrame({"time_compute": [9.0] * 5 + [0.6, 1.0] * 10})
-    run = summary("ddp", 2, 4, 1, 9.5, split, comm_hook="none")
-    stale = dict(summary("ps", 2, 4, 1, 9.5, split, placement="dedicated", servers=1, staleness=1),
+    as_single = dict(split, compute=0.4)  # single's 4 images: no overhead beside the other process
+    run = summary("ddp", 2, 4, 1, 9.5, as_single, comm_hook="none")
+    stale = dict(summary("ps", 2, 4, 1, 9.5, as_single, placement="dedicated", servers=1, staleness=1),
                  run_id="ps-ssp")
     free = {2: {"processes": 2, "backend": "gloo", "primitives": {  # links that cost nothing
         "all_reduce": {"alpha_s": 0.0, "beta_s_per_byte": 0.0},
@@ -601,3 +602,32 @@ def test_nccls_ring_in_closed_form_is_within_10_percent_of_published_bus_bandwid
     busbw = size * 2 * (gpus - 1) / gpus / timed.seconds / 1e9
     assert timed.algorithm == "ring"
     assert busbw == pytest.approx(measured, rel=0.10)
+
+
+def test_a_runs_compute_beside_its_other_processes_is_taken_from_the_other_entries():
+    """single had the host to itself; a 2-process run's compute a step is single's fitted step
+    plus what the runs of the other entries of as many processes computed over theirs (their
+    median; those of its strategy first), never its own entry's: commbench's factor then does
+    not apply. One entry alone keeps commbench's factor."""
+    from pipeline.report.prediction import prediction_frame
+
+    split = {"compute": 0.8, "data": 0.0, "optimizer": 0.0, "communication": 0.0}
+    single = summary("single", 1, 8, 1, 10.0, split)  # 0.1 s an image at 1 thread
+    ddp4 = summary("ddp", 2, 4, 1, 15.0, dict(split, compute=0.43), comm_hook="none")  # +30 ms a step
+    zero4 = dict(summary("zero", 2, 4, 1, 15.0, dict(split, compute=0.45)), run_id="zero-w2", entry="zero-w2")
+    ddp2 = dict(summary("ddp", 2, 2, 1, 15.0, dict(split, compute=0.25), comm_hook="none"),
+                run_id="ddp-w2-b2", entry="ddp-w2-b2")
+    free = {"all_reduce": {"alpha_s": 0.0, "beta_s_per_byte": 0.0},
+            "send_recv": {"alpha_s": 0.0, "beta_s_per_byte": 0.0}}
+    shared = {"alone_s": 0.4, "together_s": 0.5, "factor": 1.25, "images": 4, "repeats": 15}
+    commbench = benches({2: {"processes": 2, "backend": "gloo", "primitives": free, "shared_compute": shared}})
+    frame = prediction_frame(typed([single, ddp4, zero4, ddp2]), commbench).set_index("run_id")
+    # ddp at 2 images: ddp-w2's +30 ms (its strategy's), not zero's +50 ms nor commbench's x1.25
+    row = frame.loc["ddp-w2-b2"]
+    assert row["compute_overhead_s"] == pytest.approx(0.03) and row["shared_compute_factor"] == 1.0
+    assert row["predicted_images_per_second"] == pytest.approx(4 / (2 * 0.1 + 0.03))
+    assert "+30.0 ms a step beside its other processes (the median over 1 run(s) of ddp-w2)" in row["compute_input"]
+    # ddp-w2 itself: from ddp-w2-b2's own +50 ms (its strategy's other entry)
+    assert frame.loc["ddp-w2", "compute_overhead_s"] == pytest.approx(0.05)
+    alone = prediction_frame(typed([single, ddp4]), commbench).iloc[0]  # no other entry: commbench's
+    assert math.isnan(alone["compute_overhead_s"]) and alone["shared_compute_factor"] == 1.25

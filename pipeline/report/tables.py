@@ -144,6 +144,7 @@ HEADERS = {
     "compute_input": "compute input",
     "compute_fixed_s": "compute a step (s, fitted)",
     "compute_per_image_s": "compute per image (s, fitted)",
+    "compute_overhead_s": "compute a step beside the other processes (s)",
     "shared_compute_factor": "shared-compute factor",
     "measured_images_per_second": "measured images/s",
     "predicted_images_per_second": "predicted images/s",

@@ -43,7 +43,9 @@ Each item runs on its own; a failure is recorded with its one-line reason and th
                not --quick)
   sync         every registered strategy at one process, bf16, a few iterations with
                train.sync_debug, in one process: a host-device synchronisation by the loop, the
-               strategy or the measuring fails its row, naming it (skipped on CPU)
+               strategy or the measuring fails its row, naming it (skipped on CPU); and the
+               detector's step's synchronisations counted per step at each batch size, by op
+               and source (benchmarks/sync_count.py; on CPU too)
   commbench    the NCCL links timed at the GPU count, and the model's compute alone and with
                every GPU's process at once (pipeline/commbench/)
   overhead     every registered strategy at one process in bf16 beside single, single
@@ -831,7 +833,10 @@ class Check:
         strategy or the measuring fails its run, naming it (the detector's own forward is
         let off)."""
         if not self.gpus:  # the sync debug mode sees CUDA's synchronisations only
-            return {"skipped": "no GPU visible: train.sync_debug checks CUDA synchronisations only"}
+            return {
+                "skipped": "no GPU visible: train.sync_debug checks CUDA synchronisations only",
+                "counts": self.sync_counts(),  # counted on any machine
+            }
         configs, skipped = [], []
         for cls in REGISTERED:
             entry = dict(one_process_entry(cls, self.cfg), precision="bf16", images_per_worker=2)
@@ -844,7 +849,16 @@ class Check:
         checked = Protocol(warmup=6, timed=3, repeats=1, rewarm=0, replay=False)
         interleave(configs, self.overrides(), self.work / "sync", checked)
         rows = skipped + [{"name": c.name, "status": "failed" if c.error else "ok", "reason": c.error} for c in configs]
-        return {"runs": rows}
+        return {"runs": rows, "counts": self.sync_counts()}
+
+    def sync_counts(self) -> list[dict]:
+        """The detector's step's synchronisations counted on the device at each batch size of the
+        throughput table (benchmarks/sync_count.py; fp32, eager), to set beside the profile
+        item's cudaStreamSynchronize."""
+        from benchmarks.sync_count import summary
+
+        arch, device = ("tiny" if self.sizes.tiny_model else "r50"), ("cuda" if self.gpus else "cpu")
+        return [summary(arch, images, self.sizes.min_size, 3, 2, device) for images in self.sizes.batches]
 
     def _gpu_figures(self, out: Path) -> dict:
         gpus = training_gpu_samples(out)
@@ -955,6 +969,14 @@ def markdown(bundle: dict) -> str:
                 lines.append(f"- {key}: {item[key]}")
         if "links" in item:
             lines += _links_lines(item["links"])
+        for count in item.get("counts", []):
+            lines.append(
+                f"- synchronisations counted, {count['arch']} at {count['images']} images on {count['device']}: "
+                f"{count['per_step']:g} a step; by op "
+                + ", ".join(f"{op} {n}" for op, n in count["by_op"].items())
+                + "; most from "
+                + "; ".join(f"{where} ({n})" for _, where, n in count["by_source"][:5])
+            )
         lines.append("")
     return "\n".join(lines)
 

@@ -133,6 +133,9 @@ def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
     assert items["commbench"]["links"]
     check_throughput(items["throughput"], tmp_path)
     assert "CUDA synchronisations only" in items["sync"]["skipped"]  # tests/test_sync_free.py on a GPU
+    counts = items["sync"]["counts"]  # counted on any machine: one per batch size of the throughput table
+    assert [c["images"] for c in counts] == list(gpu_check.CPU_SMOKE.batches)
+    assert all(c["per_step"] > 0 and c["by_source"] for c in counts)
     # the profile: a real trace beside the bundle, summarised (the CPU's ops as the device)
     profile = items["profile"]
     assert (tmp_path / "bundle" / profile["trace"]).stat().st_size > 0
@@ -142,6 +145,7 @@ def test_without_a_gpu_the_check_runs_every_item_at_tiny_sizes(tmp_path):
     text = (tmp_path / "bundle" / "gpu_check.md").read_text()
     assert text.startswith("# GPU check: CPU") and "## throughput: done" in text
     assert "host-device syncs" in text and "not throughput figures" in text
+    assert "- synchronisations counted, tiny at" in text
 
 
 def check_strategies(item: dict) -> None:

@@ -626,7 +626,7 @@ def test_a_runs_compute_beside_its_other_processes_is_taken_from_the_other_entri
     row = frame.loc["ddp-w2-b2"]
     assert row["compute_overhead_s"] == pytest.approx(0.03) and row["shared_compute_factor"] == 1.0
     assert row["predicted_images_per_second"] == pytest.approx(4 / (2 * 0.1 + 0.03))
-    assert "+30.0 ms a step beside its other processes (the median over 1 run(s) of ddp-w2)" in row["compute_input"]
+    assert "+30.0 ms a step beside its other processes (the median of 1 runs of ddp's other entries)" in row["compute_input"]
     # ddp-w2 itself: from ddp-w2-b2's own +50 ms (its strategy's other entry)
     assert frame.loc["ddp-w2", "compute_overhead_s"] == pytest.approx(0.05)
     alone = prediction_frame(typed([single, ddp4]), commbench).iloc[0]  # no other entry: commbench's

@@ -146,12 +146,12 @@ def report_data(
         "scaling": Table(scaling, SCALING_DECIMALS),
         "time_to_accuracy": Table(time_to_accuracy_table(summary), TIME_TO_ACCURACY_DECIMALS),
         "data_modes": Table(data_modes, DATA_MODE_DECIMALS),
-        # the run id says the entry and the strategy; the CSV holds both, and the held-out runs
-        # too, marked
+        # the run id says the entry and the strategy, the compute input the terms in words; the
+        # CSV holds each as a column, and the held-out runs too, marked
         "prediction": Table(
             predicted,
             prediction.DECIMALS,
-            hide=("entry", "strategy"),
+            hide=("entry", "strategy", "compute_fixed_s", "compute_per_image_s", "compute_overhead_s"),
             csv=holdout.marked(every_prediction, held_out).round(prediction.DECIMALS),
         ),
         "predicted_scaling": Table(

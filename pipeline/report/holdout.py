@@ -39,9 +39,6 @@ DECIMALS = {
     "measured images/s": 2,
     "predicted / measured": 3,
     "log(predicted / measured)": 3,
-    "compute a step (s, fitted)": 4,
-    "compute per image (s, fitted)": 4,
-    "beside the other processes (s a step)": 4,
 }
 
 
@@ -158,9 +155,6 @@ class HeldOut:
             {
                 "run_id": rows["run_id"],
                 "compute input": rows["compute_input"],
-                "compute a step (s, fitted)": rows["compute_fixed_s"],
-                "compute per image (s, fitted)": rows["compute_per_image_s"],
-                "beside the other processes (s a step)": rows["compute_overhead_s"],
                 "predicted images/s (model)": rows["predicted_images_per_second"],
                 "measured images/s": rows["measured_images_per_second"],
                 "predicted / measured": rows["ratio"],

@@ -302,11 +302,9 @@ def in_run_overhead(summary: RunSummary, entry: str, overheads: list[dict]) -> t
     if not chosen:
         return None
     seconds = statistics.median(o["seconds"] for o in chosen)
-    entries = sorted({o["entry"] for o in chosen})
-    return seconds, (
-        f"{seconds * 1e3:+.1f} ms a step beside its other processes (the median over "
-        f"{len(chosen)} run(s) of {', '.join(entries)})"
-    )
+    whose = f"of {summary.strategy}'s other entries" if mine else "of the other entries"
+    median = f"the median of {len(chosen)} runs {whose}"
+    return seconds, f"{seconds * 1e3:+.1f} ms a step beside its other processes ({median})"
 
 
 def measured_communication(summary: RunSummary) -> float:

@@ -6,6 +6,7 @@ compute (pipeline/report/clusters.py fills them in)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -79,13 +80,19 @@ class Compute:
         `single_inputs`): a step's compute, data wait and optimizer at each batch size they ran
         (the mean over its runs), fitted as `of_points` where they ran at two or more; the
         variance per image, the gradient bytes from the first."""
-        steps: dict[int, list[float]] = {}
-        for single in singles:
-            images = int(single["images"])
-            steps.setdefault(images, []).append((single["compute"] + single["data"]) * images + single["optimizer"])
+        steps = steps_by_batch(singles, lambda s: (s["compute"] + s["data"]) * s["images"] + s["optimizer"])
         first = singles[0]
-        found = cls.of_points({n: sum(s) / len(s) for n, s in steps.items()}, first["gradient_bytes"], source)
+        found = cls.of_points(steps, first["gradient_bytes"], source)
         return replace(found, variance_per_image=first["compute_variance"])
+
+
+def steps_by_batch(singles: list[dict], step: Callable[[dict], float]) -> dict[int, float]:
+    """The mean of `step` (one row's seconds a step) over `single` rows of each batch size
+    (`images`): the points `Compute.of_points` fits."""
+    found: dict[int, list[float]] = {}
+    for single in singles:
+        found.setdefault(int(single["images"]), []).append(step(single))
+    return {images: sum(seconds) / len(seconds) for images, seconds in found.items()}
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from typing import cast
 
 import pandas as pd
 
-from ..costmodel.clusters import Compute
+from ..costmodel.clusters import Compute, steps_by_batch
 from ..costmodel.network import Network, measured_network
 from ..costmodel.predict import Iteration, iteration
 from ..runtime.records.commbench import CommbenchRecord
@@ -184,14 +184,12 @@ def compute_terms(chosen: list[dict], per_worker: int, how: str) -> tuple[float,
     """A step's compute as (fixed seconds, seconds per image) from the chosen `single` runs, and
     `how` said further: fitted where they took two or more batch sizes (each size's mean step),
     else their mean time per image."""
-    steps: dict[int, list[float]] = {}
-    for row in chosen:
-        steps.setdefault(int(row["images"]), []).append(row["compute"] * row["images"])
+    steps = steps_by_batch(chosen, lambda row: row["compute"] * row["images"])
     sizes = sorted(steps)
     if len(sizes) < 2:
         said = f"{sizes[0]} images a step" if sizes[0] == per_worker else f"per image of {sizes[0]} a step"
         return 0.0, fmean(row["compute"] for row in chosen), f"{how}, {said}"
-    fitted = Compute.of_points({n: fmean(seconds) for n, seconds in steps.items()}, math.nan, how)
+    fitted = Compute.of_points(steps, math.nan, how)
     outside = f", extrapolated to {per_worker}" if fitted.extrapolated(per_worker) else ""
     return (
         fitted.fixed_seconds,
